@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import fakeredis
+
+SECRET_KEY = "whos-online-tests"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "whos_online",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "whos_online.middleware.WhosOnlineMiddleware",
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://fake-redis:6379/0",
+        "OPTIONS": {
+            "CONNECTION_POOL_KWARGS": {"connection_class": fakeredis.FakeRedisConnection},
+        },
+    }
+}
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": ["tests/templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STATIC_URL = "/static/"
+MEDIA_URL = "/media/"

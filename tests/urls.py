@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model, login, logout
+from django.http import HttpRequest, HttpResponse
+from django.template import engines
+from django.urls import path
+
+PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(PAGE.render({}, request))
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+def log_in(request: HttpRequest, username: str) -> HttpResponse:
+    login(request, get_user_model().objects.get(username=username))
+    return HttpResponse("logged in")
+
+
+def log_out(request: HttpRequest) -> HttpResponse:
+    logout(request)
+    return HttpResponse("logged out")
+
+
+async def async_plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("async")
+
+
+urlpatterns = [
+    path("", page),
+    path("plain/", plain),
+    path("async/", async_plain),
+    path("login/<str:username>/", log_in),
+    path("logout/", log_out),
+    path("static/app.css", plain),
+]

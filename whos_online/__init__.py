@@ -1,0 +1,45 @@
+"""Who is on a Django site right now, kept in Redis.
+
+The API is importable from here; see ``whos_online.api`` for what each function guarantees.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "OnlineCounts",
+    "OnlineUser",
+    "forget_user",
+    "is_online",
+    "last_seen",
+    "online_counts",
+    "online_users",
+    "prune",
+    "record_guest",
+    "record_user",
+]
+
+if TYPE_CHECKING:
+    from whos_online.api import (
+        OnlineCounts,
+        OnlineUser,
+        forget_user,
+        is_online,
+        last_seen,
+        online_counts,
+        online_users,
+        prune,
+        record_guest,
+        record_user,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # Importing the API needs configured settings and the app registry; deferring the import
+    # keeps "import whos_online" safe in settings files and before django.setup().
+    if name in __all__:
+        from whos_online import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'whos_online' has no attribute {name!r}")

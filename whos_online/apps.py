@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import user_logged_in, user_logged_out
+from django.core.checks import Tags, register
+from django.db.models.signals import post_delete
+
+
+class WhosOnlineConfig(AppConfig):
+    name = "whos_online"
+    verbose_name = "Who's online"
+
+    def ready(self) -> None:
+        from whos_online import checks, receivers
+
+        register(Tags.compatibility)(checks.check_settings)
+        register(Tags.compatibility)(checks.check_middleware)
+        user_logged_in.connect(receivers.record_login, dispatch_uid="whos_online.record_login")
+        user_logged_out.connect(receivers.remove_logout, dispatch_uid="whos_online.remove_logout")
+        post_delete.connect(
+            receivers.forget_deleted_user,
+            sender=get_user_model(),
+            dispatch_uid="whos_online.forget_deleted_user",
+        )

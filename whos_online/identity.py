@@ -1,0 +1,107 @@
+"""Who made a request: the client IP, the guest's daily pseudonym, and whether it is a bot.
+
+Everything here is pure and cached where it runs on every request: parsing an address and
+deriving the day's key both show up in profiles of the request path otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import ipaddress
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    from whos_online.conf import Config
+
+#: Longest header value looked at; anything longer is not a client address, just noise.
+MAX_FORWARDED_LENGTH = 2048
+
+
+def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
+    """Return the raw address string that identifies the client, before validation.
+
+    With N trusted proxies, each appended the address it saw to ``X-Forwarded-For``, so the
+    client is the N-th entry from the right; anything further left was written by the client and
+    may be forged. With fewer than N entries the header cannot be trusted and REMOTE_ADDR is used.
+    """
+    remote = request.META.get("REMOTE_ADDR") or ""
+    if trusted_proxy_count:
+        forwarded = request.META.get("HTTP_X_FORWARDED_FOR") or ""
+        if forwarded and len(forwarded) <= MAX_FORWARDED_LENGTH:
+            entries = forwarded.split(",")
+            if len(entries) >= trusted_proxy_count:
+                return str(entries[-trusted_proxy_count]).strip()
+    return str(remote).strip()
+
+
+@functools.lru_cache(maxsize=4096)
+def normalize_ip(candidate: str) -> str | None:
+    """Return the canonical text of an IPv4 or IPv6 address, or ``None`` if it is not one.
+
+    Accepts the forms proxies write: ``1.2.3.4:5678``, ``[2001:db8::1]:443`` and zone ids. An
+    IPv4-mapped IPv6 address becomes the IPv4 address, so one client has one identity.
+    """
+    text = candidate.strip()
+    if not text or len(text) > 64:
+        return None
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    text = text.partition("%")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def client_ip(request: HttpRequest, config: Config) -> str | None:
+    return normalize_ip(forwarded_candidate(request, config.trusted_proxy_count))
+
+
+def utc_day(now: float) -> str:
+    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+@functools.lru_cache(maxsize=4)
+def _day_key(secret: str, day: str) -> bytes:
+    # A key per UTC day: the same IP gets an unrelated pseudonym tomorrow, and without
+    # SECRET_KEY nobody can test which address a stored pseudonym belongs to.
+    return hashlib.blake2b(
+        f"{day}:{secret}".encode(), person=b"whos_online.ip", digest_size=32
+    ).digest()
+
+
+@functools.lru_cache(maxsize=8192)
+def _pseudonym(ip: str, key: bytes) -> str:
+    digest = hashlib.blake2b(ip.encode(), key=key, digest_size=12).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def guest_id(ip: str, config: Config, now: float) -> str:
+    """The member stored for a guest or bot: a keyed hash of the IP, or the IP itself."""
+    if config.guest_identity == "ip":
+        return ip
+    return _pseudonym(ip, _day_key(settings.SECRET_KEY, utc_day(now)))
+
+
+def is_bot(request: HttpRequest, config: Config) -> bool:
+    if config.bot_user_agents is None:
+        return False
+    agent = request.META.get("HTTP_USER_AGENT") or ""
+    return bool(agent) and config.bot_user_agents.search(str(agent)[:512]) is not None
+
+
+def reset() -> None:
+    _day_key.cache_clear()
+    _pseudonym.cache_clear()

@@ -1,0 +1,89 @@
+"""``{% whos_online %}``, ``{% online_count %}`` and ``{% last_seen user %}``.
+
+Thin wrappers over the API. A page that uses several of them reads Redis once: the snapshot is
+kept on the request for the rest of the render.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from django import template
+from django.utils.translation import ngettext
+
+from whos_online import api, store
+from whos_online.conf import get_config
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+register = template.Library()
+
+_SNAPSHOT_ATTRIBUTE = "_whos_online_snapshot"
+_EMPTY = store.Snapshot(visible=0, hidden=0, guests=0, bots=0, listed=[])
+
+
+def _snapshot(context: template.Context) -> store.Snapshot:
+    request = context.get("request")
+    cached = getattr(request, _SNAPSHOT_ATTRIBUTE, None)
+    if isinstance(cached, store.Snapshot):
+        return cached
+    limit = get_config().display_limit
+    now = time.time()
+    found = api.call_redis(
+        None,
+        lambda client, config: store.snapshot(client, config, limit=limit, now=now),
+    )
+    if found is None:
+        # Fail open; not cached, so that the next render can show Redis again once it is back.
+        return _EMPTY
+    if request is not None:
+        setattr(request, _SNAPSHOT_ATTRIBUTE, found)
+    return found
+
+
+@register.inclusion_tag("whos_online/online.html", takes_context=True)
+def whos_online(context: template.Context) -> dict[str, Any]:
+    """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named)."""
+    found = _snapshot(context)
+    users = api.listed_users(found)
+    more = max(found.visible - len(users), 0)
+    counts = api.counts_of(found)
+    parts: list[tuple[api.OnlineUser | None, str]] = [(user, "") for user in users]
+    if more:
+        parts.append((None, ngettext("%(count)d more", "%(count)d more", more) % {"count": more}))
+    if counts.guests:
+        parts.append(
+            (
+                None,
+                ngettext("%(count)d guest", "%(count)d guests", counts.guests)
+                % {"count": counts.guests},
+            )
+        )
+    if counts.bots:
+        parts.append(
+            (
+                None,
+                ngettext("%(count)d bot", "%(count)d bots", counts.bots) % {"count": counts.bots},
+            )
+        )
+    return {"users": users, "more": more, "counts": counts, "parts": parts}
+
+
+@register.simple_tag(takes_context=True)
+def online_count(context: template.Context, kind: str = "total") -> int:
+    """How many are online: ``total`` (users and guests), ``users``, ``guests`` or ``bots``."""
+    counts = api.counts_of(_snapshot(context))
+    if kind not in counts._fields:
+        msg = f"online_count takes one of {', '.join(counts._fields)}, not {kind!r}."
+        raise template.TemplateSyntaxError(msg)
+    return int(getattr(counts, kind))
+
+
+@register.simple_tag
+def last_seen(user: Any) -> datetime | str:
+    """When ``user`` was last seen, or "" if never (use ``as`` to format it yourself)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return ""
+    return api.last_seen(user) or ""

@@ -1,0 +1,114 @@
+"""The throttle cookie and the in-process memory that spare Redis on most requests.
+
+The cookie says "this browser was recorded until EXPIRY, while it had THIS session and THIS
+address". It is bound to the raw session cookie, not to the user: Django rotates the session key
+on login and flushes it on logout, so a login, logout or switch of user invalidates the cookie
+without the middleware ever loading the session or the user on a throttled request.
+
+The value is ``EXPIRY.MAC`` with a keyed BLAKE2b MAC, checked in a few microseconds; Django's
+``TimestampSigner`` would do the same job several times slower on every request. Anything that
+does not verify, whatever its shape or size, counts as no cookie at all.
+
+Clients that drop cookies (curl, API clients, most bots) are remembered instead in a bounded
+per-process memory keyed by their identity, so that they too cost at most one write per
+``THROTTLE`` seconds per process.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import hmac
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+COOKIE_NAME: Final = "whos_online"
+#: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC), with room.
+MAX_COOKIE_LENGTH: Final = 48
+#: Identities the in-process memory holds; the oldest is forgotten first beyond this.
+MEMORY_SIZE: Final = 10_000
+
+
+@functools.lru_cache(maxsize=2)
+def _cookie_key(secret: str) -> bytes:
+    return hashlib.blake2b(secret.encode(), person=b"whos_online.ck", digest_size=32).digest()
+
+
+def _mac(expiry: int, binding: str) -> str:
+    digest = hashlib.blake2b(
+        f"{expiry}|{binding}".encode("utf-8", "surrogateescape"),
+        key=_cookie_key(settings.SECRET_KEY),
+        digest_size=16,
+    ).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def binding(session_key: str, address: str) -> str:
+    """What the cookie is tied to: the session cookie's value and the client's address."""
+    return f"{session_key}|{address}"
+
+
+def make_cookie(binding: str, now: float, throttle: int) -> str:
+    expiry = int(now) + throttle
+    return f"{expiry}.{_mac(expiry, binding)}"
+
+
+def is_fresh(value: str | None, binding: str, now: float, throttle: int) -> bool:
+    """True when ``value`` is a cookie this site issued for ``binding`` and it has not expired."""
+    if not value or len(value) > MAX_COOKIE_LENGTH:
+        return False
+    expiry_text, dot, mac = value.partition(".")
+    if not dot or not expiry_text.isascii() or not expiry_text.isdigit():
+        return False
+    expiry = int(expiry_text)
+    # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
+    if not now < expiry <= now + throttle:
+        return False
+    return hmac.compare_digest(mac, _mac(expiry, binding))
+
+
+class RecentIdentities:
+    """A bounded, thread-safe map of identity -> time until which it needs no new write."""
+
+    def __init__(self, size: int = MEMORY_SIZE) -> None:
+        self._size = size
+        self._until: OrderedDict[str, float] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen_recently(self, identity: str, now: float) -> bool:
+        until = self._until.get(identity)
+        return until is not None and now < until
+
+    def remember(self, identity: str, until: float) -> None:
+        with self._lock:
+            self._until[identity] = until
+            self._until.move_to_end(identity)
+            while len(self._until) > self._size:
+                self._until.popitem(last=False)
+
+    def forget(self, identities: Iterable[str]) -> None:
+        with self._lock:
+            for identity in identities:
+                self._until.pop(identity, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._until.clear()
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+
+recent: Final = RecentIdentities()
+
+
+def reset() -> None:
+    _cookie_key.cache_clear()
+    recent.clear()
