@@ -97,7 +97,8 @@ def _pk_value(text: str) -> object:
 
 def display_name(user: AbstractBaseUser | AnonymousUser, config: Config) -> str:
     name = config.display_name(user) if config.display_name else user.get_username()
-    return str(name)[:MAX_NAME_LENGTH]
+    # A lone surrogate cannot be sent to Redis; replace it rather than fail the request.
+    return str(name)[:MAX_NAME_LENGTH].encode("utf-8", "replace").decode()
 
 
 def profile_url(user: AbstractBaseUser | AnonymousUser) -> str:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 #: Crawlers, monitors and HTTP libraries that are counted as bots rather than guests.
 DEFAULT_BOT_USER_AGENTS: Final = (
     r"(?i)bot\b|crawl|spider|slurp|bingpreview|facebookexternalhit|embedly|quora link preview"
-    r"|pinterest|whatsapp|telegram|discord|slack|skype|vkshare|w3c_validator|lighthouse"
+    r"|pinterestbot|whatsapp|telegrambot|discord|slack|skype|vkshare|w3c_validator|lighthouse"
     r"|headlesschrome|phantomjs|python-requests|python-urllib|aiohttp|httpx|curl/|wget/"
     r"|go-http-client|java/|okhttp|libwww|apache-httpclient|uptime|pingdom|statuscake"
     r"|monitor|scrapy|feedfetcher|feedly|ahrefs|semrush|mj12|dotbot|petalbot|yandex|baidu"
@@ -78,7 +78,7 @@ class Config:
     track_guests: bool
     guest_identity: str
     trusted_proxy_count: int
-    ignore_paths: re.Pattern[str] | None
+    ignore_paths: tuple[re.Pattern[str], ...]
     bot_user_agents: re.Pattern[str] | None
     hide_user: Callable[[AnyUser], bool] | None
     display_name: Callable[[AnyUser], str] | None
@@ -122,7 +122,7 @@ def get_config() -> Config:
         track_guests=merged["TRACK_GUESTS"],
         guest_identity=merged["GUEST_IDENTITY"],
         trusted_proxy_count=merged["TRUSTED_PROXY_COUNT"],
-        ignore_paths=_join_patterns(_ignore_paths(merged["IGNORE_PATHS"])),
+        ignore_paths=tuple(re.compile(p) for p in _ignore_paths(merged["IGNORE_PATHS"])),
         bot_user_agents=re.compile(merged["BOT_USER_AGENTS"])
         if merged["BOT_USER_AGENTS"]
         else None,
@@ -156,11 +156,6 @@ def _ignore_paths(value: Sequence[str] | None) -> list[str]:
     return _default_ignore_paths() if value is None else list(value)
 
 
-def _join_patterns(patterns: Sequence[str]) -> re.Pattern[str] | None:
-    # One alternation is one regex call per request, whatever the number of patterns.
-    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns)) if patterns else None
-
-
 def _import_callable(value: str | Callable[..., Any] | None) -> Any:
     if value is None or callable(value):
         return value
@@ -168,11 +163,12 @@ def _import_callable(value: str | Callable[..., Any] | None) -> Any:
 
 
 def _redact(url: str) -> str:
+    """Hide passwords, given before the host or as ``?password=``, from log lines."""
     parts = urlsplit(url)
     if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return parts._replace(netloc=netloc).geturl()
-    return url
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(query=query).geturl()
 
 
 def _is_int(value: object) -> bool:
@@ -411,7 +407,7 @@ def _check_alias(alias: object) -> list[CheckMessage]:
             )
         ]
     backend = caches[alias].get("BACKEND")
-    if backend != CACHE_BACKEND:
+    if not _is_django_redis(backend):
         return [
             _error(
                 2,
@@ -422,6 +418,17 @@ def _check_alias(alias: object) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _is_django_redis(backend: object) -> bool:
+    if backend == CACHE_BACKEND:
+        return True
+    try:
+        backend_class = import_string(str(backend))
+        base = import_string(CACHE_BACKEND)
+    except ImportError:
+        return False
+    return isinstance(backend_class, type) and issubclass(backend_class, base)
 
 
 def _regex_problem(pattern: object) -> str | None:

@@ -68,16 +68,14 @@ class WhosOnlineMiddleware:
 
 def needs_recording(request: HttpRequest, config: Config, now: float) -> bool:
     """Decide from cookies and headers alone whether this request should be recorded."""
-    if config.ignore_paths is not None and config.ignore_paths.search(request.path_info):
+    path = request.path_info
+    if any(pattern.search(path) for pattern in config.ignore_paths):
         return False
     if not config.throttle:
         return True
     cookie = request.COOKIES.get(throttle.COOKIE_NAME)
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    binding = throttle.binding(
-        session_cookie,
-        identity.forwarded_candidate(request, config.trusted_proxy_count),
-    )
+    binding = throttle.binding(session_cookie, _address(request, config))
     return not throttle.is_fresh(cookie, binding, now, config.throttle)
 
 
@@ -102,6 +100,10 @@ def _binding_after_view(request: HttpRequest, config: Config) -> str:
         session_key = session.session_key or ""
     else:
         session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(
-        session_key, identity.forwarded_candidate(request, config.trusted_proxy_count)
-    )
+    return throttle.binding(session_key, _address(request, config))
+
+
+def _address(request: HttpRequest, config: Config) -> str:
+    # Normalized, so that a proxy writing a fresh source port each time still matches the cookie.
+    candidate = identity.forwarded_candidate(request, config.trusted_proxy_count)
+    return identity.normalize_ip(candidate) or candidate

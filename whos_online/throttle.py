@@ -71,7 +71,8 @@ def is_fresh(value: str | None, binding: str, now: float, throttle: int) -> bool
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
     if not now < expiry <= now + throttle:
         return False
-    return hmac.compare_digest(mac, _mac(expiry, binding))
+    # compare_digest raises TypeError on non-ASCII text, which a client can send.
+    return mac.isascii() and hmac.compare_digest(mac, _mac(expiry, binding))
 
 
 class RecentIdentities:

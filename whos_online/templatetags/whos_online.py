@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from django import template
+from django.template.base import render_value_in_context
 from django.utils.translation import ngettext
 
 from whos_online import api, store
@@ -81,9 +82,31 @@ def online_count(context: template.Context, kind: str = "total") -> int:
     return int(getattr(counts, kind))
 
 
-@register.simple_tag
-def last_seen(user: Any) -> datetime | str:
-    """When ``user`` was last seen, or "" if never (use ``as`` to format it yourself)."""
-    if user is None or not getattr(user, "is_authenticated", False):
-        return ""
-    return api.last_seen(user) or ""
+class LastSeenNode(template.Node):
+    def __init__(self, user: template.base.FilterExpression, target: str | None) -> None:
+        self.user = user
+        self.target = target
+
+    def render(self, context: template.Context) -> str:
+        user = self.user.resolve(context)
+        seen: datetime | None = None
+        if user is not None and getattr(user, "is_authenticated", False):
+            seen = api.last_seen(user)
+        if self.target is not None:
+            context[self.target] = seen
+            return ""
+        # Rendered like {{ value }}: in the current time zone, format and language.
+        return "" if seen is None else render_value_in_context(seen, context)
+
+
+@register.tag
+def last_seen(parser: template.base.Parser, token: template.base.Token) -> LastSeenNode:
+    """``{% last_seen user %}`` renders when the user was last seen (or nothing);
+    ``{% last_seen user as seen %}`` stores the aware datetime, or None, in ``seen``."""
+    bits = token.split_contents()
+    if len(bits) == 2:
+        return LastSeenNode(parser.compile_filter(bits[1]), None)
+    if len(bits) == 4 and bits[2] == "as":
+        return LastSeenNode(parser.compile_filter(bits[1]), bits[3])
+    msg = f"{bits[0]} takes a user, optionally followed by 'as name'."
+    raise template.TemplateSyntaxError(msg)
