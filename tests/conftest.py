@@ -121,11 +121,11 @@ def redis_calls(monkeypatch) -> RedisCalls:
     calls = RedisCalls()
     original = AbstractConnection.send_packed_command
 
-    def send_packed_command(self, command, check_health=True):
+    def send_packed_command(self, command, check_health: bool = True) -> None:
         chunks = [command] if isinstance(command, (bytes, str)) else list(command)
         packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
         calls.trips.append(_command_names(packed))
-        return original(self, command, check_health)
+        original(self, command, check_health)  # type: ignore [no-untyped-call]
 
     monkeypatch.setattr(AbstractConnection, "send_packed_command", send_packed_command)
     return calls

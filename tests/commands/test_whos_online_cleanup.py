@@ -1,0 +1,286 @@
+from __future__ import annotations
+
+import re
+import time
+from io import StringIO
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command, execute_from_command_line
+
+from tests.redis_server import free_port
+from whos_online import store
+from whos_online.management.commands import whos_online_cleanup
+from whos_online.signals import users_went_offline
+
+WINDOW = 600
+LOCK = "{whos_online}:cleanup-lock"
+#: The cutoff as the command prints it.
+WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\."
+
+
+def run(*args: str, **options: Any) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("whos_online_cleanup", *args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def stale() -> float:
+    return time.time() - WINDOW - 100
+
+
+def members(r, kind: str, prefix: str = "whos_online") -> list[str]:
+    return sorted(member.decode() for member in r.zrange(f"{{{prefix}}}:{kind}", 0, -1))
+
+
+@pytest.fixture
+def some_stale(r) -> None:
+    """One stale user and two stale guests, next to one fresh user and one fresh guest."""
+    old, now = stale(), time.time()
+    r.zadd("{whos_online}:users", {"1": old, "2": now})
+    r.zadd("{whos_online}:guests", {"g1": old, "g2": old, "g3": now})
+
+
+@pytest.fixture
+def redis_down(settings) -> str:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.WHOS_ONLINE = {"REDIS_URL": url}
+    return url
+
+
+@pytest.fixture
+def offline_ids() -> Any:
+    """Collects the ``user_ids`` of every ``users_went_offline`` signal."""
+    received: list[list[object]] = []
+
+    def receiver(sender: object, user_ids: list[object], **kwargs: Any) -> None:
+        received.append(user_ids)
+
+    users_went_offline.connect(receiver, dispatch_uid="tests.commands.offline_ids")
+    yield received
+    users_went_offline.disconnect(dispatch_uid="tests.commands.offline_ids")
+
+
+def test_removes_stale_members_and_reports(backend, r, some_stale):
+    out, err = run()
+
+    assert re.fullmatch(rf"Removed 1 user and 2 guests last seen before {WHEN}\n", out)
+    assert err == ""
+    assert members(r, "users") == ["2"]
+    assert members(r, "guests") == ["g3"]
+
+
+def test_report_names_every_kind_and_the_exact_cutoff(backend, r, monkeypatch):
+    now = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+    monkeypatch.setattr(
+        whos_online_cleanup,
+        "time",
+        SimpleNamespace(time=lambda: now, monotonic=time.monotonic, sleep=time.sleep),
+    )
+    old = now - WINDOW - 1
+    r.zadd("{whos_online}:users", {"1": old, "2": now - 10})
+    r.zadd("{whos_online}:hidden", {"3": old, "4": old})
+    r.zadd("{whos_online}:guests", {"g1": old, "g2": old, "g3": old, "g4": now - WINDOW})
+    r.zadd("{whos_online}:bots", {"b1": old})
+
+    out, _ = run()
+
+    assert out == (
+        "Removed 1 user, 2 hidden users, 3 guests and 1 bot last seen before "
+        "2027-01-15 07:50:00 UTC.\n"
+    )
+    assert members(r, "users") == ["2"]
+    assert r.exists("{whos_online}:hidden", "{whos_online}:bots") == 0
+    # Seen exactly WINDOW seconds ago is still online.
+    assert members(r, "guests") == ["g4"]
+
+
+def test_nothing_stale(backend, r):
+    r.zadd("{whos_online}:guests", {"g1": time.time()})
+
+    out, err = run()
+
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}\n", out)
+    assert err == ""
+    assert members(r, "guests") == ["g1"]
+
+
+def test_dry_run_removes_nothing(backend, r, some_stale):
+    out, err = run("--dry-run")
+
+    assert re.fullmatch(rf"Would remove 1 user and 2 guests last seen before {WHEN}\n", out)
+    assert err == ""
+    assert members(r, "users") == ["1", "2"]
+    assert members(r, "guests") == ["g1", "g2", "g3"]
+
+
+def test_verbosity_0_prints_nothing(backend, r, some_stale):
+    out, err = run(verbosity=0)
+
+    assert (out, err) == ("", "")
+    assert members(r, "users") == ["2"]
+    assert members(r, "guests") == ["g3"]
+
+
+def test_signal_names_the_users_who_went_offline(backend, r, offline_ids):
+    r.zadd("{whos_online}:users", {"42": stale(), "7": time.time()})
+    r.zadd("{whos_online}:hidden", {"43": stale()})
+
+    run()
+
+    assert offline_ids == [[42], [43]]
+
+
+def test_a_held_lock_stops_the_run(backend, r, some_stale):
+    lock = r.lock(LOCK, timeout=60)
+    assert lock.acquire(blocking=False)
+    try:
+        out, err = run()
+        assert r.get(LOCK) == lock.local.token
+    finally:
+        lock.release()
+
+    assert out == ""
+    assert err == "Another whos_online_cleanup holds the lock; this run did nothing.\n"
+    assert members(r, "users") == ["1", "2"]
+    assert members(r, "guests") == ["g1", "g2", "g3"]
+
+
+def test_the_lock_is_held_while_pruning_and_released_after(backend, r, offline_ids):
+    held: list[int] = []
+    users_went_offline.connect(
+        lambda sender, **kwargs: held.append(r.exists(LOCK)),
+        weak=False,
+        dispatch_uid="tests.commands.lock_held",
+    )
+    r.zadd("{whos_online}:users", {"1": stale()})
+    try:
+        run()
+    finally:
+        users_went_offline.disconnect(dispatch_uid="tests.commands.lock_held")
+
+    assert held == [1]
+    assert r.exists(LOCK) == 0
+
+
+def test_lock_and_keys_follow_the_prefix(backend, settings, r):
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "KEY_PREFIX": "site1"}
+    r.zadd("{site1}:guests", {"g1": stale(), "g2": time.time()})
+    r.zadd("{whos_online}:guests", {"other": stale()})
+    lock = r.lock("{site1}:cleanup-lock", timeout=60)
+    assert lock.acquire(blocking=False)
+    try:
+        _, err = run()
+    finally:
+        lock.release()
+    assert err == "Another whos_online_cleanup holds the lock; this run did nothing.\n"
+
+    out, _ = run()
+
+    assert out.startswith("Removed 1 guest last seen before ")
+    assert members(r, "guests", prefix="site1") == ["g2"]
+    assert members(r, "guests") == ["other"]
+
+
+def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
+    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    run()  # loads the scripts into a fresh server
+    r.zadd("{whos_online}:guests", {f"g{i}": stale() for i in range(10)} | {"fresh": time.time()})
+    r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 8)})
+    redis_calls.clear()
+
+    out, _ = run()
+
+    assert re.fullmatch(rf"Removed 7 users and 10 guests last seen before {WHEN}\n", out)
+    assert members(r, "guests") == ["fresh"]
+    assert r.exists("{whos_online}:users") == 0
+    # Chunks of at most 3: users 3+3+1, hidden 0, guests 3+3+3+1, bots 0; and the lock's release.
+    assert redis_calls.trips.count(["EVALSHA"]) == 3 + 1 + 4 + 1 + 1
+    assert [len(ids) for ids in offline_ids] == [3, 3, 1]
+    assert sorted(pk for ids in offline_ids for pk in ids) == list(range(1, 8))
+
+
+def test_prunes_thousands(backend, r):
+    old, now = stale(), time.time()
+    fresh = {f"fresh{i}": now for i in range(10)}
+    r.zadd("{whos_online}:guests", {f"g{i}": old for i in range(5000)} | fresh)
+
+    out, _ = run()
+
+    assert re.fullmatch(rf"Removed 5000 guests last seen before {WHEN}\n", out)
+    assert members(r, "guests") == sorted(fresh)
+
+
+@pytest.mark.parametrize("every", ["0", "-5"])
+def test_every_needs_a_positive_number(backend, every):
+    with pytest.raises(CommandError, match=r"^--every takes a positive number of seconds\.$"):
+        run("--every", every)
+
+
+def _stop_on_second_sleep(monkeypatch) -> list[float]:
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("whos_online.management.commands.whos_online_cleanup.time.sleep", sleep)
+    return sleeps
+
+
+def test_every_runs_until_interrupted(backend, r, monkeypatch):
+    r.zadd("{whos_online}:guests", {"g1": stale(), "g2": time.time()})
+    sleeps = _stop_on_second_sleep(monkeypatch)
+
+    out, err = run("--every", "5")
+
+    lines = out.splitlines()
+    assert len(lines) == 4
+    assert lines[0] == "Cleaning up every 5 s; stop with Ctrl-C."
+    assert re.fullmatch(rf"Removed 1 guest last seen before {WHEN}", lines[1])
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[2])
+    assert lines[3] == "Stopped."
+    assert err == ""
+    assert len(sleeps) == 2
+    assert all(0 <= seconds <= 5 for seconds in sleeps)
+    assert members(r, "guests") == ["g2"]
+
+
+def test_redis_down_is_a_command_error(redis_down):
+    with pytest.raises(CommandError) as excinfo:
+        run()
+
+    message = str(excinfo.value)
+    assert message.startswith(f"Cannot clean up: Redis at {redis_down} failed: ")
+    assert excinfo.value.returncode == 1
+
+
+def test_redis_down_dry_run_is_a_command_error(redis_down):
+    with pytest.raises(CommandError, match=r"^Cannot clean up: Redis at redis://127\.0\.0\.1"):
+        run("--dry-run")
+
+
+def test_redis_down_exits_non_zero(redis_down, capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        execute_from_command_line(["manage.py", "whos_online_cleanup"])
+
+    assert excinfo.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"CommandError: Cannot clean up: Redis at {redis_down} failed: ")
+
+
+def test_every_reports_redis_errors_and_keeps_going(redis_down, monkeypatch):
+    sleeps = _stop_on_second_sleep(monkeypatch)
+
+    out, err = run("--every", "5")
+
+    assert out == "Cleaning up every 5 s; stop with Ctrl-C.\nStopped.\n"
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert all(
+        line.startswith(f"Cannot clean up: Redis at {redis_down} failed: ") for line in lines
+    )
+    assert len(sleeps) == 2

@@ -1,0 +1,389 @@
+from __future__ import annotations
+
+import html
+import re
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+from django.template import Context, Template, TemplateSyntaxError, engines
+from django.test import RequestFactory
+
+import whos_online
+from tests.redis_server import free_port
+from whos_online.templatetags import whos_online as tags
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.http import HttpRequest
+
+TAG = "{% load whos_online %}{% whos_online %}"
+
+
+def hide_bob(user: AbstractBaseUser) -> bool:
+    return user.get_username() == "bob"
+
+
+def _request() -> HttpRequest:
+    return RequestFactory().get("/")
+
+
+def render(source: str, context: dict[str, Any] | None = None, request: Any = None) -> str:
+    template = engines["django"].from_string(source)
+    return template.render(context or {}, request if request is not None else _request())
+
+
+def text(markup: str) -> str:
+    """What a visitor reads: tags stripped, entities decoded, whitespace collapsed."""
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
+
+
+def _merge(settings, **values: Any) -> None:
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
+
+
+def _users(*names: str) -> list[User]:
+    """Create users and record them online, the last one newest."""
+    now = time.time()
+    users = []
+    for age, name in enumerate(reversed(names)):
+        user = User.objects.create_user(name)
+        whos_online.record_user(user, now=now - 10 - age)
+        users.append(user)
+    return users[::-1]
+
+
+def _guests(count: int, *, bot: bool = False) -> None:
+    for index in range(count):
+        whos_online.record_guest(f"198.51.100.{index + 1}", bot=bot)
+
+
+@pytest.fixture
+def redis_down(settings) -> None:
+    settings.WHOS_ONLINE = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+
+
+# {% whos_online %}
+
+
+def test_nobody_online(backend):
+    markup = render(TAG)
+
+    assert text(markup) == "Who's online: nobody"
+    assert 'data-users="0" data-guests="0" data-bots="0" data-total="0"' in markup
+
+
+def test_user_and_guests(backend, db):
+    _users("alice")
+    _guests(2)
+
+    markup = render(TAG)
+
+    assert text(markup) == "Who's online: alice and 2 guests"
+    assert 'data-users="1" data-guests="2" data-bots="0" data-total="3"' in markup
+    assert '<span class="whos-online-user">alice</span>' in markup
+
+
+@pytest.mark.parametrize(
+    ("guests", "expected"),
+    [(1, "Who's online: 1 guest"), (3, "Who's online: 3 guests")],
+)
+def test_guests_only(backend, guests, expected):
+    _guests(guests)
+
+    assert text(render(TAG)) == expected
+
+
+def test_names_newest_first(backend, db):
+    _users("alice", "bob", "carol")
+
+    assert text(render(TAG)) == "Who's online: carol, bob and alice"
+
+
+def test_names_guests_and_bots(backend, db):
+    _users("alice", "bob")
+    _guests(2)
+    _guests(1, bot=True)
+
+    assert text(render(TAG)) == "Who's online: bob, alice, 2 guests and 1 bot"
+
+
+@pytest.mark.parametrize(
+    ("bots", "expected"), [(1, "Who's online: 1 bot"), (2, "Who's online: 2 bots")]
+)
+def test_bots_are_shown_apart(backend, bots, expected):
+    _guests(bots, bot=True)
+
+    markup = render(TAG)
+
+    assert text(markup) == expected
+    assert f'data-bots="{bots}" data-total="0"' in markup
+
+
+def test_display_limit_adds_n_more(backend, settings, db):
+    _merge(settings, DISPLAY_LIMIT=2)
+    _users("alice", "bob", "carol", "dave")
+
+    assert text(render(TAG)) == "Who's online: dave, carol and 2 more"
+
+    _guests(1)
+    assert text(render(TAG)) == "Who's online: dave, carol, 2 more and 1 guest"
+
+
+def test_display_limit_zero_names_nobody(backend, settings, db):
+    _merge(settings, DISPLAY_LIMIT=0)
+    _users("alice", "bob")
+
+    assert text(render(TAG)) == "Who's online: 2 more"
+
+
+def test_hidden_users_are_counted_not_named(backend, settings, db):
+    _merge(settings, HIDE_USER="tests.templatetags.test_whos_online.hide_bob", DISPLAY_LIMIT=1)
+    _users("alice", "bob", "carol")
+    _guests(1)
+
+    markup = render(TAG)
+
+    assert text(markup) == "Who's online: carol, 1 more and 1 guest"
+    assert "bob" not in markup
+    assert 'data-users="3" data-guests="1" data-bots="0" data-total="4"' in markup
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [(["bob"], "Who's online: 1 person"), (["bob", "bobby"], "Who's online: 2 people")],
+)
+def test_only_hidden_users(backend, settings, db, names, expected):
+    _merge(settings, HIDE_USER=lambda user: True)
+    _users(*names)
+
+    markup = render(TAG)
+
+    assert text(markup) == expected
+    assert f'data-total="{len(names)}"' in markup
+
+
+def test_names_are_escaped(backend, alice):
+    alice.username = "<script>alert('x')</script> & co"
+    whos_online.record_user(alice)
+
+    markup = render(TAG)
+
+    assert "<script>" not in markup
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in markup
+    assert text(markup) == "Who's online: <script>alert('x')</script> & co"
+
+
+def test_unicode_names_are_rendered_as_they_are(backend, alice, bob):
+    alice.username = "Zoë 👩\u200d💻"
+    bob.username = "مرحبا"
+    whos_online.record_user(alice, now=time.time() - 20)
+    whos_online.record_user(bob, now=time.time() - 10)
+
+    assert text(render(TAG)) == "Who's online: مرحبا and Zoë 👩\u200d💻"
+
+
+def test_user_with_a_profile_gets_a_link(backend, monkeypatch, alice, bob):
+    monkeypatch.setattr(User, "get_absolute_url", lambda self: f"/people/{self.pk}/", raising=False)
+    whos_online.record_user(alice)
+
+    markup = render(TAG)
+
+    assert f'<a class="whos-online-user" href="/people/{alice.pk}/">alice</a>' in markup
+
+
+def test_profile_url_is_escaped(backend, monkeypatch, alice):
+    monkeypatch.setattr(User, "get_absolute_url", lambda self: '/people/?a=1&b="><x', raising=False)
+    whos_online.record_user(alice)
+
+    markup = render(TAG)
+
+    assert 'href="/people/?a=1&amp;b=&quot;&gt;&lt;x"' in markup
+
+
+def test_template_can_be_overridden(backend, settings, tmp_path, db):
+    override = tmp_path / "whos_online" / "online.html"
+    override.parent.mkdir()
+    override.write_text(
+        "{{ counts.total }} here:{% for user in users %} {{ user.name }}{% endfor %};"
+        " more={{ more }}"
+    )
+    settings.TEMPLATES = [
+        {
+            "BACKEND": "django.template.backends.django.DjangoTemplates",
+            "DIRS": [str(tmp_path)],
+            "APP_DIRS": True,
+        }
+    ]
+    _users("alice", "bob")
+    _guests(1)
+
+    assert render(TAG) == "3 here: bob alice; more=0"
+
+
+def test_render_is_one_round_trip_and_no_query(backend, redis_calls, django_assert_num_queries, db):
+    _users("alice", "bob")
+    _guests(1)
+    render(TAG)  # loads the script into a fresh server
+    redis_calls.clear()
+
+    with django_assert_num_queries(0):
+        markup = render(TAG)
+
+    assert redis_calls.trips == [["EVALSHA"]]
+    assert text(markup) == "Who's online: bob, alice and 1 guest"
+
+
+def test_tags_on_one_page_share_one_round_trip(backend, redis_calls, db):
+    _users("alice")
+    _guests(2)
+    _guests(1, bot=True)
+    page = (
+        "{% load whos_online %}{% whos_online %}|{% online_count %}|{% online_count 'users' %}"
+        "|{% online_count 'bots' %}"
+    )
+    render(page)
+    redis_calls.clear()
+
+    markup = render(page)
+
+    assert redis_calls.trips == [["EVALSHA"]]
+    assert text(markup) == "Who's online: alice, 2 guests and 1 bot |3|1|1"
+
+
+def test_snapshot_is_kept_on_the_request(backend, redis_calls, db):
+    _users("alice")
+    request = _request()
+    render(TAG)
+    redis_calls.clear()
+
+    first = render(TAG, request=request)
+    assert redis_calls.trips == [["EVALSHA"]]
+    _users("bob")
+    redis_calls.clear()
+
+    second = render("{% load whos_online %}{% online_count %}", request=request)
+
+    assert text(first) == "Who's online: alice"
+    assert second == "1"
+    assert redis_calls.trips == []
+    assert render("{% load whos_online %}{% online_count %}") == "2"
+
+
+def test_render_without_request(backend, db):
+    _users("alice")
+
+    markup = Template(TAG).render(Context({}))
+
+    assert text(markup) == "Who's online: alice"
+
+
+# {% online_count %}
+
+
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [
+        ("{% online_count %}", "4"),
+        ("{% online_count 'total' %}", "4"),
+        ('{% online_count "users" %}', "2"),
+        ('{% online_count "guests" %}', "2"),
+        ('{% online_count "bots" %}', "1"),
+        ("{% online_count kind %}", "2"),
+        ("{% online_count 'users' as n %}[{{ n }}]", "[2]"),
+    ],
+)
+def test_online_count(backend, settings, db, tag, expected):
+    _merge(settings, HIDE_USER="tests.templatetags.test_whos_online.hide_bob")
+    _users("alice", "bob")
+    _guests(2)
+    _guests(1, bot=True)
+
+    assert render("{% load whos_online %}" + tag, {"kind": "guests"}) == expected
+
+
+def test_online_count_when_nobody_is_online(backend):
+    assert render("{% load whos_online %}{% online_count %}") == "0"
+
+
+@pytest.mark.parametrize("kind", ["people", "Users", ""])
+def test_online_count_rejects_an_unknown_kind(backend, kind):
+    with pytest.raises(TemplateSyntaxError) as excinfo:
+        render("{% load whos_online %}{% online_count kind %}", {"kind": kind})
+
+    assert str(excinfo.value) == (
+        f"online_count takes one of users, guests, bots, total, not {kind!r}."
+    )
+
+
+# {% last_seen %}
+
+SEEN = datetime(2027, 3, 3, 12, 0, tzinfo=timezone.utc)
+
+
+def test_last_seen_renders_a_localized_date(backend, settings, alice):
+    settings.TIME_ZONE = "Europe/Paris"
+    whos_online.record_user(alice, now=SEEN)
+
+    # As Django renders any datetime: in the current time zone, in DATETIME_FORMAT.
+    markup = render("{% load whos_online %}{% last_seen user %}", {"user": alice})
+
+    assert markup == "March 3, 2027, 1 p.m."
+
+
+def test_last_seen_as_renders_like_any_datetime(backend, settings, alice):
+    settings.TIME_ZONE = "Europe/Paris"
+    whos_online.record_user(alice, now=SEEN)
+
+    markup = render("{% load whos_online %}{% last_seen user as seen %}{{ seen }}", {"user": alice})
+
+    assert markup == "March 3, 2027, 1 p.m."
+
+
+def test_last_seen_as_gives_a_datetime(backend, alice):
+    whos_online.record_user(alice, now=SEEN)
+
+    markup = render(
+        "{% load whos_online %}{% last_seen user as seen %}{{ seen.isoformat }}"
+        "|{{ seen|date:'Y-m-d H:i e' }}",
+        {"user": alice},
+    )
+
+    assert markup == "2027-03-03T12:00:00+00:00|2027-03-03 06:00 CST"
+
+
+@pytest.mark.parametrize("who", ["anonymous", "never-seen", "none", "missing"])
+def test_last_seen_is_empty_for_nobody(backend, alice, who):
+    context: dict[str, Any] = {
+        "anonymous": {"user": AnonymousUser()},
+        "never-seen": {"user": alice},
+        "none": {"user": None},
+        "missing": {},
+    }[who]
+
+    assert render("{% load whos_online %}[{% last_seen user %}]", context) == "[]"
+    assert (
+        render(
+            "{% load whos_online %}{% last_seen user as seen %}"
+            "{% if seen %}seen{% else %}never{% endif %}",
+            context,
+        )
+        == "never"
+    )
+
+
+# Failing open
+
+
+def test_tags_fail_open_while_redis_is_down(redis_down, alice):
+    page = (
+        "{% load whos_online %}{% whos_online %}|{% online_count %}|{% online_count 'bots' %}"
+        "|[{% last_seen user %}]"
+    )
+
+    markup = render(page, {"user": alice})
+
+    assert text(markup) == "Who's online: nobody |0|0|[]"
+    assert 'data-total="0"' in markup

@@ -1,0 +1,585 @@
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.signals import user_logged_out
+
+import whos_online
+from tests.redis_server import free_port
+from whos_online import api, identity
+from whos_online.api import MAX_NAME_LENGTH, OnlineCounts, OnlineUser
+from whos_online.conf import get_config
+from whos_online.connection import admin_client
+from whos_online.throttle import recent
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.test import Client
+
+WINDOW = 600
+
+
+def hide_bob(user: AbstractBaseUser) -> bool:
+    return user.get_username() == "bob"
+
+
+def _recent_second() -> float:
+    """A whole second just before now: stored scores (millisecond text) keep it exactly."""
+    return float(int(time.time()) - 10)
+
+
+def _utc(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc)
+
+
+def _set(r, name: str) -> list[tuple[str, float]]:
+    return [(member.decode(), score) for member, score in r.zrange(name, 0, -1, withscores=True)]
+
+
+@pytest.fixture
+def carol(db) -> User:
+    return User.objects.create_user("carol", password="pw")
+
+
+@pytest.fixture
+def hiding_bob(settings) -> None:
+    settings.WHOS_ONLINE = {
+        **getattr(settings, "WHOS_ONLINE", {}),
+        "HIDE_USER": "tests.test_api.hide_bob",
+    }
+
+
+@pytest.fixture
+def redis_down(settings) -> str:
+    """Point the app at a loopback port where nothing listens, retrying Redis on every call."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.WHOS_ONLINE = {"REDIS_URL": url, "FAILURE_BACKOFF": 0}
+    return url
+
+
+# record_user() and online_users()
+
+
+def test_record_user_lists_the_user(backend, alice):
+    now = _recent_second()
+
+    assert whos_online.record_user(alice, now=now) is True
+
+    users = whos_online.online_users()
+    assert users == [OnlineUser(pk=alice.pk, name="alice", url="", last_seen=_utc(now))]
+    assert type(users[0].pk) is int
+    assert users[0].last_seen.tzinfo is timezone.utc
+    assert str(users[0]) == "alice"
+
+
+def test_record_user_stores_the_display_hash(backend, r, alice):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now)
+
+    assert _set(r, "{whos_online}:users") == [(str(alice.pk), now)]
+    assert r.hgetall(f"{{whos_online}}:user:{alice.pk}") == {
+        b"name": b"alice",
+        b"url": b"",
+        b"seen": f"{now:.3f}".encode(),
+    }
+
+
+def test_record_user_accepts_an_aware_datetime(backend, alice):
+    when = datetime.fromtimestamp(_recent_second(), tz=ZoneInfo("Europe/Paris"))
+
+    whos_online.record_user(alice, now=when)
+
+    (user,) = whos_online.online_users()
+    assert user.last_seen == when
+    assert user.last_seen.tzinfo is timezone.utc
+
+
+def test_online_users_are_newest_first(backend, alice, bob, carol):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now - 30)
+    whos_online.record_user(carol, now=now - 20)
+    whos_online.record_user(bob, now=now - 10)
+
+    assert [(u.name, u.last_seen) for u in whos_online.online_users()] == [
+        ("bob", _utc(now - 10)),
+        ("carol", _utc(now - 20)),
+        ("alice", _utc(now - 30)),
+    ]
+
+    whos_online.record_user(alice, now=now)
+    assert [u.name for u in whos_online.online_users()] == ["alice", "bob", "carol"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "names"),
+    [(None, ["bob", "carol", "alice"]), (2, ["bob", "carol"]), (1, ["bob"]), (0, [])],
+)
+@pytest.mark.usefixtures("backend")
+def test_online_users_limit(alice, bob, carol, limit, names):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now - 30)
+    whos_online.record_user(carol, now=now - 20)
+    whos_online.record_user(bob, now=now - 10)
+
+    assert [u.name for u in whos_online.online_users(limit=limit)] == names
+
+
+def test_online_users_leaves_out_users_past_the_window(backend, alice, bob):
+    whos_online.record_user(alice, now=time.time() - WINDOW - 1)
+    whos_online.record_user(bob)
+
+    assert [u.name for u in whos_online.online_users()] == ["bob"]
+    assert whos_online.online_counts() == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+def test_online_users_url_comes_from_get_absolute_url(backend, alice, monkeypatch):
+    monkeypatch.setattr(User, "get_absolute_url", lambda self: f"/people/{self.pk}/", raising=False)
+
+    whos_online.record_user(alice)
+
+    assert [u.url for u in whos_online.online_users()] == [f"/people/{alice.pk}/"]
+
+
+def test_display_name_setting(backend, settings, alice):
+    settings.WHOS_ONLINE = {
+        **getattr(settings, "WHOS_ONLINE", {}),
+        "DISPLAY_NAME": lambda user: f"{user.first_name} {user.last_name}",
+    }
+    alice.first_name, alice.last_name = "Alice", "Liddell"
+
+    whos_online.record_user(alice)
+
+    assert [u.name for u in whos_online.online_users()] == ["Alice Liddell"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        '<script>alert("x")</script>',
+        "<b>bold</b> & 'quoted' \"twice\"",
+        "Zoë 👩\u200d💻 ✨ 名前",
+        "مرحبا بالعالم",
+        "\u202eevil\u202c name",
+        "tab\tnew\nline\x00nul",
+        "é" * 150,
+        "🦄" * 150,
+    ],
+)
+def test_any_name_round_trips_exactly(backend, r, alice, name):
+    alice.username = name
+
+    whos_online.record_user(alice)
+
+    assert [u.name for u in whos_online.online_users()] == [name]
+    assert r.hget(f"{{whos_online}}:user:{alice.pk}", "name") == name.encode()
+
+
+@pytest.mark.parametrize("name", ["x" * 1000, "🦄" * 1000, "ab" * 500])
+def test_long_name_is_cut_to_max_name_length(backend, r, alice, name):
+    alice.username = name
+
+    whos_online.record_user(alice)
+
+    assert [u.name for u in whos_online.online_users()] == [name[:MAX_NAME_LENGTH]]
+    assert r.hget(f"{{whos_online}}:user:{alice.pk}", "name") == name[:150].encode()
+
+
+# online_counts()
+
+
+def test_online_counts(backend, hiding_bob, alice, bob):
+    whos_online.record_user(alice)
+    whos_online.record_user(bob)
+    whos_online.record_guest("192.0.2.1")
+    whos_online.record_guest("2001:db8::1")
+    whos_online.record_guest("192.0.2.9", bot=True)
+
+    assert whos_online.online_counts() == OnlineCounts(users=2, guests=2, bots=1, total=4)
+    assert [u.name for u in whos_online.online_users()] == ["alice"]
+
+
+def test_online_counts_when_nobody_is_online(backend):
+    assert whos_online.online_counts() == OnlineCounts(users=0, guests=0, bots=0, total=0)
+    assert whos_online.online_users() == []
+
+
+def test_hidden_user_moves_between_sets_when_hide_user_changes(backend, settings, r, bob):
+    whos_online.record_user(bob)
+    assert r.zscore("{whos_online}:users", str(bob.pk)) is not None
+
+    settings.WHOS_ONLINE = {
+        **getattr(settings, "WHOS_ONLINE", {}),
+        "HIDE_USER": "tests.test_api.hide_bob",
+    }
+    whos_online.record_user(bob)
+
+    assert r.zscore("{whos_online}:users", str(bob.pk)) is None
+    assert r.zscore("{whos_online}:hidden", str(bob.pk)) is not None
+    assert whos_online.online_counts() == OnlineCounts(users=1, guests=0, bots=0, total=1)
+    assert whos_online.online_users() == []
+    assert whos_online.is_online(bob) is True
+
+
+# is_online() and last_seen()
+
+
+def test_is_online_within_the_window(backend, alice):
+    whos_online.record_user(alice, now=time.time() - WINDOW + 60)
+
+    assert whos_online.is_online(alice) is True
+
+
+def test_is_online_false_after_the_window_but_last_seen_survives(backend, alice):
+    when = float(int(time.time()) - WINDOW - 1)
+    whos_online.record_user(alice, now=when)
+
+    assert whos_online.is_online(alice) is False
+    assert whos_online.last_seen(alice) == _utc(when)
+
+
+def test_is_online_follows_the_window_setting(backend, settings, alice):
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "WINDOW": 60, "THROTTLE": 0}
+
+    whos_online.record_user(alice, now=time.time() - 61)
+    assert whos_online.is_online(alice) is False
+
+    whos_online.record_user(alice, now=time.time() - 30)
+    assert whos_online.is_online(alice) is True
+
+
+def test_hidden_user_is_online(backend, hiding_bob, bob):
+    whos_online.record_user(bob)
+
+    assert whos_online.is_online(bob) is True
+    assert whos_online.last_seen(bob) is not None
+
+
+def test_last_seen_is_an_aware_utc_datetime(backend, alice):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now)
+
+    seen = whos_online.last_seen(alice)
+
+    assert seen == _utc(now)
+    assert seen is not None
+    assert seen.tzinfo is timezone.utc
+
+
+def test_logout_takes_user_off_the_list_and_last_seen_survives(backend, r, alice):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now)
+
+    user_logged_out.send(sender=User, request=None, user=alice)
+
+    assert whos_online.is_online(alice) is False
+    assert whos_online.online_users() == []
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)
+    assert whos_online.last_seen(alice) == _utc(now)
+    assert r.zcard("{whos_online}:users") == 0
+
+
+def test_never_seen_user(backend, alice):
+    assert whos_online.is_online(alice) is False
+    assert whos_online.last_seen(alice) is None
+
+
+def test_anonymous_user(backend, r):
+    anonymous = AnonymousUser()
+
+    assert whos_online.is_online(anonymous) is False
+    assert whos_online.last_seen(anonymous) is None
+    with pytest.raises(ValueError, match=r"record_user\(\) needs an authenticated user"):
+        whos_online.record_user(anonymous)
+    assert r.keys("*") == []
+
+
+# record_guest()
+
+
+@pytest.mark.parametrize(
+    ("ip", "stored"),
+    [
+        ("192.0.2.1", "192.0.2.1"),
+        (" 192.0.2.1 ", "192.0.2.1"),
+        ("192.0.2.1:8080", "192.0.2.1"),
+        ("2001:DB8:0:0::1", "2001:db8::1"),
+        ("[2001:db8::2]:443", "2001:db8::2"),
+        ("fe80::1%eth0", "fe80::1"),
+        ("::ffff:192.0.2.1", "192.0.2.1"),
+    ],
+)
+def test_record_guest_by_ip(backend, settings, r, ip, stored):
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "GUEST_IDENTITY": "ip"}
+    now = _recent_second()
+
+    assert whos_online.record_guest(ip, now=now) is True
+
+    assert _set(r, "{whos_online}:guests") == [(stored, now)]
+    assert r.exists("{whos_online}:bots") == 0
+    assert whos_online.online_counts() == OnlineCounts(users=0, guests=1, bots=0, total=1)
+
+
+def test_record_guest_stores_a_pseudonym_not_the_ip(backend, r):
+    now = _recent_second()
+
+    whos_online.record_guest("192.0.2.1", now=now)
+    whos_online.record_guest("::ffff:192.0.2.1", now=now)
+    whos_online.record_guest("2001:db8::1", now=now)
+
+    config = get_config()
+    assert sorted(_set(r, "{whos_online}:guests")) == sorted(
+        [
+            (identity.guest_id("192.0.2.1", config, now), now),
+            (identity.guest_id("2001:db8::1", config, now), now),
+        ]
+    )
+    stored = b"".join(r.zrange("{whos_online}:guests", 0, -1))
+    assert b"192.0.2.1" not in stored
+    assert b"2001:db8" not in stored
+
+
+def test_record_guest_as_bot(backend, r):
+    now = _recent_second()
+
+    assert whos_online.record_guest("2001:db8::7", bot=True, now=now) is True
+
+    assert r.exists("{whos_online}:guests") == 0
+    assert _set(r, "{whos_online}:bots") == [
+        (identity.guest_id("2001:db8::7", get_config(), now), now)
+    ]
+    assert whos_online.online_counts() == OnlineCounts(users=0, guests=0, bots=1, total=0)
+
+
+@pytest.mark.parametrize(
+    "ip",
+    [
+        "",
+        "   ",
+        "not-an-ip",
+        "999.1.1.1",
+        "192.0.2",
+        "2001:db8::g",
+        "1" * 100,
+        "192.0.2.1, 10.0.0.1",
+    ],
+)
+def test_record_guest_rejects_an_invalid_ip(ip):
+    with pytest.raises(ValueError, match="record_guest\\(\\) needs an IPv4 or IPv6 address"):
+        whos_online.record_guest(ip)
+    assert admin_client().keys("*") == []
+
+
+# forget_user()
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_forget_user_erases_everything(backend, settings, r, alice, hidden):
+    if hidden:
+        settings.WHOS_ONLINE = {
+            **getattr(settings, "WHOS_ONLINE", {}),
+            "HIDE_USER": lambda user: True,
+        }
+    whos_online.record_user(alice)
+    assert r.exists(f"{{whos_online}}:user:{alice.pk}") == 1
+
+    assert whos_online.forget_user(alice) is True
+
+    assert r.keys("*") == []
+    assert whos_online.last_seen(alice) is None
+    assert whos_online.is_online(alice) is False
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_forget_user_by_bare_pk(backend, r, alice, bob, as_text):
+    whos_online.record_user(alice)
+    whos_online.record_user(bob)
+
+    assert whos_online.forget_user(str(alice.pk) if as_text else alice.pk) is True
+
+    assert r.exists(f"{{whos_online}}:user:{alice.pk}") == 0
+    assert r.zscore("{whos_online}:users", str(alice.pk)) is None
+    assert whos_online.last_seen(alice) is None
+    assert [u.name for u in whos_online.online_users()] == ["bob"]
+    assert r.exists(f"{{whos_online}}:user:{bob.pk}") == 1
+
+
+def test_forget_user_never_seen(backend, r, alice):
+    assert whos_online.forget_user(alice) is True
+    assert r.keys("*") == []
+
+
+def test_forget_user_drops_the_in_process_memory(backend, settings, alice):
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "THROTTLE": 120}
+    now = time.time()
+    whos_online.record_user(alice, now=now)
+    assert recent.seen_recently(f"u:{alice.pk}", now) is True
+
+    whos_online.forget_user(alice)
+
+    assert recent.seen_recently(f"u:{alice.pk}", now) is False
+
+
+# prune()
+
+
+@pytest.mark.usefixtures("hiding_bob")
+def test_prune_removes_exactly_the_stale_members(r, alice, bob, carol):
+    now = _recent_second()
+    stale = now - WINDOW - 1
+    whos_online.record_user(alice, now=stale)
+    whos_online.record_user(bob, now=stale)  # hidden
+    whos_online.record_user(carol, now=now)
+    for ip in ("192.0.2.1", "192.0.2.2"):
+        whos_online.record_guest(ip, now=stale)
+    whos_online.record_guest("192.0.2.3", now=now)
+    whos_online.record_guest("198.51.100.1", bot=True, now=stale)
+    whos_online.record_guest("198.51.100.2", bot=True, now=now)
+
+    assert whos_online.prune(now=now) == 5
+
+    config = get_config()
+    assert _set(r, "{whos_online}:users") == [(str(carol.pk), now)]
+    assert r.exists("{whos_online}:hidden") == 0
+    assert _set(r, "{whos_online}:guests") == [(identity.guest_id("192.0.2.3", config, now), now)]
+    assert _set(r, "{whos_online}:bots") == [(identity.guest_id("198.51.100.2", config, now), now)]
+    # Pruning ends the visit, not the memory of it.
+    assert whos_online.last_seen(alice) == _utc(stale)
+    assert whos_online.last_seen(bob) == _utc(stale)
+    assert whos_online.prune(now=now) == 0
+
+
+def test_prune_accepts_an_aware_datetime(backend, alice):
+    now = _recent_second()
+    whos_online.record_user(alice, now=now - WINDOW - 1)
+
+    assert whos_online.prune(now=_utc(now)) == 1
+    assert whos_online.prune(now=_utc(now)) == 0
+
+
+def test_prune_boundary_agrees_with_online_counts(backend, monkeypatch, alice, bob):
+    now = _recent_second()
+    # Seen exactly WINDOW seconds ago: still online, so the cleanup keeps it.
+    whos_online.record_user(alice, now=now - WINDOW)
+    whos_online.record_guest("192.0.2.1", now=now - WINDOW)
+    # A millisecond earlier (the stored precision): gone.
+    whos_online.record_user(bob, now=now - WINDOW - 0.001)
+    whos_online.record_guest("192.0.2.2", now=now - WINDOW - 0.001)
+    monkeypatch.setattr(api, "time", SimpleNamespace(time=lambda: now))
+
+    counted = whos_online.online_counts()
+    assert counted == OnlineCounts(users=1, guests=1, bots=0, total=2)
+    assert whos_online.is_online(alice) is True
+    assert whos_online.is_online(bob) is False
+
+    assert whos_online.prune(now=now) == 2
+
+    assert whos_online.online_counts() == counted
+    assert [u.name for u in whos_online.online_users()] == ["alice"]
+
+
+def test_prune_nothing(backend, alice):
+    whos_online.record_user(alice)
+
+    assert whos_online.prune() == 0
+    assert whos_online.is_online(alice) is True
+
+
+def test_prune_drops_the_in_process_memory(backend, settings):
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "THROTTLE": 120}
+    stale = _recent_second() - WINDOW - 1
+    whos_online.record_guest("192.0.2.1", now=stale)
+    member = identity.guest_id("192.0.2.1", get_config(), stale)
+    assert recent.seen_recently(f"guests:{member}", stale) is True
+
+    whos_online.prune()
+
+    assert recent.seen_recently(f"guests:{member}", stale) is False
+
+
+# Last-seen lifetime and keys
+
+
+@pytest.mark.parametrize(("days", "seconds"), [(None, 90 * 86400), (2, 2 * 86400)])
+def test_last_seen_hash_lives_last_seen_days(settings, r, alice, days, seconds):
+    if days is not None:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "LAST_SEEN_DAYS": days}
+
+    whos_online.record_user(alice)
+
+    assert r.ttl(f"{{whos_online}}:user:{alice.pk}") == seconds
+
+
+def _write_everything(client: Client, alice: User) -> User:
+    """Use every writing path: the API, the middleware, a login and a prune."""
+    bob = User.objects.create_user("bob")
+    now = _recent_second()
+    whos_online.record_user(alice, now=now)
+    whos_online.record_user(bob, now=now - WINDOW - 1)
+    whos_online.record_guest("192.0.2.1", now=now)
+    whos_online.record_guest("192.0.2.2", bot=True, now=now)
+    client.get("/plain/", REMOTE_ADDR="198.51.100.1")
+    client.force_login(alice)
+    client.get("/")
+    whos_online.prune(now=now)
+    return bob
+
+
+@pytest.mark.parametrize("prefix", [None, "site1"])
+def test_every_key_sits_under_the_prefix(settings, r, client, alice, prefix):
+    if prefix is not None:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "KEY_PREFIX": prefix}
+    tag = f"{{{prefix or 'whos_online'}}}:"
+
+    bob = _write_everything(client, alice)
+
+    keys = sorted(key.decode() for key in r.keys("*"))
+    assert [key for key in keys if not key.startswith(tag)] == []
+    assert set(keys) >= {
+        f"{tag}users",
+        f"{tag}guests",
+        f"{tag}bots",
+        f"{tag}user:{alice.pk}",
+        f"{tag}user:{bob.pk}",
+    }
+
+
+# Failing open
+
+
+def test_api_fails_open_while_redis_is_down(redis_down, caplog, alice):
+    caplog.set_level(logging.INFO, logger="whos_online")
+
+    assert whos_online.online_users() == []
+    assert whos_online.online_users(limit=5) == []
+    assert whos_online.online_counts() == (0, 0, 0, 0)
+    assert whos_online.is_online(alice) is False
+    assert whos_online.last_seen(alice) is None
+    assert whos_online.record_user(alice) is False
+    assert whos_online.record_guest("192.0.2.1") is False
+    assert whos_online.record_guest("192.0.2.1", bot=True) is False
+    assert whos_online.prune() == 0
+    assert whos_online.forget_user(alice) is False
+    assert whos_online.forget_user(alice.pk) is False
+
+    # One warning for the outage, not one per call.
+    assert [(record.levelname, record.name) for record in caplog.records] == [
+        ("WARNING", "whos_online")
+    ]
+    assert redis_down in caplog.records[0].getMessage()
+
+
+def test_failed_write_is_not_remembered_as_recorded(redis_down, settings, alice):
+    settings.WHOS_ONLINE = {**settings.WHOS_ONLINE, "THROTTLE": 120}
+    now = time.time()
+
+    assert whos_online.record_user(alice, now=now) is False
+
+    assert recent.seen_recently(f"u:{alice.pk}", now) is False

@@ -1,0 +1,394 @@
+from __future__ import annotations
+
+import threading
+import time
+from importlib.util import find_spec
+
+import pytest
+
+import whos_online
+from whos_online import conf, throttle
+from whos_online.throttle import (
+    MAX_COOKIE_LENGTH,
+    MEMORY_SIZE,
+    RecentIdentities,
+    binding,
+    is_fresh,
+    make_cookie,
+)
+
+NOW = 1_800_000_000.25
+THROTTLE = 120
+EXPIRY = 1_800_000_120
+BINDING = binding("abcdefghijklmnopqrstuvwxyz012345", "203.0.113.7")
+
+
+@pytest.fixture
+def cookie() -> str:
+    return make_cookie(BINDING, NOW, THROTTLE)
+
+
+def test_binding_joins_session_and_address():
+    assert binding("sessionkey", "203.0.113.7") == "sessionkey|203.0.113.7"
+    assert binding("", "2001:db8::1") == "|2001:db8::1"
+
+
+def test_cookie_shape(cookie):
+    expiry, dot, mac = cookie.partition(".")
+    assert expiry == str(EXPIRY)
+    assert dot == "."
+    assert len(mac) == 22
+    assert mac.isascii()
+    assert "=" not in mac
+    assert len(cookie) == 33 <= MAX_COOKIE_LENGTH
+
+
+def test_cookie_is_deterministic(cookie):
+    assert make_cookie(BINDING, NOW, THROTTLE) == cookie
+    assert make_cookie(BINDING, NOW + 0.5, THROTTLE) == cookie
+
+
+def test_round_trip(cookie):
+    assert is_fresh(cookie, BINDING, NOW, THROTTLE) is True
+
+
+@pytest.mark.parametrize("later", [0.0, 1.0, 60.0, 119.0, 119.74])
+def test_fresh_until_expiry(cookie, later):
+    assert is_fresh(cookie, BINDING, NOW + later, THROTTLE) is True
+
+
+@pytest.mark.parametrize("moment", [EXPIRY, EXPIRY + 0.001, EXPIRY + 1, EXPIRY + 86400])
+def test_expired_is_not_fresh(cookie, moment):
+    assert is_fresh(cookie, BINDING, moment, THROTTLE) is False
+
+
+def test_exact_edges():
+    now = 1_000_000
+    value = make_cookie(BINDING, now, 10)
+    assert value.startswith("1000010.")
+    # expiry == now + throttle: still valid; expiry == now: expired.
+    assert is_fresh(value, BINDING, now, 10) is True
+    assert is_fresh(value, BINDING, 1_000_009.999, 10) is True
+    assert is_fresh(value, BINDING, 1_000_010, 10) is False
+
+
+def test_cookie_from_the_future_is_refused():
+    # A genuine cookie issued under a longer THROTTLE reaches beyond now + throttle.
+    longer = make_cookie(BINDING, NOW, THROTTLE + 1)
+    assert is_fresh(longer, BINDING, NOW, THROTTLE) is False
+    much_longer = make_cookie(BINDING, NOW, 86400)
+    assert is_fresh(much_longer, BINDING, NOW, THROTTLE) is False
+    # Once its expiry is within reach again, it is as good as a fresh one.
+    assert is_fresh(longer, BINDING, NOW + 1, THROTTLE) is True
+
+
+def test_cookie_issued_before_a_clock_step_back_is_refused():
+    issued = make_cookie(BINDING, NOW, THROTTLE)
+    assert is_fresh(issued, BINDING, NOW - 1, THROTTLE) is False
+
+
+def test_zero_throttle_never_fresh(cookie):
+    assert is_fresh(cookie, BINDING, NOW, 0) is False
+    assert is_fresh(make_cookie(BINDING, NOW, 0), BINDING, NOW, 0) is False
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        binding("abcdefghijklmnopqrstuvwxyz012346", "203.0.113.7"),
+        binding("abcdefghijklmnopqrstuvwxyz012345", "203.0.113.8"),
+        binding("", "203.0.113.7"),
+        binding("abcdefghijklmnopqrstuvwxyz012345", ""),
+        "",
+    ],
+)
+def test_other_binding_is_refused(cookie, other):
+    assert is_fresh(cookie, other, NOW, THROTTLE) is False
+
+
+def flip(text: str, index: int) -> str:
+    replacement = "A" if text[index] != "A" else "B"
+    return text[:index] + replacement + text[index + 1 :]
+
+
+@pytest.mark.parametrize("index", [11, 20, 32])
+def test_tampered_mac_is_refused(cookie, index):
+    assert is_fresh(flip(cookie, index), BINDING, NOW, THROTTLE) is False
+
+
+@pytest.mark.parametrize("expiry", [EXPIRY - 1, EXPIRY - 60, EXPIRY + 1 - THROTTLE])
+def test_tampered_expiry_is_refused(cookie, expiry):
+    mac = cookie.partition(".")[2]
+    assert is_fresh(f"{expiry}.{mac}", BINDING, NOW, THROTTLE) is False
+
+
+def test_mac_of_another_expiry_is_refused():
+    earlier = make_cookie(BINDING, NOW - 60, THROTTLE)
+    mac = earlier.partition(".")[2]
+    assert is_fresh(f"{EXPIRY}.{mac}", BINDING, NOW, THROTTLE) is False
+
+
+@pytest.mark.parametrize(
+    "make_bad",
+    [
+        pytest.param(lambda c: c.replace(".", ""), id="missing-dot"),
+        pytest.param(lambda c: c.partition(".")[0], id="expiry-only"),
+        pytest.param(lambda c: c.partition(".")[0] + ".", id="empty-mac"),
+        pytest.param(lambda c: "." + c.partition(".")[2], id="empty-expiry"),
+        pytest.param(lambda c: c + ".", id="trailing-dot"),
+        pytest.param(lambda c: c + ".x", id="second-dot"),
+        pytest.param(lambda c: c[:-1], id="short-mac"),
+        pytest.param(lambda c: c + "=", id="padded-mac"),
+        pytest.param(lambda c: c.partition(".")[2] + "." + c.partition(".")[0], id="swapped"),
+        pytest.param(lambda c: "18000001x0." + c.partition(".")[2], id="non-digit"),
+        pytest.param(lambda c: "-" + c, id="negative"),
+        pytest.param(lambda c: "+" + c, id="plus-sign"),
+        pytest.param(lambda c: " " + c, id="leading-space"),
+        pytest.param(lambda c: c + " ", id="trailing-space"),
+        pytest.param(lambda c: "1_800_000_120." + c.partition(".")[2], id="underscores"),
+        pytest.param(lambda c: "0x6b49d278." + c.partition(".")[2], id="hex"),
+        pytest.param(
+            lambda c: "\u0661\u0662\u0663." + c.partition(".")[2], id="arabic-indic-digits"
+        ),
+        pytest.param(
+            lambda c: (
+                "\u0661\u0668\u0660\u0660\u0660\u0660\u0660\u0661\u0662\u0660."
+                + c.partition(".")[2]
+            ),
+            id="arabic-indic-expiry",
+        ),
+        pytest.param(
+            lambda c: (
+                "\uff11\uff18\uff10\uff10\uff10\uff10\uff10\uff10\uff11\uff12\uff10."
+                + c.partition(".")[2]
+            ),
+            id="full-width",
+        ),
+        pytest.param(lambda c: "18000001\u00b20." + c.partition(".")[2], id="superscript"),
+        pytest.param(lambda c: c + "A" * (MAX_COOKIE_LENGTH - len(c) + 1), id="oversized"),
+        pytest.param(lambda c: c * 1000, id="huge"),
+        pytest.param(lambda c: "", id="empty"),
+        pytest.param(lambda c: None, id="none"),
+    ],
+)
+def test_malformed_cookie_is_refused(cookie, make_bad):
+    assert is_fresh(make_bad(cookie), BINDING, NOW, THROTTLE) is False
+
+
+@pytest.mark.parametrize(
+    "mac",
+    ["\u00e9" * 22, "\u00ff" * 22, "\U0001f600" * 11, "\x00" * 22, "\udcff" * 22],
+    ids=["latin-1", "y-umlaut", "emoji", "nul", "lone-surrogate"],
+)
+def test_non_ascii_mac_with_valid_expiry_is_refused(mac):
+    # Cookie headers can carry any Latin-1 text; a crafted one must not break the request.
+    assert is_fresh(f"{EXPIRY}.{mac}", BINDING, NOW, THROTTLE) is False
+
+
+def test_crafted_non_ascii_cookie_does_not_break_the_page(backend, client):
+    # Through the middleware: the expiry is within THROTTLE of the real clock, so the MAC
+    # comparison is reached, as it is for anyone who sends such a cookie.
+    expiry = int(time.time()) + 60
+    response = client.get("/plain/", HTTP_COOKIE=f"whos_online={expiry}.\u00e9\u00e9\u00e9")
+    assert response.status_code == 200
+    assert whos_online.online_counts().guests == 1
+
+
+def test_another_secret_key_refuses_the_old_cookie(settings, cookie):
+    settings.SECRET_KEY = "rotated-secret-key"
+    assert is_fresh(cookie, BINDING, NOW, THROTTLE) is False
+    fresh = make_cookie(BINDING, NOW, THROTTLE)
+    assert fresh != cookie
+    assert is_fresh(fresh, BINDING, NOW, THROTTLE) is True
+
+
+def test_binding_with_any_unicode_round_trips():
+    odd = binding("s\u00e9ssion\udcff", "\u202e203.0.113.7")
+    value = make_cookie(odd, NOW, THROTTLE)
+    assert is_fresh(value, odd, NOW, THROTTLE) is True
+    assert is_fresh(value, BINDING, NOW, THROTTLE) is False
+
+
+# --- RecentIdentities ---------------------------------------------------------------------------
+
+
+def test_unknown_identity_is_not_seen():
+    memory = RecentIdentities()
+    assert memory.seen_recently("guests:abc", 0.0) is False
+    assert len(memory) == 0
+
+
+def test_seen_recently_until_the_given_time():
+    memory = RecentIdentities()
+    memory.remember("guests:abc", 1000.0)
+    assert memory.seen_recently("guests:abc", 880.0) is True
+    assert memory.seen_recently("guests:abc", 999.999) is True
+    assert memory.seen_recently("guests:abc", 1000.0) is False
+    assert memory.seen_recently("guests:abc", 1001.0) is False
+    assert memory.seen_recently("guests:other", 900.0) is False
+
+
+def test_remember_again_extends():
+    memory = RecentIdentities()
+    memory.remember("u:1", 1000.0)
+    memory.remember("u:1", 1100.0)
+    assert memory.seen_recently("u:1", 1050.0) is True
+    assert len(memory) == 1
+
+
+def test_size_is_bounded_and_oldest_is_evicted():
+    memory = RecentIdentities(size=3)
+    for name in ("a", "b", "c", "d"):
+        memory.remember(name, 1000.0)
+    assert len(memory) == 3
+    assert [memory.seen_recently(name, 0.0) for name in "abcd"] == [False, True, True, True]
+
+
+def test_remembering_again_makes_an_entry_the_newest():
+    memory = RecentIdentities(size=3)
+    for name in ("a", "b", "c"):
+        memory.remember(name, 1000.0)
+    memory.remember("a", 1000.0)
+    memory.remember("d", 1000.0)
+    assert [memory.seen_recently(name, 0.0) for name in "abcd"] == [True, False, True, True]
+
+
+def test_default_size():
+    memory = RecentIdentities()
+    for index in range(MEMORY_SIZE + 5):
+        memory.remember(f"guests:{index}", 1000.0)
+    assert len(memory) == MEMORY_SIZE
+    assert memory.seen_recently("guests:4", 0.0) is False
+    assert memory.seen_recently("guests:5", 0.0) is True
+
+
+def test_forget():
+    memory = RecentIdentities()
+    for name in ("u:1", "u:2", "guests:x"):
+        memory.remember(name, 1000.0)
+    memory.forget(name for name in ["u:1", "guests:x", "never-seen"])
+    assert len(memory) == 1
+    assert memory.seen_recently("u:1", 0.0) is False
+    assert memory.seen_recently("guests:x", 0.0) is False
+    assert memory.seen_recently("u:2", 0.0) is True
+
+
+def test_clear():
+    memory = RecentIdentities()
+    memory.remember("u:1", 1000.0)
+    memory.remember("u:2", 1000.0)
+    memory.clear()
+    assert len(memory) == 0
+    assert memory.seen_recently("u:1", 0.0) is False
+
+
+def test_process_memory_is_cleared_by_reset_and_settings_change(settings):
+    throttle.recent.remember("guests:abc", 2_000_000_000.0)
+    conf.reset()
+    assert len(throttle.recent) == 0
+    throttle.recent.remember("guests:abc", 2_000_000_000.0)
+    settings.WHOS_ONLINE = {"THROTTLE": 30}
+    assert len(throttle.recent) == 0
+
+
+def test_concurrent_remembering_stays_bounded():
+    memory = RecentIdentities(size=100)
+    threads_count, per_thread = 8, 2000
+    barrier = threading.Barrier(threads_count)
+    errors: list[BaseException] = []
+
+    def work(thread: int) -> None:
+        try:
+            barrier.wait()
+            for index in range(per_thread):
+                name = f"t{thread}:{index}"
+                memory.remember(name, 1000.0)
+                memory.seen_recently(name, 0.0)
+        except BaseException as exc:  # pragma: no cover - only on failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(memory) == 100
+    remembered = [
+        f"t{n}:{index}"
+        for n in range(threads_count)
+        for index in range(per_thread)
+        if memory.seen_recently(f"t{n}:{index}", 0.0)
+    ]
+    assert len(remembered) == 100
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+if find_spec("hypothesis") is not None:
+    from hypothesis import HealthCheck, given
+    from hypothesis import settings as hypothesis_settings
+    from hypothesis import strategies as st
+
+    properties = hypothesis_settings(
+        database=None,
+        deadline=None,
+        max_examples=300,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+
+    GENUINE = make_cookie(BINDING, NOW, THROTTLE)
+
+    def in_window_expiry() -> st.SearchStrategy[str]:
+        return st.integers(min_value=int(NOW) - 5, max_value=int(NOW) + THROTTLE + 5).map(str)
+
+    def cookie_texts() -> st.SearchStrategy[str]:
+        """Arbitrary text, and text shaped like the cookie so the MAC check is reached."""
+        mutated = st.tuples(
+            st.integers(min_value=0, max_value=len(GENUINE)),
+            st.integers(min_value=0, max_value=3),
+            st.text(max_size=3),
+        ).map(lambda t: GENUINE[: t[0]] + t[2] + GENUINE[t[0] + t[1] :])
+        return st.one_of(
+            st.text(),
+            st.builds("{}.{}".format, in_window_expiry(), st.text()),
+            st.builds(
+                "{}.{}".format,
+                in_window_expiry(),
+                st.text(
+                    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                ),
+            ),
+            mutated,
+        )
+
+    @properties
+    @given(cookie_texts(), st.text(max_size=80))
+    def test_is_fresh_never_raises_and_accepts_only_issued_cookies(value, other_binding):
+        for bound in (BINDING, other_binding):
+            if is_fresh(value, bound, NOW, THROTTLE):
+                expiry_text, _, mac = value.partition(".")
+                expiry = int(expiry_text)
+                issued = make_cookie(bound, expiry - THROTTLE, THROTTLE)
+                # Only the cookie this site issued for that binding and expiry (an ASCII
+                # leading zero on the expiry denotes the same number).
+                assert issued == f"{expiry}.{mac}"
+
+    @properties
+    @given(
+        session=st.text(max_size=64),
+        address=st.text(max_size=64),
+        now=st.floats(min_value=0, max_value=4_000_000_000),
+        ttl=st.integers(min_value=1, max_value=86400),
+    )
+    def test_every_issued_cookie_round_trips(session, address, now, ttl):
+        bound = binding(session, address)
+        value = make_cookie(bound, now, ttl)
+        assert len(value) <= MAX_COOKIE_LENGTH
+        assert is_fresh(value, bound, now, ttl) is True
+        assert is_fresh(value, bound, int(now) + ttl, ttl) is False
+
+else:
+
+    def test_properties_need_hypothesis():
+        pytest.skip("hypothesis is not installed")
