@@ -491,3 +491,17 @@ def test_checks_are_registered(settings):
     assert {"whos_online.E005", "whos_online.W003"} <= ids
     tagged = {message.id for message in django_checks.run_checks(tags=["compatibility"])}
     assert {"whos_online.E005", "whos_online.W003"} <= tagged
+
+
+def test_empty_redis_url_counts_as_unset(settings):
+    settings.WHOS_ONLINE = {"REDIS_URL": ""}
+    assert checks.check_settings() == []
+
+
+def test_a_callable_whose_module_fails_to_import_is_reported(settings, tmp_path, monkeypatch):
+    (tmp_path / "broken_online_hook.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings.WHOS_ONLINE = {"HIDE_USER": "broken_online_hook.hide"}
+    [message] = checks.check_settings()
+    assert message.id == "whos_online.E012"
+    assert "boom" in message.msg

@@ -3,11 +3,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime, timezone
-from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.test import RequestFactory
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from whos_online.conf import get_config
 from whos_online.identity import (
@@ -356,71 +358,72 @@ def test_custom_bot_regex_replaces_the_default(settings):
 
 # --- properties ---------------------------------------------------------------------------------
 
-if find_spec("hypothesis") is not None:
-    from hypothesis import HealthCheck, given
-    from hypothesis import settings as hypothesis_settings
-    from hypothesis import strategies as st
 
-    properties = hypothesis_settings(
-        database=None,
-        deadline=None,
-        max_examples=300,
-        suppress_health_check=[HealthCheck.function_scoped_fixture],
+properties = hypothesis_settings(
+    database=None,
+    deadline=None,
+    max_examples=300,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+def address_texts() -> st.SearchStrategy[str]:
+    """Text shaped like what proxies write, from real addresses, plus noise."""
+    address = st.ip_addresses()
+    shaped = st.one_of(
+        address.map(str),
+        address.map(lambda a: a.exploded),
+        address.map(lambda a: str(a).upper()),
+        st.builds("{}:{}".format, st.ip_addresses(v=4), st.integers(0, 65535)),
+        st.builds("[{}]:{}".format, st.ip_addresses(v=6), st.integers(0, 65535)),
+        st.ip_addresses(v=6).map(lambda a: f"{a}%eth0"),
+        st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),
     )
+    return st.one_of(st.text(), shaped, shaped.map(lambda s: f" {s}\t"))
 
-    def address_texts() -> st.SearchStrategy[str]:
-        """Text shaped like what proxies write, from real addresses, plus noise."""
-        address = st.ip_addresses()
-        shaped = st.one_of(
-            address.map(str),
-            address.map(lambda a: a.exploded),
-            address.map(lambda a: str(a).upper()),
-            st.builds("{}:{}".format, st.ip_addresses(v=4), st.integers(0, 65535)),
-            st.builds("[{}]:{}".format, st.ip_addresses(v=6), st.integers(0, 65535)),
-            st.ip_addresses(v=6).map(lambda a: f"{a}%eth0"),
-            st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),
-        )
-        return st.one_of(st.text(), shaped, shaped.map(lambda s: f" {s}\t"))
 
-    @properties
-    @given(address_texts())
-    def test_normalize_ip_never_raises_and_returns_a_canonical_address(candidate):
-        result = normalize_ip(candidate)
-        if result is not None:
-            parsed = ipaddress.ip_address(result)
-            assert str(parsed) == result
-            assert normalize_ip(result) == result
-            assert not (isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped)
+@properties
+@given(address_texts())
+def test_normalize_ip_never_raises_and_returns_a_canonical_address(candidate):
+    result = normalize_ip(candidate)
+    if result is not None:
+        parsed = ipaddress.ip_address(result)
+        assert str(parsed) == result
+        assert normalize_ip(result) == result
+        assert not (isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped)
 
-    @properties
-    @given(st.ip_addresses())
-    def test_normalize_ip_accepts_every_address(address):
-        expected = address
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            expected = address.ipv4_mapped
-        assert normalize_ip(str(address)) == str(expected)
-        assert normalize_ip(address.exploded) == str(expected)
 
-    @properties
-    @given(
-        forwarded=st.one_of(
-            st.none(),
-            st.text(),
-            st.lists(address_texts(), max_size=25).map(", ".join),
-        ),
-        remote=st.one_of(st.none(), st.text(), address_texts()),
-        proxies=st.integers(min_value=0, max_value=20),
-    )
-    def test_forwarded_candidate_never_raises(forwarded, remote, proxies):
-        request = make_request(forwarded, remote=remote)
-        candidate = forwarded_candidate(request, proxies)
-        assert candidate == candidate.strip()
-        if proxies == 0:
-            assert candidate == (remote or "").strip()
-        result = normalize_ip(candidate)
-        assert result is None or str(ipaddress.ip_address(result)) == result
+@properties
+@given(st.ip_addresses())
+def test_normalize_ip_accepts_every_address(address):
+    expected = address
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        expected = address.ipv4_mapped
+    assert normalize_ip(str(address)) == str(expected)
+    assert normalize_ip(address.exploded) == str(expected)
 
-else:
 
-    def test_properties_need_hypothesis():
-        pytest.skip("hypothesis is not installed")
+@properties
+@given(
+    forwarded=st.one_of(
+        st.none(),
+        st.text(),
+        st.lists(address_texts(), max_size=25).map(", ".join),
+    ),
+    remote=st.one_of(st.none(), st.text(), address_texts()),
+    proxies=st.integers(min_value=0, max_value=20),
+)
+def test_forwarded_candidate_never_raises(forwarded, remote, proxies):
+    request = make_request(forwarded, remote=remote)
+    candidate = forwarded_candidate(request, proxies)
+    assert candidate == candidate.strip()
+    if proxies == 0:
+        assert candidate == (remote or "").strip()
+    result = normalize_ip(candidate)
+    assert result is None or str(ipaddress.ip_address(result)) == result
+
+
+def test_an_empty_trusted_entry_falls_back_to_remote_addr(settings):
+    settings.WHOS_ONLINE = {"TRUSTED_PROXY_COUNT": 1}
+    request = make_request("198.51.100.9, ", remote="192.0.2.1")
+    assert forwarded_candidate(request, 1) == "192.0.2.1"

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import threading
 import time
-from importlib.util import find_spec
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import whos_online
 from whos_online import conf, throttle
@@ -325,70 +327,63 @@ def test_concurrent_remembering_stays_bounded():
 
 # --- properties ---------------------------------------------------------------------------------
 
-if find_spec("hypothesis") is not None:
-    from hypothesis import HealthCheck, given
-    from hypothesis import settings as hypothesis_settings
-    from hypothesis import strategies as st
 
-    properties = hypothesis_settings(
-        database=None,
-        deadline=None,
-        max_examples=300,
-        suppress_health_check=[HealthCheck.function_scoped_fixture],
+properties = hypothesis_settings(
+    database=None,
+    deadline=None,
+    max_examples=300,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+GENUINE = make_cookie(BINDING, NOW, THROTTLE)
+
+
+def in_window_expiry() -> st.SearchStrategy[str]:
+    return st.integers(min_value=int(NOW) - 5, max_value=int(NOW) + THROTTLE + 5).map(str)
+
+
+def cookie_texts() -> st.SearchStrategy[str]:
+    """Arbitrary text, and text shaped like the cookie so the MAC check is reached."""
+    mutated = st.tuples(
+        st.integers(min_value=0, max_value=len(GENUINE)),
+        st.integers(min_value=0, max_value=3),
+        st.text(max_size=3),
+    ).map(lambda t: GENUINE[: t[0]] + t[2] + GENUINE[t[0] + t[1] :])
+    return st.one_of(
+        st.text(),
+        st.builds("{}.{}".format, in_window_expiry(), st.text()),
+        st.builds(
+            "{}.{}".format,
+            in_window_expiry(),
+            st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"),
+        ),
+        mutated,
     )
 
-    GENUINE = make_cookie(BINDING, NOW, THROTTLE)
 
-    def in_window_expiry() -> st.SearchStrategy[str]:
-        return st.integers(min_value=int(NOW) - 5, max_value=int(NOW) + THROTTLE + 5).map(str)
+@properties
+@given(cookie_texts(), st.text(max_size=80))
+def test_is_fresh_never_raises_and_accepts_only_issued_cookies(value, other_binding):
+    for bound in (BINDING, other_binding):
+        if is_fresh(value, bound, NOW, THROTTLE):
+            expiry_text, _, mac = value.partition(".")
+            expiry = int(expiry_text)
+            issued = make_cookie(bound, expiry - THROTTLE, THROTTLE)
+            # Only the cookie this site issued for that binding and expiry (an ASCII
+            # leading zero on the expiry denotes the same number).
+            assert issued == f"{expiry}.{mac}"
 
-    def cookie_texts() -> st.SearchStrategy[str]:
-        """Arbitrary text, and text shaped like the cookie so the MAC check is reached."""
-        mutated = st.tuples(
-            st.integers(min_value=0, max_value=len(GENUINE)),
-            st.integers(min_value=0, max_value=3),
-            st.text(max_size=3),
-        ).map(lambda t: GENUINE[: t[0]] + t[2] + GENUINE[t[0] + t[1] :])
-        return st.one_of(
-            st.text(),
-            st.builds("{}.{}".format, in_window_expiry(), st.text()),
-            st.builds(
-                "{}.{}".format,
-                in_window_expiry(),
-                st.text(
-                    alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-                ),
-            ),
-            mutated,
-        )
 
-    @properties
-    @given(cookie_texts(), st.text(max_size=80))
-    def test_is_fresh_never_raises_and_accepts_only_issued_cookies(value, other_binding):
-        for bound in (BINDING, other_binding):
-            if is_fresh(value, bound, NOW, THROTTLE):
-                expiry_text, _, mac = value.partition(".")
-                expiry = int(expiry_text)
-                issued = make_cookie(bound, expiry - THROTTLE, THROTTLE)
-                # Only the cookie this site issued for that binding and expiry (an ASCII
-                # leading zero on the expiry denotes the same number).
-                assert issued == f"{expiry}.{mac}"
-
-    @properties
-    @given(
-        session=st.text(max_size=64),
-        address=st.text(max_size=64),
-        now=st.floats(min_value=0, max_value=4_000_000_000),
-        ttl=st.integers(min_value=1, max_value=86400),
-    )
-    def test_every_issued_cookie_round_trips(session, address, now, ttl):
-        bound = binding(session, address)
-        value = make_cookie(bound, now, ttl)
-        assert len(value) <= MAX_COOKIE_LENGTH
-        assert is_fresh(value, bound, now, ttl) is True
-        assert is_fresh(value, bound, int(now) + ttl, ttl) is False
-
-else:
-
-    def test_properties_need_hypothesis():
-        pytest.skip("hypothesis is not installed")
+@properties
+@given(
+    session=st.text(max_size=64),
+    address=st.text(max_size=64),
+    now=st.floats(min_value=0, max_value=4_000_000_000),
+    ttl=st.integers(min_value=1, max_value=86400),
+)
+def test_every_issued_cookie_round_trips(session, address, now, ttl):
+    bound = binding(session, address)
+    value = make_cookie(bound, now, ttl)
+    assert len(value) <= MAX_COOKIE_LENGTH
+    assert is_fresh(value, bound, now, ttl) is True
+    assert is_fresh(value, bound, int(now) + ttl, ttl) is False

@@ -206,7 +206,8 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
     merged = {**DEFAULTS, **raw}
 
     redis_url = merged["REDIS_URL"]
-    if redis_url is not None:
+    # "" counts as unset, like get_config() reads it, for settings built from the environment.
+    if redis_url not in (None, ""):
         if not isinstance(redis_url, str) or urlsplit(redis_url).scheme not in REDIS_URL_SCHEMES:
             messages.append(
                 _error(
@@ -448,7 +449,7 @@ def _callable_problem(value: object) -> str | None:
         return f"must be a dotted path or a callable, not {value!r}"
     try:
         imported = import_string(value)
-    except ImportError as exc:
+    except Exception as exc:  # any import-time failure is a settings problem to report
         return f"cannot be imported: {exc}"
     if not callable(imported):
         return f"names {value!r}, which is not callable"

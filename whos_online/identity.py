@@ -37,7 +37,9 @@ def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
         if forwarded and len(forwarded) <= MAX_FORWARDED_LENGTH:
             entries = forwarded.split(",")
             if len(entries) >= trusted_proxy_count:
-                return str(entries[-trusted_proxy_count]).strip()
+                entry = entries[-trusted_proxy_count].strip()
+                if entry:
+                    return entry
     return str(remote).strip()
 
 

@@ -13,7 +13,6 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.redis_server import free_port
-from whos_online.templatetags import whos_online as tags
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
