@@ -111,12 +111,16 @@ def online_users(limit: int | None = None) -> list[OnlineUser]:
 
     ``limit=None`` lists everyone online, which is O(N): on a big site pass a limit.
     """
-    now = time.time()
-    found = call_redis(
-        None,
-        lambda client, config: store.snapshot(client, config, limit=limit, now=now),
-    )
+    found = snapshot(limit)
     return [] if found is None else listed_users(found)
+
+
+def snapshot(limit: int | None) -> store.Snapshot | None:
+    """Counts and the newest ``limit`` visible users in one round trip; None if Redis failed."""
+    now = time.time()
+    return call_redis(
+        None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
+    )
 
 
 def listed_users(found: store.Snapshot) -> list[OnlineUser]:
@@ -139,10 +143,7 @@ def counts_of(found: store.Snapshot) -> OnlineCounts:
 
 
 def online_counts() -> OnlineCounts:
-    now = time.time()
-    found = call_redis(
-        None, lambda client, config: store.snapshot(client, config, limit=0, now=now)
-    )
+    found = snapshot(0)
     return EMPTY_COUNTS if found is None else counts_of(found)
 
 

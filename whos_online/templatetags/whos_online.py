@@ -6,7 +6,6 @@ kept on the request for the rest of the render.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from django import template
@@ -30,12 +29,7 @@ def _snapshot(context: template.Context) -> store.Snapshot:
     cached = getattr(request, _SNAPSHOT_ATTRIBUTE, None)
     if isinstance(cached, store.Snapshot):
         return cached
-    limit = get_config().display_limit
-    now = time.time()
-    found = api.call_redis(
-        None,
-        lambda client, config: store.snapshot(client, config, limit=limit, now=now),
-    )
+    found = api.snapshot(get_config().display_limit)
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
         return _EMPTY
