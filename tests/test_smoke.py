@@ -22,7 +22,7 @@ def test_recorded_request_is_one_round_trip(
     client.cookies.clear()
     with django_assert_num_queries(0):
         client.get("/plain/", REMOTE_ADDR="198.51.100.2")
-    assert redis_calls.trips == [["ZADD"]]
+    assert redis_calls.trips == [["EVALSHA"]]
     redis_calls.clear()
     client.get("/plain/", REMOTE_ADDR="198.51.100.2")
     assert redis_calls.trips == []

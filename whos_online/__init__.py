@@ -10,28 +10,40 @@ from typing import TYPE_CHECKING, Any
 __all__ = [
     "OnlineCounts",
     "OnlineUser",
+    "Peak",
+    "clean_counters",
     "forget_user",
+    "get_counter",
     "is_online",
     "last_seen",
     "online_counts",
     "online_users",
+    "peak",
     "prune",
     "record_guest",
     "record_user",
+    "unique_visitors",
+    "update_counter",
 ]
 
 if TYPE_CHECKING:
     from whos_online.api import (
         OnlineCounts,
         OnlineUser,
+        Peak,
+        clean_counters,
         forget_user,
+        get_counter,
         is_online,
         last_seen,
         online_counts,
         online_users,
+        peak,
         prune,
         record_guest,
         record_user,
+        unique_visitors,
+        update_counter,
     )
 
 

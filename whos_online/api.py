@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from datetime import date, datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from whos_online import identity, signals, store
+from whos_online import counters, hits, identity, signals, store
 from whos_online.conf import Config, get_config
 from whos_online.connection import REDIS_ERRORS, breaker, request_client
 from whos_online.throttle import recent
@@ -55,6 +55,17 @@ class OnlineCounts(NamedTuple):
 
 
 EMPTY_COUNTS = OnlineCounts(0, 0, 0, 0)
+
+
+class Peak(NamedTuple):
+    """The most people (users and guests, not bots) ever online at once, and when."""
+
+    people: int
+    #: None until someone has been recorded (or since the peak was reset).
+    when: datetime | None
+
+
+NO_PEAK = Peak(0, None)
 
 
 def call_redis(default: T, operation: Callable[[redis.Redis, Config], T]) -> T:
@@ -186,24 +197,21 @@ def record_user(
     config = get_config()
     timestamp = _now(now)
     pk = _pk_text(user)
-    hidden = bool(config.hide_user and config.hide_user(user))
-    name = display_name(user, config)
-    url = profile_url(user)
-
-    def write(client: redis.Redis, config: Config) -> bool:
-        store.record_user(
-            client,
-            config,
-            pk=pk,
-            hidden=hidden,
-            name=name,
-            url=url,
-            now=timestamp,
-            former_guest=former_guest,
-        )
-        return True
-
-    written = call_redis(False, write)
+    details = store.UserDetails(
+        pk=pk,
+        hidden=bool(config.hide_user and config.hide_user(user)),
+        name=display_name(user, config),
+        url=profile_url(user),
+    )
+    written = _write_visit(
+        config,
+        kind="users",
+        member=pk,
+        now=timestamp,
+        user=details,
+        former_guest=former_guest,
+        visitor=identity.visitor_id(f"u:{pk}", timestamp),
+    )
     if written and config.throttle:
         recent.remember(f"u:{pk}", timestamp + config.throttle)
     return written
@@ -222,14 +230,56 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
 
 def _record_member(config: Config, kind: str, address: str, timestamp: float) -> bool:
     member = identity.guest_id(address, config, timestamp)
+    # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
+    visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
+    written = _write_visit(config, kind=kind, member=member, now=timestamp, visitor=visitor)
+    if written and config.throttle:
+        recent.remember(f"{kind}:{member}", timestamp + config.throttle)
+    return written
+
+
+def _write_visit(config: Config, **visit: Any) -> bool:
+    """Write one visit, with any buffered page hits riding along in the same round trip."""
+    taken = hits.buffer.take() if config.count_hits else {}
 
     def write(client: redis.Redis, config: Config) -> bool:
-        store.record_member(client, config, kind=kind, member=member, now=timestamp)
+        store.record(client, config, hits=_hit_amounts(taken), **visit)
         return True
 
     written = call_redis(False, write)
-    if written and config.throttle:
-        recent.remember(f"{kind}:{member}", timestamp + config.throttle)
+    if not written and taken:
+        hits.buffer.give_back(taken)
+    return written
+
+
+def _hit_amounts(taken: dict[int, int]) -> dict[tuple[str, int], int]:
+    return {(hits.COUNTER_NAME, second): count for second, count in taken.items()}
+
+
+def count_hit(now: float | datetime | None = None) -> None:
+    """Count one page view in the process buffer; it reaches Redis within about a second.
+
+    The middleware calls this for every request it does not ignore when ``COUNT_HITS`` is on.
+    """
+    hits.buffer.add(_now(now))
+    hits.timer.schedule(flush_hits)
+
+
+def flush_hits() -> bool:
+    """Write the buffered page hits now; False (and the hits kept) if Redis failed."""
+    taken = hits.buffer.take()
+    if not taken:
+        return True
+
+    def write(client: redis.Redis, config: Config) -> bool:
+        counters.add(client, config, _hit_amounts(taken))
+        return True
+
+    written = call_redis(False, write)
+    if not written:
+        hits.buffer.give_back(taken)
+        if get_config().count_hits:
+            hits.timer.schedule(flush_hits)
     return written
 
 
@@ -313,3 +363,79 @@ def prune_with(client: redis.Redis, config: Config, *, now: float) -> dict[str, 
             if len(removed) < store.PRUNE_CHUNK_SIZE:
                 break
     return removed_by_kind
+
+
+def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:
+    """Add ``count`` to the counter ``name`` at every precision, in one round trip.
+
+    Returns False if Redis could not be written. Raises TypeError or ValueError for a bad name or
+    count, since those are mistakes in the calling code rather than conditions of the moment.
+    """
+    counters.check_name(name)
+    if not _is_whole_number(count):
+        msg = f"update_counter() counts in whole numbers, not {type(count).__name__}."
+        raise TypeError(msg)
+    timestamp = _now(now)
+
+    def write(client: redis.Redis, config: Config) -> bool:
+        counters.add(client, config, {(name, int(timestamp)): count})
+        return True
+
+    return call_redis(False, write)
+
+
+def _is_whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
+    """The samples of counter ``name`` at ``precision``: (slice start in Unix seconds, count),
+    oldest first; empty for an unknown counter or when Redis fails."""
+    counters.check_name(name)
+    precisions = get_config().counter_precisions
+    if precision not in precisions:
+        msg = (
+            f"get_counter() precision must be one of COUNTER_PRECISIONS {list(precisions)}, "
+            f"not {precision!r}."
+        )
+        raise ValueError(msg)
+    return call_redis([], lambda client, config: counters.get(client, config, name, precision))
+
+
+def clean_counters(now: float | datetime | None = None) -> int:
+    """Drop counter samples beyond the newest ``COUNTER_SAMPLES`` slices of every counter and
+    precision, and counters of precisions no longer configured; returns the samples removed."""
+    timestamp = _now(now)
+    cleaned = call_redis(None, lambda client, config: counters.clean(client, config, now=timestamp))
+    return cleaned.samples if cleaned else 0
+
+
+def peak() -> Peak:
+    """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
+    unknown: tuple[int, float | None] = (0, None)
+    return _peak(*call_redis(unknown, store.read_peak))
+
+
+def peak_of(found: store.Snapshot) -> Peak:
+    return _peak(found.peak, found.peak_at)
+
+
+def _peak(people: int, at: float | None) -> Peak:
+    if not people or at is None:
+        return NO_PEAK
+    return Peak(people, _as_datetime(at))
+
+
+def unique_visitors(day: date | datetime | None = None) -> int:
+    """About how many distinct users and guests visited on a UTC day (today by default).
+
+    A HyperLogLog estimate: within about 1 % of the true number. A guest who logs in counts once
+    as a guest and once as a user. Kept ``LAST_SEEN_DAYS`` days after the day ends.
+    """
+    if day is None:
+        wanted = store.utc_day(time.time())
+    elif isinstance(day, datetime):
+        wanted = store.utc_day(day.timestamp()) if day.tzinfo else day.date()
+    else:
+        wanted = day
+    return call_redis(0, lambda client, config: store.unique_visitors(client, config, wanted))

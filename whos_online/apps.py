@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import atexit
+
 from django.apps import AppConfig
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out
@@ -12,7 +14,7 @@ class WhosOnlineConfig(AppConfig):
     verbose_name = "Who's online"
 
     def ready(self) -> None:
-        from whos_online import checks, receivers
+        from whos_online import api, checks, receivers
 
         register(Tags.compatibility)(checks.check_settings)
         register(Tags.compatibility)(checks.check_middleware)
@@ -23,3 +25,5 @@ class WhosOnlineConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
         )
+        # Buffered page hits are written when the process exits normally.
+        atexit.register(api.flush_hits)

@@ -464,10 +464,11 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 def reset() -> None:
     """Forget everything cached from settings: the config, Redis clients and derived keys."""
-    from whos_online import connection, identity, store, throttle
+    from whos_online import connection, hits, identity, keyspace, throttle
 
     get_config.cache_clear()
     connection.reset()
     identity.reset()
-    store.reset()
+    keyspace.reset()
     throttle.reset()
+    hits.reset()

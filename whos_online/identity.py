@@ -97,6 +97,13 @@ def guest_id(ip: str, config: Config, now: float) -> str:
     return _pseudonym(ip, _day_key(settings.SECRET_KEY, utc_day(now)))
 
 
+def visitor_id(member: str, now: float) -> str:
+    """What the day's unique-visitor HyperLogLog receives: always a keyed hash, whatever
+    ``GUEST_IDENTITY`` says, so that nobody without ``SECRET_KEY`` can test whether a given user
+    or address is among a day's visitors."""
+    return _pseudonym(member, _day_key(settings.SECRET_KEY, utc_day(now)))
+
+
 def is_bot(request: HttpRequest, config: Config) -> bool:
     if config.bot_user_agents is None:
         return False

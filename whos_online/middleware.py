@@ -67,10 +67,15 @@ class WhosOnlineMiddleware:
 
 
 def needs_recording(request: HttpRequest, config: Config, now: float) -> bool:
-    """Decide from cookies and headers alone whether this request should be recorded."""
+    """Decide from cookies and headers alone whether this request should be recorded.
+
+    Also counts the page view when ``COUNT_HITS`` is on, in memory: that costs no Redis call.
+    """
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return False
+    if config.count_hits:
+        api.count_hit(now)
     if not config.throttle:
         return True
     cookie = request.COOKIES.get(throttle.COOKIE_NAME)

@@ -1,7 +1,6 @@
-"""Every Redis key and command whos_online uses.
+"""The Redis keys and commands of presence: who is online, the peak and the daily visitors.
 
-All keys sit under ``{KEY_PREFIX}:`` — the braces make the prefix a Redis Cluster hash tag, so all
-keys share one slot and the Lua scripts and transactions below work on a cluster as well.
+Keys are made by ``keyspace`` (one cluster hash tag for all); the counters have their own module.
 
 Writes that belong together go out in one round trip: a Lua script where the work must be atomic
 or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
@@ -16,36 +15,82 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Final
 
+from whos_online import counters, keyspace
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     import redis
-    from redis.commands.core import Script
 
     from whos_online.conf import Config
 
 #: The sorted sets of people and bots, by kind. ``hidden`` holds users who are counted, not named.
 KINDS: Final = ("users", "hidden", "guests", "bots")
 
-# Joining a set and updating the display HASH must happen together, or a concurrent prune could
-# leave a listed user without a name. Leaving the other user set covers HIDE_USER changing its
-# answer; leaving the guest set makes a login move the visitor from "guest" to "user" at once.
-_RECORD_USER: Final = """
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZREM', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[3], 'name', ARGV[4], 'url', ARGV[5], 'seen', ARGV[1])
-redis.call('EXPIRE', KEYS[3], ARGV[3])
-if ARGV[6] ~= '' then
-  redis.call('ZREM', KEYS[4], ARGV[6])
+# One recorded visit, in one round trip: join the kind's set (for a user, also leave the other
+# user set, refresh the display HASH and, on login, leave the guest set), add the visitor to the
+# day's HyperLogLog, raise the all-time peak, and sample the online counts into their counters
+# (each slice keeps the largest count seen in it). Buffered page hits ride along.
+#
+# Sampling walks the precisions from the finest up and stops at the first slice that already
+# holds at least the count, when every coarser precision is a multiple of that one (ARGV flag):
+# its slices then contain this one, and the write that filled it filled them too. Most requests
+# thus read one field per counter instead of writing every precision.
+_RECORD: Final = (
+    counters.LUA_ADD_INCREMENTS
+    + """
+local kind = tonumber(ARGV[1])
+local member = ARGV[2]
+local now = ARGV[3]
+redis.call('ZADD', KEYS[kind], now, member)
+if kind <= 2 then
+  redis.call('ZREM', KEYS[3 - kind], member)
+  redis.call('HSET', KEYS[5], 'name', ARGV[6], 'url', ARGV[7], 'seen', now)
+  redis.call('EXPIRE', KEYS[5], ARGV[5])
+  if ARGV[8] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[8])
+  end
 end
+if ARGV[9] ~= '' and redis.call('PFADD', KEYS[7], ARGV[9]) == 1 then
+  redis.call('EXPIREAT', KEYS[7], ARGV[10])
+end
+local min = ARGV[4]
+local users = redis.call('ZCOUNT', KEYS[1], min, '+inf')
+users = users + redis.call('ZCOUNT', KEYS[2], min, '+inf')
+local guests = redis.call('ZCOUNT', KEYS[3], min, '+inf')
+local bots = redis.call('ZCOUNT', KEYS[4], min, '+inf')
+if users + guests > tonumber(redis.call('HGET', KEYS[6], 'count') or '0') then
+  redis.call('HSET', KEYS[6], 'count', users + guests, 'at', now)
+end
+local prefix = ARGV[11]
+local last = 12 + 3 * tonumber(ARGV[12])
+local function sample(name, value)
+  for i = 13, last, 3 do
+    local counter = ARGV[i] .. ':' .. name
+    local current = redis.call('HGET', prefix .. counter, ARGV[i + 1])
+    if current and tonumber(current) >= value then
+      if ARGV[i + 2] == '1' then
+        return
+      end
+    elseif redis.call('HSET', prefix .. counter, ARGV[i + 1], value) == 1 then
+      redis.call('ZADD', KEYS[8], 0, counter)
+    end
+  end
+end
+sample('online:users', users)
+sample('online:guests', guests)
+sample('online:bots', bots)
+add_increments(prefix, KEYS[8], last + 1)
 return 1
 """
+)
 
-# Counts of every kind and the newest LIMIT visible users with their display data, in one
-# round trip. The per-user HASHes are not in KEYS because their names are only known once the
-# range is read; they share the hash tag, so they live in the same cluster slot.
+# Counts of every kind, the newest LIMIT visible users with their display data, the peak and the
+# day's visitors, in one round trip. The per-user HASHes are not in KEYS because their names are
+# only known once the range is read; they share the hash tag, so they live in the same slot.
 _SNAPSHOT: Final = """
 local min = ARGV[1]
 local result = {}
@@ -62,6 +107,8 @@ if limit ~= 0 then
   end
 end
 result[5] = listed
+result[6] = redis.call('HMGET', KEYS[5], 'count', 'at')
+result[7] = redis.call('PFCOUNT', KEYS[6])
 return result
 """
 
@@ -79,18 +126,20 @@ return stale
 PRUNE_CHUNK_SIZE: Final = 1000
 
 
-@functools.lru_cache(maxsize=64)
-def _script(client: redis.Redis, source: str) -> Script:
-    # One Script per client and source keeps the SHA1 from being recomputed on every request.
-    return client.register_script(source)
-
-
 def key(config: Config, suffix: str) -> str:
-    return f"{{{config.key_prefix}}}:{suffix}"
+    return keyspace.key(config, suffix)
 
 
 def user_key(config: Config, pk: str) -> str:
     return key(config, f"user:{pk}")
+
+
+def visitors_key(config: Config, day: date) -> str:
+    return key(config, f"visitors:{day.isoformat()}")
+
+
+def utc_day(now: float) -> date:
+    return datetime.fromtimestamp(now, tz=timezone.utc).date()
 
 
 def _score(now: float) -> str:
@@ -112,36 +161,91 @@ class Snapshot:
     guests: int
     bots: int
     listed: list[ListedUser]
+    peak: int = 0
+    #: When the peak was reached (Unix time), or None before anyone was recorded.
+    peak_at: float | None = None
+    #: Approximate distinct users and guests of the snapshot's UTC day.
+    visitors: int = 0
 
 
-def record_user(
+@dataclass(frozen=True)
+class UserDetails:
+    """What a user's display HASH holds, and whether they are counted but not named."""
+
+    pk: str
+    hidden: bool
+    name: str
+    url: str
+
+
+#: The sorted set each kind of visit joins, by its position in ``KINDS`` (Lua counts from 1).
+KIND_INDEX: Final = {kind: index for index, kind in enumerate(KINDS, start=1)}
+
+
+def record(
     client: redis.Redis,
     config: Config,
     *,
-    pk: str,
-    hidden: bool,
-    name: str,
-    url: str,
+    kind: str,
+    member: str,
     now: float,
+    user: UserDetails | None = None,
     former_guest: str = "",
+    visitor: str = "",
+    hits: Mapping[tuple[str, int], int] | None = None,
 ) -> None:
-    target, other = ("hidden", "users") if hidden else ("users", "hidden")
-    _script(client, _RECORD_USER)(
+    """Record one visit of ``kind`` ("users", "guests" or "bots"; a user passes ``user``).
+
+    ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds nothing).
+    """
+    if user is not None:
+        kind = "hidden" if user.hidden else "users"
+    day = utc_day(now)
+    expires = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+    keyspace.script(client, _RECORD)(
         keys=[
-            key(config, target),
-            key(config, other),
-            user_key(config, pk),
-            key(config, "guests"),
+            *(key(config, each) for each in KINDS),
+            user_key(config, member) if user is not None else key(config, "user:"),
+            peak_key(config),
+            visitors_key(config, day),
+            counters.known_key(config),
         ],
-        args=[_score(now), pk, config.last_seen_days * 86400, name, url, former_guest],
+        args=[
+            KIND_INDEX[kind],
+            member,
+            _score(now),
+            _score(now - config.window),
+            config.last_seen_days * 86400,
+            user.name if user else "",
+            user.url if user else "",
+            former_guest,
+            visitor,
+            int(expires.timestamp()) + config.last_seen_days * 86400,
+            counters.counter_prefix(config),
+            *_sample_args(config.counter_precisions, now),
+            *counters.increment_args(counters.increments(config, hits or {})),
+        ],
     )
 
 
-def record_member(
-    client: redis.Redis, config: Config, *, kind: str, member: str, now: float
-) -> None:
-    """Record a guest or a bot."""
-    client.zadd(key(config, kind), {member: _score(now)})
+def _sample_args(precisions: tuple[int, ...], now: float) -> list[int]:
+    args = [len(precisions)]
+    for precision, may_stop in zip(precisions, _may_stop(precisions), strict=True):
+        args += [precision, counters.slice_start(now, precision), int(may_stop)]
+    return args
+
+
+@functools.lru_cache(maxsize=8)
+def _may_stop(precisions: tuple[int, ...]) -> tuple[bool, ...]:
+    # A slice contains the current slice of every finer precision only if it is a multiple of it.
+    return tuple(
+        all(coarser % precision == 0 for coarser in precisions[index + 1 :])
+        for index, precision in enumerate(precisions)
+    )
+
+
+def peak_key(config: Config) -> str:
+    return key(config, "peak")
 
 
 def remove_user(client: redis.Redis, config: Config, pk: str, *, erase: bool = False) -> None:
@@ -155,24 +259,36 @@ def remove_user(client: redis.Redis, config: Config, pk: str, *, erase: bool = F
 
 
 def snapshot(client: redis.Redis, config: Config, *, limit: int | None, now: float) -> Snapshot:
-    raw: Sequence[Any] = _script(client, _SNAPSHOT)(
-        keys=[key(config, kind) for kind in KINDS],
+    raw: Sequence[Any] = keyspace.script(client, _SNAPSHOT)(
+        keys=[
+            *(key(config, kind) for kind in KINDS),
+            peak_key(config),
+            visitors_key(config, utc_day(now)),
+        ],
         args=[
             _score(now - config.window),
             -1 if limit is None else limit,
             key(config, "user:"),
         ],
     )
-    visible, hidden, guests, bots, rows = raw
+    visible, hidden, guests, bots, rows, (peak, peak_at), visitors = raw
     return Snapshot(
         visible=int(visible),
         hidden=int(hidden),
         guests=int(guests),
         bots=int(bots),
         listed=[
-            ListedUser(pk=_text(pk), seen=float(seen), name=_text(name), url=_text(url))
+            ListedUser(
+                pk=keyspace.text(pk),
+                seen=float(seen),
+                name=keyspace.text(name),
+                url=keyspace.text(url),
+            )
             for pk, seen, name, url in rows
         ],
+        peak=int(peak or 0),
+        peak_at=float(peak_at) if peak_at is not None else None,
+        visitors=int(visitors),
     )
 
 
@@ -199,15 +315,20 @@ def count_stale(client: redis.Redis, config: Config, *, now: float) -> dict[str,
 
 def prune_chunk(client: redis.Redis, config: Config, kind: str, *, now: float) -> list[str]:
     """Remove up to ``PRUNE_CHUNK_SIZE`` members of ``kind`` last seen before the window."""
-    removed = _script(client, _PRUNE_CHUNK)(
+    removed = keyspace.script(client, _PRUNE_CHUNK)(
         keys=[key(config, kind)], args=[_score(now - config.window), PRUNE_CHUNK_SIZE]
     )
-    return [_text(member) for member in removed]
+    return [keyspace.text(member) for member in removed]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+def read_peak(client: redis.Redis, config: Config) -> tuple[int, float | None]:
+    count, at = client.hmget(peak_key(config), ["count", "at"])
+    return int(count or 0), (float(at) if at is not None else None)
 
 
-def reset() -> None:
-    _script.cache_clear()
+def reset_peak(client: redis.Redis, config: Config) -> None:
+    client.delete(peak_key(config))
+
+
+def unique_visitors(client: redis.Redis, config: Config, day: date) -> int:
+    return int(client.pfcount(visitors_key(config, day)))

@@ -18,6 +18,11 @@ WINDOW = 600
 LOCK = "{whos_online}:cleanup-lock"
 #: The cutoff as the command prints it.
 WHEN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\."
+#: The counters line of a first run on an empty Redis: every precision is due, nothing to remove.
+FIRST_CLEAN = (
+    "Removed 0 counter samples at precisions 1 s, 5 s, 60 s, 300 s, 3600 s, 18000 s and 86400 s.\n"
+)
+NOTHING_DUE = "No counter precision was due for cleaning."
 
 
 def run(*args: str, **options: Any) -> tuple[str, str]:
@@ -65,7 +70,7 @@ def offline_ids() -> Any:
 def test_removes_stale_members_and_reports(backend, r, some_stale):
     out, err = run()
 
-    assert re.fullmatch(rf"Removed 1 user and 2 guests last seen before {WHEN}\n", out)
+    assert re.fullmatch(rf"Removed 1 user and 2 guests last seen before {WHEN}\n{FIRST_CLEAN}", out)
     assert err == ""
     assert members(r, "users") == ["2"]
     assert members(r, "guests") == ["g3"]
@@ -88,7 +93,7 @@ def test_report_names_every_kind_and_the_exact_cutoff(backend, r, monkeypatch):
 
     assert out == (
         "Removed 1 user, 2 hidden users, 3 guests and 1 bot last seen before "
-        "2027-01-15 07:50:00 UTC.\n"
+        "2027-01-15 07:50:00 UTC.\n" + FIRST_CLEAN
     )
     assert members(r, "users") == ["2"]
     assert r.exists("{whos_online}:hidden", "{whos_online}:bots") == 0
@@ -101,7 +106,7 @@ def test_nothing_stale(backend, r):
 
     out, err = run()
 
-    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}\n", out)
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}\n{FIRST_CLEAN}", out)
     assert err == ""
     assert members(r, "guests") == ["g1"]
 
@@ -109,7 +114,11 @@ def test_nothing_stale(backend, r):
 def test_dry_run_removes_nothing(backend, r, some_stale):
     out, err = run("--dry-run")
 
-    assert re.fullmatch(rf"Would remove 1 user and 2 guests last seen before {WHEN}\n", out)
+    assert re.fullmatch(
+        rf"Would remove 1 user and 2 guests last seen before {WHEN}\n"
+        + FIRST_CLEAN.replace("Removed", "Would remove"),
+        out,
+    )
     assert err == ""
     assert members(r, "users") == ["1", "2"]
     assert members(r, "guests") == ["g1", "g2", "g3"]
@@ -192,7 +201,9 @@ def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
 
     out, _ = run()
 
-    assert re.fullmatch(rf"Removed 7 users and 10 guests last seen before {WHEN}\n", out)
+    assert re.fullmatch(
+        rf"Removed 7 users and 10 guests last seen before {WHEN}\n{NOTHING_DUE}\n", out
+    )
     assert members(r, "guests") == ["fresh"]
     assert r.exists("{whos_online}:users") == 0
     # Chunks of at most 3: users 3+3+1, hidden 0, guests 3+3+3+1, bots 0; and the lock's release.
@@ -208,7 +219,7 @@ def test_prunes_thousands(backend, r):
 
     out, _ = run()
 
-    assert re.fullmatch(rf"Removed 5000 guests last seen before {WHEN}\n", out)
+    assert re.fullmatch(rf"Removed 5000 guests last seen before {WHEN}\n{FIRST_CLEAN}", out)
     assert members(r, "guests") == sorted(fresh)
 
 
@@ -237,11 +248,13 @@ def test_every_runs_until_interrupted(backend, r, monkeypatch):
     out, err = run("--every", "5")
 
     lines = out.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 6
     assert lines[0] == "Cleaning up every 5 s; stop with Ctrl-C."
     assert re.fullmatch(rf"Removed 1 guest last seen before {WHEN}", lines[1])
-    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[2])
-    assert lines[3] == "Stopped."
+    assert lines[2] == FIRST_CLEAN.rstrip("\n")
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[3])
+    assert lines[4] == NOTHING_DUE
+    assert lines[5] == "Stopped."
     assert err == ""
     assert len(sleeps) == 2
     assert all(0 <= seconds <= 5 for seconds in sleeps)

@@ -39,8 +39,14 @@ def _snapshot(context: template.Context) -> store.Snapshot:
 
 
 @register.inclusion_tag("whos_online/online.html", takes_context=True)
-def whos_online(context: template.Context) -> dict[str, Any]:
-    """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named)."""
+def whos_online(
+    context: template.Context, *, peak: bool = True, visitors: bool = False
+) -> dict[str, Any]:
+    """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
+
+    ``peak=False`` leaves out "Most people ever online was N on DATE"; ``visitors=True`` adds
+    today's unique visitors. Both come from the same single read as the names.
+    """
     found = _snapshot(context)
     users = api.listed_users(found)
     more = max(found.visible - len(users), 0)
@@ -63,7 +69,14 @@ def whos_online(context: template.Context) -> dict[str, Any]:
                 ngettext("%(count)d bot", "%(count)d bots", counts.bots) % {"count": counts.bots},
             )
         )
-    return {"users": users, "more": more, "counts": counts, "parts": parts}
+    return {
+        "users": users,
+        "more": more,
+        "counts": counts,
+        "parts": parts,
+        "peak": api.peak_of(found) if peak else None,
+        "visitors": found.visitors if visitors else None,
+    }
 
 
 @register.simple_tag(takes_context=True)

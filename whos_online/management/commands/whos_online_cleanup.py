@@ -8,12 +8,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
-from whos_online import api, store
-from whos_online.conf import get_config
+from whos_online import api, counters, store
+from whos_online.conf import Config, get_config
 from whos_online.connection import REDIS_ERRORS, admin_client
 
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+
+    import redis
 
 #: Seconds the cleanup lock lives if a run dies without releasing it.
 LOCK_TIMEOUT = 120
@@ -22,7 +24,10 @@ LABELS = {"users": "user", "hidden": "hidden user", "guests": "guest", "bots": "
 
 
 class Command(BaseCommand):
-    help = "Remove people last seen before WHOS_ONLINE['WINDOW'] from Redis. Run it from cron."
+    help = (
+        "Remove people last seen before WHOS_ONLINE['WINDOW'] from Redis and drop counter samples "
+        "beyond COUNTER_SAMPLES. Run it from cron, every minute or every few minutes."
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
@@ -37,16 +42,26 @@ class Command(BaseCommand):
             help="Keep running and clean up every SECONDS seconds, instead of once (for when "
             "cron is not available). Redis errors are reported and retried next time.",
         )
+        parser.add_argument(
+            "--reset-peak",
+            action="store_true",
+            help="Forget the all-time peak of people online, and do nothing else. The next "
+            "recorded visit starts a new peak.",
+        )
 
     def handle(
         self,
         *args: str,
         dry_run: bool,
         every: float | None,
+        reset_peak: bool,
         verbosity: int,
         **options: Any,
     ) -> None:
         self.verbosity = verbosity
+        if reset_peak:
+            self.reset_peak(dry_run=dry_run)
+            return
         if every is None:
             self.run_once(dry_run=dry_run)
             return
@@ -71,6 +86,7 @@ class Command(BaseCommand):
         try:
             if dry_run:
                 self.report(store.count_stale(client, config, now=now), now, "Would remove")
+                self.clean_counters(client, config, now=now, dry_run=True)
                 return
             lock = client.lock(
                 store.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
@@ -82,6 +98,8 @@ class Command(BaseCommand):
                 return
             try:
                 removed = api.prune_with(client, config, now=now)
+                self.report(removed, now, "Removed")
+                self.clean_counters(client, config, now=now, dry_run=False)
             finally:
                 try:
                     lock.release()
@@ -91,7 +109,47 @@ class Command(BaseCommand):
         except REDIS_ERRORS as error:
             msg = f"Cannot clean up: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error
-        self.report(removed, now, "Removed")
+
+    def clean_counters(
+        self, client: redis.Redis, config: Config, *, now: float, dry_run: bool
+    ) -> None:
+        """Clean the precisions that are due: each every max(precision, 60) seconds."""
+        due = counters.cleaning_due(client, config, now=now)
+        cleaned = counters.clean(client, config, now=now, precisions=due, dry_run=dry_run)
+        if not dry_run:
+            counters.mark_cleaned(client, config, due, now)
+        if not due:
+            line = "No counter precision was due for cleaning."
+        else:
+            verb = "Would remove" if dry_run else "Removed"
+            where = get_text_list([f"{precision} s" for precision in due], "and")
+            plural = "" if cleaned.samples == 1 else "s"
+            line = f"{verb} {cleaned.samples} counter sample{plural} at precisions {where}."
+        if cleaned.counters_dropped:
+            verb = "Would drop" if dry_run else "Dropped"
+            line += (
+                f" {verb} {cleaned.counters_dropped} counter(s) of precisions no longer in "
+                "COUNTER_PRECISIONS."
+            )
+        self.log(self.style.SUCCESS(line), level=1)
+
+    def reset_peak(self, *, dry_run: bool) -> None:
+        config = get_config()
+        client = admin_client()
+        try:
+            people, at = store.read_peak(client, config)
+            if not dry_run:
+                store.reset_peak(client, config)
+        except REDIS_ERRORS as error:
+            msg = f"Cannot reset the peak: Redis at {config.redis_target} failed: {error}"
+            raise CommandError(msg) from error
+        was = (
+            f"{people} on {datetime.fromtimestamp(at, tz=timezone.utc):%Y-%m-%d %H:%M} UTC"
+            if people and at is not None
+            else "none recorded"
+        )
+        verb = "Would reset" if dry_run else "Reset"
+        self.log(self.style.SUCCESS(f"{verb} the peak of people online (was {was})."), level=1)
 
     def report(self, counts: dict[str, int], now: float, verb: str) -> None:
         cutoff = datetime.fromtimestamp(now - get_config().window, tz=timezone.utc)

@@ -1,0 +1,273 @@
+"""Time-series counters in Redis, kept at several precisions ("Redis in Action" 5.2).
+
+A counter ``name`` at precision ``p`` seconds is a HASH ``{prefix}:counter:<p>:<name>`` mapping the
+start of each ``p``-second slice (Unix seconds) to a count. The sorted set ``{prefix}:counters``
+names every such HASH by its member ``<p>:<name>`` (all scores 0, so that it can be walked in
+lexical order a page at a time). Cleaning keeps the newest ``COUNTER_SAMPLES`` slices of each.
+
+Two kinds of update share this layout: ``increments`` add to a slice (``update_counter``, page
+hits), and the online counts keep the largest value seen in a slice; that second kind lives in
+``store``'s record script, which builds on the Lua helpers here.
+
+Every script keeps one invariant that makes cleaning race-free: a counter HASH that exists is
+named in the known set. Writers create a slice and add the name in one script; the cleaner drops
+the name only in a script that sees the HASH empty, so an update landing during a clean either
+runs before that script (and the name stays) or after it (and adds the name back).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from whos_online import keyspace
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+    import redis
+
+    from whos_online.conf import Config
+
+#: Longest counter name accepted; names become part of Redis keys.
+MAX_NAME_LENGTH: Final = 200
+
+#: Counters (precision and name) handled per cleaning step, and slices deleted per command.
+CLEAN_PAGE_SIZE: Final = 100
+DELETE_CHUNK_SIZE: Final = 1000
+
+#: Cleaning a precision more often than this gains nothing: a minute of 1-second slices is small.
+MIN_CLEAN_INTERVAL: Final = 60
+
+# Lua shared by the scripts that add to counters. ARGV[first] is how many increments follow, then
+# (member, slice start, amount) for each; returns the index of the first unused ARGV.
+LUA_ADD_INCREMENTS: Final = """
+local function add_increments(counter_prefix, known, first)
+  local count = tonumber(ARGV[first])
+  for i = first + 1, first + 3 * count, 3 do
+    local amount = tonumber(ARGV[i + 2])
+    if redis.call('HINCRBY', counter_prefix .. ARGV[i], ARGV[i + 1], amount) == amount then
+      redis.call('ZADD', known, 0, ARGV[i])
+    end
+  end
+  return first + 3 * count + 1
+end
+"""
+
+# KEYS[1] the known set; ARGV[1] the counter key prefix, then the increments.
+_UPDATE: Final = (
+    LUA_ADD_INCREMENTS
+    + """
+add_increments(ARGV[1], KEYS[1], 2)
+return 1
+"""
+)
+
+# Deletes stale slices of one counter HASH and, in the same step, forgets a HASH left empty.
+# KEYS[1] the HASH, KEYS[2] the known set; ARGV[1] its member, ARGV[2..] the slices to delete.
+_DELETE_SLICES: Final = """
+local removed = 0
+if #ARGV > 1 then
+  removed = redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return removed
+"""
+
+# Drops a counter whose precision is no longer configured. UNLINK frees a big HASH off the main
+# thread; the name goes in the same step, so a late writer with the old settings re-adds both.
+_DROP_COUNTER: Final = """
+local removed = redis.call('HLEN', KEYS[1])
+redis.call('UNLINK', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return removed
+"""
+
+
+def known_key(config: Config) -> str:
+    return keyspace.key(config, "counters")
+
+
+def counter_prefix(config: Config) -> str:
+    return keyspace.key(config, "counter:")
+
+
+def counter_key(config: Config, name: str, precision: int) -> str:
+    return counter_prefix(config) + member(name, precision)
+
+
+def member(name: str, precision: int) -> str:
+    return f"{precision}:{name}"
+
+
+def slice_start(now: float, precision: int) -> int:
+    return int(now // precision) * precision
+
+
+def check_name(name: object) -> str:
+    """Return ``name`` if it can name a counter; raise ValueError or TypeError otherwise."""
+    if not isinstance(name, str):
+        msg = f"A counter name must be a str, not {type(name).__name__}."
+        raise TypeError(msg)
+    if not name or len(name) > MAX_NAME_LENGTH:
+        msg = f"A counter name must have 1 to {MAX_NAME_LENGTH} characters, not {len(name)}."
+        raise ValueError(msg)
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        msg = f"A counter name must be valid Unicode text, not {name!r}."
+        raise ValueError(msg) from None
+    return name
+
+
+def increments(
+    config: Config, amounts: Mapping[tuple[str, int], int]
+) -> list[tuple[str, int, int]]:
+    """(member, slice start, amount) at every precision for ``amounts`` by (name, second)."""
+    summed: defaultdict[tuple[str, int], int] = defaultdict(int)
+    for (name, second), amount in amounts.items():
+        for precision in config.counter_precisions:
+            summed[member(name, precision), slice_start(second, precision)] += amount
+    return [(key, start, amount) for (key, start), amount in summed.items() if amount]
+
+
+def increment_args(rows: Sequence[tuple[str, int, int]]) -> list[str | int]:
+    args: list[str | int] = [len(rows)]
+    for row in rows:
+        args.extend(row)
+    return args
+
+
+def add(client: redis.Redis, config: Config, amounts: Mapping[tuple[str, int], int]) -> None:
+    """Add each amount, keyed by (counter name, Unix second), at every precision in one call."""
+    rows = increments(config, amounts)
+    if rows:
+        keyspace.script(client, _UPDATE)(
+            keys=[known_key(config)], args=[counter_prefix(config), *increment_args(rows)]
+        )
+
+
+def get(client: redis.Redis, config: Config, name: str, precision: int) -> list[tuple[int, int]]:
+    stored = client.hgetall(counter_key(config, name, precision))
+    return sorted((int(start), int(count)) for start, count in stored.items())
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    samples: int
+    counters_dropped: int
+
+
+def clean(
+    client: redis.Redis,
+    config: Config,
+    *,
+    now: float,
+    precisions: Iterable[int] | None = None,
+    dry_run: bool = False,
+) -> Cleaned:
+    """Drop slices older than the newest ``COUNTER_SAMPLES`` of each counter.
+
+    ``precisions`` limits the work to those (the command's schedule); counters of precisions no
+    longer in ``COUNTER_PRECISIONS`` are always dropped whole. Each counter is one round trip to
+    read and one script call per ``DELETE_CHUNK_SIZE`` slices, so Redis is never busy for long.
+    """
+    wanted = set(config.counter_precisions if precisions is None else precisions)
+    samples = dropped = 0
+    for page in _known_pages(client, config):
+        pipe = client.pipeline(transaction=False)
+        for name_member in page:
+            pipe.hkeys(counter_prefix(config) + name_member)
+        for name_member, fields in zip(page, pipe.execute(), strict=True):
+            precision = _precision_of(name_member)
+            if precision not in config.counter_precisions:
+                samples += _drop(client, config, name_member, len(fields), dry_run=dry_run)
+                dropped += 1
+            elif precision in wanted:
+                cutoff = now - config.counter_samples * precision
+                stale = [field for field in fields if int(field) <= cutoff]
+                samples += _delete(client, config, name_member, stale, dry_run=dry_run)
+    return Cleaned(samples=samples, counters_dropped=dropped)
+
+
+def _known_pages(client: redis.Redis, config: Config) -> Iterator[list[str]]:
+    # Paging by name rather than by rank: members removed behind the cursor shift no page.
+    after = "-"
+    while True:
+        page = [
+            keyspace.text(found)
+            for found in client.zrangebylex(
+                known_key(config), after, "+", start=0, num=CLEAN_PAGE_SIZE
+            )
+        ]
+        if page:
+            yield page
+        if len(page) < CLEAN_PAGE_SIZE:
+            return
+        after = "(" + page[-1]
+
+
+def _precision_of(name_member: str) -> int | None:
+    head, _, _ = name_member.partition(":")
+    return int(head) if head.isdigit() else None
+
+
+def _delete(
+    client: redis.Redis, config: Config, name_member: str, stale: list[bytes], *, dry_run: bool
+) -> int:
+    if dry_run:
+        return len(stale)
+    removed = 0
+    script = keyspace.script(client, _DELETE_SLICES)
+    keys = [counter_prefix(config) + name_member, known_key(config)]
+    # An empty call still runs, so that a HASH found empty is forgotten.
+    for start in range(0, max(len(stale), 1), DELETE_CHUNK_SIZE):
+        chunk = stale[start : start + DELETE_CHUNK_SIZE]
+        removed += int(script(keys=keys, args=[name_member, *chunk]))
+    return removed
+
+
+def _drop(
+    client: redis.Redis, config: Config, name_member: str, size: int, *, dry_run: bool
+) -> int:
+    if dry_run:
+        return size
+    return int(
+        keyspace.script(client, _DROP_COUNTER)(
+            keys=[counter_prefix(config) + name_member, known_key(config)], args=[name_member]
+        )
+    )
+
+
+def cleaning_due(client: redis.Redis, config: Config, *, now: float) -> list[int]:
+    """The precisions whose cleaning is due: each is cleaned every max(precision, 60) seconds."""
+    last = client.hmget(_cleaned_key(config), [str(p) for p in config.counter_precisions])
+    return [
+        precision
+        for precision, when in zip(config.counter_precisions, last, strict=True)
+        if when is None or now - float(when) >= max(precision, MIN_CLEAN_INTERVAL)
+    ]
+
+
+def mark_cleaned(
+    client: redis.Redis, config: Config, precisions: Sequence[int], now: float
+) -> None:
+    key = _cleaned_key(config)
+    pipe = client.pipeline(transaction=False)
+    if precisions:
+        pipe.hset(key, mapping={str(p): f"{now:.3f}" for p in precisions})
+    gone = [
+        field
+        for field in client.hkeys(key)
+        if _precision_of(keyspace.text(field)) not in config.counter_precisions
+    ]
+    if gone:
+        pipe.hdel(key, *gone)
+    pipe.execute()
+
+
+def _cleaned_key(config: Config) -> str:
+    return keyspace.key(config, "counters-cleaned")
