@@ -267,7 +267,7 @@ def run_lint(python: Path) -> int:
     checks = [
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
-        ["mypy", "whos_online", "tests", "example_project", "scripts", "manage.py"],
+        ["mypy", "whos_online", "tests", "example_project", "scripts", "bench", "manage.py"],
     ]
     failed = []
     for check in checks:
