@@ -79,7 +79,7 @@ CACHES = {
 }
 
 # A short window and throttle, so that the demo shows people arriving and leaving quickly.
-WHOS_ONLINE = {"WINDOW": 300, "THROTTLE": 60}
+WHOS_ONLINE = {"WINDOW": 300, "THROTTLE": 60, "COUNT_HITS": True}
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
