@@ -157,8 +157,11 @@ def get(client: redis.Redis, config: Config, name: str, precision: int) -> list[
 
 @dataclass(frozen=True)
 class Cleaned:
+    #: Every sample removed, those of dropped counters included.
     samples: int
-    counters_dropped: int
+    #: Counters of precisions no longer configured, dropped whole, and how many samples they held.
+    counters_dropped: int = 0
+    dropped_samples: int = 0
 
 
 def clean(
@@ -176,7 +179,7 @@ def clean(
     read and one script call per ``DELETE_CHUNK_SIZE`` slices, so Redis is never busy for long.
     """
     wanted = set(config.counter_precisions if precisions is None else precisions)
-    samples = dropped = 0
+    samples = dropped = dropped_samples = 0
     for page in _known_pages(client, config):
         pipe = client.pipeline(transaction=False)
         for name_member in page:
@@ -184,13 +187,17 @@ def clean(
         for name_member, fields in zip(page, pipe.execute(), strict=True):
             precision = _precision_of(name_member)
             if precision not in config.counter_precisions:
-                samples += _drop(client, config, name_member, len(fields), dry_run=dry_run)
+                dropped_samples += _drop(client, config, name_member, len(fields), dry_run=dry_run)
                 dropped += 1
             elif precision in wanted:
                 cutoff = now - config.counter_samples * precision
                 stale = [field for field in fields if int(field) <= cutoff]
                 samples += _delete(client, config, name_member, stale, dry_run=dry_run)
-    return Cleaned(samples=samples, counters_dropped=dropped)
+    return Cleaned(
+        samples=samples + dropped_samples,
+        counters_dropped=dropped,
+        dropped_samples=dropped_samples,
+    )
 
 
 def _known_pages(client: redis.Redis, config: Config) -> Iterator[list[str]]:

@@ -65,7 +65,10 @@ class FlushTimer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: The timer still to fire, if any; cleared when it fires, so that a new one can start.
         self._timer: threading.Timer | None = None
+        #: The last timer started, kept after it fires so that ``join`` can wait for its flush.
+        self._last: threading.Timer | None = None
 
     @property
     def pending(self) -> bool:
@@ -79,7 +82,7 @@ class FlushTimer:
                 return
             timer = threading.Timer(delay, self._fire, args=(flush,))
             timer.daemon = True
-            self._timer = timer
+            self._timer = self._last = timer
             timer.start()
 
     def _fire(self, flush: Callable[[], object]) -> None:
@@ -95,7 +98,7 @@ class FlushTimer:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for a scheduled flush to finish (for tests and shutdown)."""
-        timer = self._timer
+        timer = self._last
         if timer is not None:
             timer.join(timeout)
 

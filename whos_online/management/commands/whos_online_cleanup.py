@@ -123,12 +123,13 @@ class Command(BaseCommand):
         else:
             verb = "Would remove" if dry_run else "Removed"
             where = get_text_list([f"{precision} s" for precision in due], "and")
-            plural = "" if cleaned.samples == 1 else "s"
-            line = f"{verb} {cleaned.samples} counter sample{plural} at precisions {where}."
+            removed = cleaned.samples - cleaned.dropped_samples
+            line = f"{verb} {_plural(removed, 'counter sample')} at precisions {where}."
         if cleaned.counters_dropped:
             verb = "Would drop" if dry_run else "Dropped"
             line += (
-                f" {verb} {cleaned.counters_dropped} counter(s) of precisions no longer in "
+                f" {verb} {_plural(cleaned.counters_dropped, 'counter')} "
+                f"({_plural(cleaned.dropped_samples, 'sample')}) of precisions no longer in "
                 "COUNTER_PRECISIONS."
             )
         self.log(self.style.SUCCESS(line), level=1)
@@ -165,3 +166,7 @@ class Command(BaseCommand):
     def log(self, msg: str, level: int = 2) -> None:
         if self.verbosity >= level:
             self.stdout.write(msg)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,568 @@
+"""Page hits (``COUNT_HITS``): the in-process buffer, its flushes, and what reaches Redis."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+from django.test import Client
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tests.redis_server import free_port
+from whos_online import api, connection, hits, throttle
+from whos_online.conf import get_config
+from whos_online.connection import admin_client
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+
+#: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
+T0 = 1_799_712_000
+PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+ROOT = Path(__file__).resolve().parent.parent
+
+_schedule = hits.FlushTimer.schedule
+
+
+def configure(settings: Any, **values: object) -> None:
+    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend.
+
+    Changing settings drops buffered hits (``conf.reset``), so tests configure first.
+    """
+    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
+
+
+def flush_delay(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make the timer's default delay ``seconds`` (FLUSH_INTERVAL is bound at definition)."""
+    monkeypatch.setattr(
+        hits.FlushTimer, "schedule", functools.partialmethod(_schedule, delay=seconds)
+    )
+
+
+def timer_threads() -> list[threading.Timer]:
+    return [thread for thread in threading.enumerate() if isinstance(thread, threading.Timer)]
+
+
+def pending(timer: hits.FlushTimer | None = None) -> bool:
+    """Whether a flush is scheduled (a call, so that mypy does not narrow it between reads)."""
+    return (timer or hits.timer).pending
+
+
+def total(precision: int) -> int:
+    return sum(count for _, count in api.get_counter("hits", precision))
+
+
+@pytest.fixture(autouse=True)
+def _timers_end_with_the_test(monkeypatch) -> Iterator[None]:
+    """No background flush fires in the middle of a test, and no timer thread outlives it."""
+    flush_delay(monkeypatch, 3600)
+    yield
+    hits.timer.cancel()
+    for thread in timer_threads():
+        thread.cancel()
+        thread.join(5)
+    assert timer_threads() == []
+
+
+@pytest.fixture
+def counting(settings) -> None:
+    configure(settings, COUNT_HITS=True)
+
+
+class Outage:
+    """Points the app's request client at a port where nothing listens, and back."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.dead = redis.Redis.from_url(
+            f"redis://127.0.0.1:{free_port()}/0",
+            socket_connect_timeout=0.5,
+            socket_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    def begin(self) -> None:
+        self.monkeypatch.setattr(api, "request_client", lambda: self.dead)
+
+    def end(self) -> None:
+        """Redis answers again, and FAILURE_BACKOFF has passed since the failure."""
+        self.monkeypatch.setattr(api, "request_client", connection.request_client)
+        later = time.monotonic() + get_config().failure_backoff + 1
+        self.monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=lambda: later))
+
+
+@pytest.fixture
+def outage(monkeypatch) -> Iterator[Outage]:
+    down = Outage(monkeypatch)
+    yield down
+    down.dead.connection_pool.disconnect()
+
+
+# Through the middleware
+
+
+def test_a_burst_of_requests_counts_every_hit_at_every_precision(backend, counting, alice):
+    guest = Client(REMOTE_ADDR="203.0.113.7")
+    other = Client(REMOTE_ADDR="198.51.100.2")
+    bot = Client(REMOTE_ADDR="198.51.100.3", HTTP_USER_AGENT=GOOGLEBOT)
+    user = Client(REMOTE_ADDR="198.51.100.4")
+    started = int(time.time())
+
+    counted = 0
+    for client, path in [
+        (guest, "/plain/"),  # recorded
+        *[(guest, "/plain/")] * 4,  # throttled
+        (other, "/"),  # recorded, renders the tag
+        *[(other, "/plain/")] * 2,
+        (bot, "/plain/"),
+        (bot, "/plain/"),
+        (user, "/login/alice/"),  # recorded at login, in the view
+        *[(user, "/plain/")] * 3,
+        (user, "/"),
+    ]:
+        assert client.get(path).status_code == 200
+        counted += 1
+    for client in (guest, user, bot):
+        client.get("/static/app.css")
+        client.get("/favicon.ico")
+    ended = int(time.time())
+
+    assert counted == 15
+    # Each recorded visit carried what was buffered before it (its own hit included); the
+    # four requests of alice after her login were throttled and wait in the buffer.
+    assert total(1) == 11
+    assert hits.buffer.total() == 4
+    assert api.flush_hits() is True
+    assert hits.buffer.total() == 0
+    for precision in PRECISIONS:
+        assert total(precision) == 15, precision
+    assert all(started <= second <= ended for second, _ in api.get_counter("hits", 1))
+
+
+def test_throttled_requests_buffer_hits_and_a_recorded_one_carries_them(
+    backend, counting, client, redis_calls
+):
+    client.get("/plain/")
+    assert total(1) == 1
+    assert hits.buffer.total() == 0
+    redis_calls.clear()
+
+    for _ in range(3):
+        response = client.get("/plain/")
+        assert throttle.COOKIE_NAME not in response.cookies
+    client.get("/static/app.css")
+    client.get("/favicon.ico")
+
+    assert redis_calls.trips == []
+    assert hits.buffer.total() == 3
+
+    client.cookies.clear()
+    response = client.get("/plain/", REMOTE_ADDR="198.51.100.1")
+
+    assert throttle.COOKIE_NAME in response.cookies
+    assert redis_calls.trips == [["EVALSHA"]]
+    assert hits.buffer.total() == 0
+    assert total(1) == 5
+    assert total(86400) == 5
+
+
+def test_custom_ignore_paths_are_not_counted(backend, settings, client):
+    configure(settings, COUNT_HITS=True, IGNORE_PATHS=[r"^/plain/"])
+
+    client.get("/plain/")
+    client.get("/static/app.css")  # no longer ignored: the setting replaces the defaults
+
+    assert hits.buffer.total() + total(1) == 1
+
+
+def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
+    client.get("/plain/")
+    client.get("/plain/")
+    client.cookies.clear()
+    client.get("/", REMOTE_ADDR="198.51.100.1")
+
+    assert hits.buffer.total() == 0
+    assert pending() is False
+    assert timer_threads() == []
+    assert r.keys("*hits*") == []
+    assert [m for m in r.zrange("{whos_online}:counters", 0, -1) if b"hits" in m] == []
+    redis_calls.clear()
+    assert api.flush_hits() is True
+    assert redis_calls.trips == []
+
+
+# Slices
+
+
+def test_hits_land_in_the_slice_of_the_second_they_happened(backend, counting):
+    for moment in (T0 - 0.5, T0, T0 + 0.999, T0 + 4.999, T0 + 5, T0 + 59.9, T0 + 60):
+        api.count_hit(moment)
+    api.count_hit(T0 + 299)
+    api.count_hit(datetime.fromtimestamp(T0 + 300, tz=timezone.utc))
+    api.count_hit(T0 + 3600.2)
+
+    assert api.flush_hits() is True
+
+    assert api.get_counter("hits", 1) == [
+        (T0 - 1, 1),
+        (T0, 2),
+        (T0 + 4, 1),
+        (T0 + 5, 1),
+        (T0 + 59, 1),
+        (T0 + 60, 1),
+        (T0 + 299, 1),
+        (T0 + 300, 1),
+        (T0 + 3600, 1),
+    ]
+    assert api.get_counter("hits", 5) == [
+        (T0 - 5, 1),
+        (T0, 3),
+        (T0 + 5, 1),
+        (T0 + 55, 1),
+        (T0 + 60, 1),
+        (T0 + 295, 1),
+        (T0 + 300, 1),
+        (T0 + 3600, 1),
+    ]
+    assert api.get_counter("hits", 60) == [
+        (T0 - 60, 1),
+        (T0, 5),
+        (T0 + 60, 1),
+        (T0 + 240, 1),
+        (T0 + 300, 1),
+        (T0 + 3600, 1),
+    ]
+    assert api.get_counter("hits", 300) == [(T0 - 300, 1), (T0, 7), (T0 + 300, 1), (T0 + 3600, 1)]
+    assert api.get_counter("hits", 3600) == [(T0 - 3600, 1), (T0, 8), (T0 + 3600, 1)]
+    assert api.get_counter("hits", 18000) == [(T0 - 18000, 1), (T0, 9)]
+    assert api.get_counter("hits", 86400) == [(T0 - 86400, 1), (T0, 9)]
+
+
+def test_hits_carried_by_a_visit_keep_their_own_seconds(backend, counting, redis_calls):
+    api.count_hit(T0 - 1)
+    api.count_hit(T0 + 1)
+    api.count_hit(T0 + 1)
+
+    assert api.record_guest("192.0.2.1", now=T0 + 7) is True
+
+    assert redis_calls.trips == [["EVALSHA"]]
+    assert hits.buffer.total() == 0
+    assert api.get_counter("hits", 1) == [(T0 - 1, 1), (T0 + 1, 2)]
+    assert api.get_counter("hits", 5) == [(T0 - 5, 1), (T0, 2)]
+
+
+# Redis down
+
+
+def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
+    api.count_hit(T0)
+    api.count_hit(T0)
+    api.count_hit(T0 + 1)
+    hits.timer.cancel()
+    outage.begin()
+
+    assert api.flush_hits() is False
+    assert hits.buffer.total() == 3
+    # The flush is tried again later, by the timer.
+    assert pending() is True
+    api.count_hit(T0 + 2)
+    assert api.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
+    assert hits.buffer.total() == 4
+
+    outage.end()
+    assert api.get_counter("hits", 1) == []
+    assert api.flush_hits() is True
+
+    assert hits.buffer.total() == 0
+    assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1), (T0 + 2, 1)]
+    assert api.get_counter("hits", 86400) == [(T0, 4)]
+
+
+def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, outage):
+    api.count_hit(T0)
+    api.count_hit(T0 + 1)
+    outage.begin()
+
+    response = client.get("/plain/")
+    assert response.status_code == 200
+    assert throttle.COOKIE_NAME not in response.cookies
+    assert api.record_guest("192.0.2.1") is False
+    assert hits.buffer.total() == 3
+
+    outage.end()
+    assert api.flush_hits() is True
+
+    seconds = dict(api.get_counter("hits", 1))
+    assert (seconds.pop(T0), seconds.pop(T0 + 1)) == (1, 1)
+    assert list(seconds.values()) == [1]  # the hit of the failed request, at its own second
+    assert total(1) == 3
+    assert total(86400) == 3
+
+
+def test_give_back_folds_seconds_beyond_max_buffered_seconds(monkeypatch):
+    monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
+    buffer = hits.HitBuffer()
+    for second in range(5):
+        buffer.add(T0 + 100 + second)
+    # Adding never folds: only a failed write (give_back) does.
+    assert buffer.take() == {T0 + 100 + second: 1 for second in range(5)}
+
+    buffer.add(T0 + 3, 4)
+    buffer.add(T0 + 4.5)
+    buffer.give_back({T0: 1, T0 + 1: 2, T0 + 2: 3})
+
+    assert buffer.total() == 11
+    assert buffer.take() == {T0 + 2: 6, T0 + 3: 4, T0 + 4: 1}
+    assert buffer.take() == {}
+
+    buffer.give_back({T0 + 7: 2, T0 + 5: 1, T0 + 6: 1, T0 + 8: 1})
+    assert buffer.take() == {T0 + 6: 2, T0 + 7: 2, T0 + 8: 1}
+
+
+def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
+    backend, counting, outage, monkeypatch
+):
+    monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
+    for moment, count in [(T0, 1), (T0 + 1, 2), (T0 + 2, 1), (T0 + 3, 1), (T0 + 4, 1)]:
+        for _ in range(count):
+            api.count_hit(moment)
+    outage.begin()
+
+    assert api.flush_hits() is False
+    assert hits.buffer.total() == 6
+
+    outage.end()
+    assert api.flush_hits() is True
+    assert api.get_counter("hits", 1) == [(T0 + 2, 4), (T0 + 3, 1), (T0 + 4, 1)]
+    assert api.get_counter("hits", 5) == [(T0, 6)]
+
+
+# The timer
+
+
+def test_flush_timer_runs_the_flush_once_after_the_delay():
+    timer = hits.FlushTimer()
+    calls: list[str] = []
+    done = threading.Event()
+
+    def flush(name: str) -> Callable[[], None]:
+        def run() -> None:
+            calls.append(name)
+            done.set()
+
+        return run
+
+    timer.schedule(flush("first"), delay=0.05)
+    assert pending(timer) is True
+    timer.schedule(flush("second"), delay=0.01)
+    assert len(timer_threads()) == 1
+
+    timer.join(5)
+    assert done.wait(5)
+    assert calls == ["first"]
+    assert pending(timer) is False
+
+    done.clear()
+    timer.schedule(flush("third"), delay=0.01)
+    assert done.wait(5)
+    timer.join(5)
+    assert calls == ["first", "third"]
+
+
+def test_flush_timer_cancel_drops_the_pending_flush():
+    timer = hits.FlushTimer()
+    calls: list[int] = []
+    timer.schedule(lambda: calls.append(1), delay=60)
+    (thread,) = timer_threads()
+
+    timer.cancel()
+    thread.join(5)
+
+    assert thread.is_alive() is False
+    assert pending(timer) is False
+    assert calls == []
+
+
+def test_concurrent_schedules_start_one_timer():
+    timer = hits.FlushTimer()
+    barrier = threading.Barrier(8)
+
+    def schedule() -> None:
+        barrier.wait(5)
+        timer.schedule(lambda: None, delay=60)
+
+    threads = [threading.Thread(target=schedule) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+
+    assert len(timer_threads()) == 1
+    timer.cancel()
+
+
+def test_concurrent_hits_are_all_counted(counting):
+    barrier = threading.Barrier(8)
+
+    def count() -> None:
+        barrier.wait(5)
+        for index in range(500):
+            api.count_hit(T0 + index % 3)
+
+    threads = [threading.Thread(target=count) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+
+    assert hits.buffer.take() == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
+    assert len(timer_threads()) == 1
+
+
+def test_flush_timer_join_waits_for_a_flush_that_has_started():
+    timer = hits.FlushTimer()
+    started, release = threading.Event(), threading.Event()
+    finished: list[bool] = []
+
+    def flush() -> None:
+        started.set()
+        release.wait(5)
+        finished.append(True)
+
+    timer.schedule(flush, delay=0)
+    try:
+        assert started.wait(5)
+        threading.Timer(0.05, release.set).start()
+        timer.join(5)
+        assert finished == [True]
+    finally:
+        release.set()
+
+
+def test_the_default_flush_delay_is_flush_interval(counting, monkeypatch):
+    monkeypatch.setattr(hits.FlushTimer, "schedule", _schedule)
+
+    api.count_hit()
+    api.count_hit()
+
+    assert hits.FLUSH_INTERVAL == 1.0
+    assert [thread.interval for thread in timer_threads()] == [1.0]
+
+
+def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
+    flush_delay(monkeypatch, 0.05)
+    flushed = threading.Event()
+    original = api.flush_hits
+
+    def flush_hits() -> bool:
+        try:
+            return original()
+        finally:
+            flushed.set()
+
+    monkeypatch.setattr(api, "flush_hits", flush_hits)
+
+    api.count_hit(T0)
+    api.count_hit(T0)
+    api.count_hit(T0 + 1)
+    assert pending() is True
+    assert len(timer_threads()) == 1
+
+    hits.timer.join(5)
+    assert flushed.wait(5)
+
+    assert pending() is False
+    assert hits.buffer.total() == 0
+    assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1)]
+    assert api.get_counter("hits", 60) == [(T0, 3)]
+
+
+# Processes
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_with_an_empty_buffer(counting):
+    api.count_hit(T0)  # also leaves a flush pending in the parent
+    hits.buffer.add(T0 + 1, 3)
+    assert pending() is True
+    read_end, write_end = os.pipe()
+
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about forking with a (timer) thread running; the child exits at once.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            before = hits.buffer.total()
+            was_pending = hits.timer.pending
+            hits.buffer.add(T0 + 2)
+            os.write(write_end, f"{before} {was_pending} {hits.buffer.total()}".encode())
+        finally:
+            os._exit(0)
+
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        report = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert report == "0 False 1"
+    assert hits.buffer.total() == 4
+    assert pending() is True
+
+
+EXITING_PROCESS = """
+import sys
+
+import django
+from django.conf import settings
+
+settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True}
+django.setup()
+
+from whos_online import api, hits
+
+# No timer: only the flush at exit can write these hits.
+hits.FlushTimer.schedule = lambda self, flush, delay=0: None
+for _ in range(5):
+    api.count_hit()
+print(hits.buffer.total())
+"""
+
+
+def test_a_process_that_exits_writes_its_buffered_hits(settings, real_redis_url):
+    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
+    admin_client().flushdb()
+    started = int(time.time())
+
+    result = subprocess.run(
+        [sys.executable, "-c", EXITING_PROCESS, real_redis_url],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, "5\n", "")
+    samples = api.get_counter("hits", 60)
+    assert sum(count for _, count in samples) == 5
+    assert all(started - 60 <= start <= time.time() for start, _ in samples)
+    for precision in PRECISIONS:
+        assert total(precision) == 5, precision
+    assert hits.buffer.total() == 0
