@@ -375,6 +375,9 @@ def update_counter(name: str, count: int = 1, now: float | datetime | None = Non
     if not _is_whole_number(count):
         msg = f"update_counter() counts in whole numbers, not {type(count).__name__}."
         raise TypeError(msg)
+    if not counters.MIN_COUNT <= count <= counters.MAX_COUNT:
+        msg = f"update_counter() counts must be in Redis's 64-bit integer range, not {count}."
+        raise ValueError(msg)
     timestamp = _now(now)
 
     def write(client: redis.Redis, config: Config) -> bool:
@@ -393,6 +396,9 @@ def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
     oldest first; empty for an unknown counter or when Redis fails."""
     counters.check_name(name)
     precisions = get_config().counter_precisions
+    if not _is_whole_number(precision):
+        msg = f"get_counter() precision is a whole number of seconds, not {precision!r}."
+        raise TypeError(msg)
     if precision not in precisions:
         msg = (
             f"get_counter() precision must be one of COUNTER_PRECISIONS {list(precisions)}, "

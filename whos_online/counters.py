@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 #: Longest counter name accepted; names become part of Redis keys.
 MAX_NAME_LENGTH: Final = 200
 
+#: The range of a Redis integer, which is what a counter sample is.
+MIN_COUNT: Final = -(2**63)
+MAX_COUNT: Final = 2**63 - 1
+
 #: Counters (precision and name) handled per cleaning step, and slices deleted per command.
 CLEAN_PAGE_SIZE: Final = 100
 DELETE_CHUNK_SIZE: Final = 1000
@@ -41,15 +45,17 @@ DELETE_CHUNK_SIZE: Final = 1000
 MIN_CLEAN_INTERVAL: Final = 60
 
 # Lua shared by the scripts that add to counters. ARGV[first] is how many increments follow, then
-# (member, slice start, amount) for each; returns the index of the first unused ARGV.
+# (member, slice start, amount) for each; returns the index of the first unused ARGV. Amounts go
+# to HINCRBY as the strings they came as: a Lua number is a double and would round big counts.
 LUA_ADD_INCREMENTS: Final = """
 local function add_increments(counter_prefix, known, first)
   local count = tonumber(ARGV[first])
   for i = first + 1, first + 3 * count, 3 do
-    local amount = tonumber(ARGV[i + 2])
-    if redis.call('HINCRBY', counter_prefix .. ARGV[i], ARGV[i + 1], amount) == amount then
+    local key = counter_prefix .. ARGV[i]
+    if redis.call('EXISTS', key) == 0 then
       redis.call('ZADD', known, 0, ARGV[i])
     end
+    redis.call('HINCRBY', key, ARGV[i + 1], ARGV[i + 2])
   end
   return first + 3 * count + 1
 end
