@@ -1,0 +1,243 @@
+"""Many concurrent clients through a real WSGI server against a real Redis, for a few seconds.
+
+gunicorn serves the test site (tests/load_settings.py) with two worker processes of four threads
+each, behind one "trusted proxy": every client sends its own address in ``X-Forwarded-For``. Fifty
+client threads (users who log in, guests who keep cookies, guests and bots who drop them, some
+over IPv6, some forging an address further left) request pages for a bounded time. Every response
+must be a 200, the online counts must equal the distinct clients exactly, and the page hits
+counter must equal the pages served once the workers have exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+import whos_online
+from tests.redis_server import free_port
+from whos_online.connection import admin_client
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+#: How long the clients keep requesting.
+DURATION = 3.0
+USERS, GUESTS_WITH_COOKIES, GUESTS_WITHOUT, BOTS = 10, 20, 15, 5
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
+#: Run in the site's settings before gunicorn starts: the tables, and the users who log in.
+PREPARE = f"""
+import django
+django.setup()
+from django.core.management import call_command
+from django.contrib.auth.models import User
+call_command("migrate", verbosity=0)
+User.objects.bulk_create([User(username=f"load{{n}}") for n in range({USERS})])
+"""
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="gunicorn runs on Unix only")
+
+
+@dataclass
+class Visitor:
+    """One client: its address, what it sends, and what it got."""
+
+    number: int
+    kind: str  # "user", "guest" (keeps cookies), "cookieless" or "bot"
+    cookies: dict[str, str] = field(default_factory=dict)
+    statuses: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        if self.number % 5 == 0:
+            return f"2001:db8:10ad::{self.number:x}"
+        return f"198.18.0.{self.number + 1}"
+
+    @property
+    def forwarded_for(self) -> str:
+        # What the client wrote itself, left of what the trusted proxy appended, changes nothing.
+        forged = f"192.0.2.{self.number}, " if self.number % 3 == 0 else ""
+        return forged + self.address
+
+    def get(self, port: int, path: str) -> None:
+        headers = {
+            "X-Forwarded-For": self.forwarded_for,
+            "User-Agent": GOOGLEBOT if self.kind == "bot" else BROWSER,
+        }
+        if self.cookies:
+            headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+            self.statuses.append(response.status)
+            if response.status != 200:
+                self.errors.append(f"{path}: {response.status} {body[:200]!r}")
+            if self.kind in {"user", "guest"}:
+                self.keep(response.headers.get_all("Set-Cookie") or [])
+        except (OSError, http.client.HTTPException) as error:
+            self.errors.append(f"{path}: {type(error).__name__}: {error}")
+        finally:
+            connection.close()
+
+    def keep(self, set_cookies: list[str]) -> None:
+        for header in set_cookies:
+            for name, morsel in SimpleCookie(header).items():
+                if morsel["max-age"] == "0" or not morsel.value:
+                    self.cookies.pop(name, None)
+                else:
+                    self.cookies[name] = morsel.value
+
+    def run(self, port: int, deadline: float) -> None:
+        if self.kind == "user":
+            self.get(port, f"/login/load{self.number}/")
+        pages = ("/", "/plain/")
+        while time.monotonic() < deadline:
+            self.get(port, pages[len(self.statuses) % 2])
+
+
+def visitors() -> list[Visitor]:
+    kinds = (
+        ["user"] * USERS
+        + ["guest"] * GUESTS_WITH_COOKIES
+        + ["cookieless"] * GUESTS_WITHOUT
+        + ["bot"] * BOTS
+    )
+    return [Visitor(number, kind) for number, kind in enumerate(kinds)]
+
+
+@contextlib.contextmanager
+def gunicorn(env: dict[str, str], log: Path) -> Iterator[int]:
+    """Serve the site on a free port until the block ends; the whole process group is stopped."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--worker-class",
+        "gthread",
+        "--threads",
+        "4",
+        "--graceful-timeout",
+        "10",
+        "--log-level",
+        "warning",
+        "--pythonpath",
+        str(ROOT),
+        "django.core.wsgi:get_wsgi_application()",
+    ]
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until_serving(process, port, log)
+        yield port
+    finally:
+        stop(process)
+
+
+def wait_until_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"gunicorn exited with {process.returncode}:\n{log.read_text()}")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        try:
+            # A static path: ignored by the middleware, so that it records nobody.
+            connection.request("GET", "/static/app.css")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            connection.close()
+        time.sleep(0.05)
+    pytest.fail(f"gunicorn did not answer in 30 s:\n{log.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the group (a graceful stop: workers write their buffered hits), then SIGKILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    # Workers left behind by a master that died first go too.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_fifty_clients_through_gunicorn_are_counted_exactly(settings, real_redis_url, tmp_path):
+    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
+    redis = admin_client()
+    redis.flushdb()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.load_settings",
+        "REDIS_URL": real_redis_url,
+        "WHOS_ONLINE_LOAD_DB": str(tmp_path / "load.sqlite3"),
+        "PYTHONPATH": str(ROOT),
+    }
+    subprocess.run([sys.executable, "-c", PREPARE], cwd=ROOT, env=env, check=True, timeout=120)
+    log = tmp_path / "gunicorn.log"
+    clients = visitors()
+
+    with gunicorn(env, log) as port:
+        deadline = time.monotonic() + DURATION
+        started = time.monotonic()
+        threads = [threading.Thread(target=client.run, args=(port, deadline)) for client in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(DURATION + 60)
+        elapsed = time.monotonic() - started
+        assert not any(thread.is_alive() for thread in threads)
+        counts = whos_online.online_counts()
+
+    served = sum(len(client.statuses) for client in clients)
+    rate = served / elapsed
+    print(f"\n{served} requests by {len(clients)} clients in {elapsed:.1f} s: {rate:.0f}/s")
+    errors = [error for client in clients for error in client.errors]
+    assert errors == [], f"{len(errors)} errors, first ones: {errors[:5]}\n{log.read_text()}"
+    assert all(len(client.statuses) >= 2 for client in clients)
+    assert counts.users == USERS
+    assert counts.guests == GUESTS_WITH_COOKIES + GUESTS_WITHOUT
+    assert counts.bots == BOTS
+    assert counts.total == USERS + GUESTS_WITH_COOKIES + GUESTS_WITHOUT
+    names = sorted(user.name for user in whos_online.online_users())
+    assert names == sorted(f"load{n}" for n in range(USERS))
+    assert redis.zcard("{whos_online}:users") == USERS
+    assert redis.zcard("{whos_online}:guests") == GUESTS_WITH_COOKIES + GUESTS_WITHOUT
+    assert redis.zcard("{whos_online}:bots") == BOTS
+    # Once the workers have exited, every page served is in the hits counter, none twice.
+    hits = sum(count for _, count in whos_online.get_counter("hits", 86400))
+    assert hits == served
+    assert "Traceback" not in log.read_text()
