@@ -1,0 +1,683 @@
+"""Fault injection on a real redis-server: every request path fails open, the cleanup fails loudly.
+
+Each test starts its own redis-server (``tests.redis_server.RedisServer``) and breaks it for real:
+stopped (nothing listening), killed with SIGKILL while the app holds open connections, frozen with
+SIGSTOP, full (``maxmemory`` with ``noeviction``, filled until writes get ``OOM``) or demoted to a
+read-only replica of another server. No Redis call is mocked; the circuit breaker's clock
+(``whos_online.connection.time.monotonic``) is replaced so that back-off periods pass without
+sleeping, and the request client's connections are watched (not changed) to count calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from ipaddress import IPv4Address
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command, execute_from_command_line
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template import engines
+from django.test import Client
+from django.urls import path
+from redis.connection import AbstractConnection, Connection
+
+import whos_online
+from tests import urls as test_urls
+from tests.redis_server import RedisServer
+from whos_online import api, conf, connection, throttle
+from whos_online.conf import get_config
+from whos_online.identity import guest_id
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from django.contrib.auth.models import AbstractUser
+    from django.http.response import HttpResponseBase
+
+pytestmark = [pytest.mark.urls(__name__), pytest.mark.django_db]
+
+#: The default FAILURE_BACKOFF, which these tests leave in place.
+BACKOFF = 10.0
+#: A guest recorded before the fault; the pages show "alice and 1 guest" while Redis is healthy.
+SEEDED_GUEST = "198.51.100.1"
+COOKIE = throttle.COOKIE_NAME
+
+# A page that uses every template tag, and a view that reads every part of the API.
+TAGS = engines["django"].from_string(
+    "{% load whos_online %}{% whos_online visitors=True %}"
+    "<p>total={% online_count %};users={% online_count 'users' %};"
+    "guests={% online_count 'guests' %};seen={% last_seen alice %};</p>"
+)
+
+
+def tags_page(request: HttpRequest) -> HttpResponse:
+    alice = get_user_model().objects.get(username="alice")
+    return HttpResponse(TAGS.render({"alice": alice}, request))
+
+
+def api_view(request: HttpRequest) -> JsonResponse:
+    alice = get_user_model().objects.get(username="alice")
+    seen = whos_online.last_seen(alice)
+    return JsonResponse(
+        {
+            "users": [user.name for user in whos_online.online_users(limit=10)],
+            "counts": list(whos_online.online_counts()),
+            "is_online": whos_online.is_online(alice),
+            "last_seen": seen.isoformat() if seen else None,
+            "peak": whos_online.peak().people,
+            "visitors": whos_online.unique_visitors(),
+            "guest_samples": len(whos_online.get_counter("online:guests", 60)),
+        }
+    )
+
+
+urlpatterns = [
+    *test_urls.urlpatterns,
+    path("tags/", tags_page),
+    path("api/", api_view),
+]
+
+EMPTY_API = {
+    "users": [],
+    "counts": [0, 0, 0, 0],
+    "is_online": False,
+    "last_seen": None,
+    "peak": 0,
+    "visitors": 0,
+    "guest_samples": 0,
+}
+
+
+# Faults
+
+
+class Fault:
+    """A real redis-server at a fixed URL that a test can break and heal again."""
+
+    name: ClassVar[str]
+    #: True when Redis still answers reads and only refuses writes (OOM, read-only replica).
+    only_writes_fail: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self.server = RedisServer()
+        self.server.start()
+        self.port = self.server.port
+        self.url = self.server.url
+        self.others: list[RedisServer] = []
+        self._direct: redis.Redis | None = None
+
+    def direct(self) -> redis.Redis:
+        """A client of the test's own, for setting up faults and looking at what was stored."""
+        if self._direct is None:
+            self._direct = redis.Redis.from_url(self.url, socket_timeout=5)
+        return self._direct
+
+    def inject(self) -> None:
+        raise NotImplementedError
+
+    def heal(self) -> None:
+        raise NotImplementedError
+
+    def commands_processed(self) -> int | None:
+        """Commands the server has run other than INFO (and replication pings); None if it
+        cannot answer."""
+        if not self.only_writes_fail:
+            return None
+        stats = self.direct().info("commandstats")
+        ignored = {"cmdstat_info", "cmdstat_ping", "cmdstat_replconf"}
+        return sum(int(value["calls"]) for name, value in stats.items() if name not in ignored)
+
+    def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+        for server in [self.server, *self.others]:
+            kill(server)
+
+
+def kill(server: RedisServer) -> None:
+    """Stop a test server at once (SIGKILL ends a frozen one too) and remove its directory."""
+    if server.process is not None:
+        server.process.kill()
+        server.process.wait(timeout=5)
+        server.process = None
+    server.close()
+
+
+class Stopped(Fault):
+    """Nothing listening: the server was shut down; it comes back empty on the same port."""
+
+    name = "stopped"
+
+    def inject(self) -> None:
+        self.server.stop()
+
+    def heal(self) -> None:
+        self.server.close()
+        self.server = RedisServer(port=self.port)
+        self.server.start()
+
+
+class Killed(Stopped):
+    """SIGKILL while the app's pool holds open connections to it."""
+
+    name = "killed"
+
+    def inject(self) -> None:
+        assert self.server.process is not None
+        kill(self.server)
+
+
+class Frozen(Fault):
+    """SIGSTOP: connections are still accepted by the kernel, but nothing ever answers."""
+
+    name = "frozen"
+
+    def inject(self) -> None:
+        self.server.freeze()
+
+    def heal(self) -> None:
+        self.server.resume()
+
+
+class OutOfMemory(Fault):
+    """``maxmemory`` with ``noeviction``, filled until writes get OOM errors."""
+
+    name = "out-of-memory"
+    only_writes_fail = True
+
+    def inject(self) -> None:
+        client = self.direct()
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**21)
+        filled = 0
+        with pytest.raises(redis.exceptions.OutOfMemoryError):  # noqa: PT012
+            while filled < 1000:
+                client.set(f"fill:{os.getpid()}:{filled}", b"x" * 65536)
+                filled += 1
+        assert filled > 0
+        # The last write failed partly on its own 64 KB argument; lower the limit below what is
+        # stored, so that small writes fail too and freed client buffers cannot undo the fault.
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 2**19)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("probe", "1")
+
+    def heal(self) -> None:
+        self.direct().config_set("maxmemory", 0)
+
+
+class ReadOnlyReplica(Fault):
+    """Demoted to a read-only replica of another server holding the same data."""
+
+    name = "read-only-replica"
+    only_writes_fail = True
+
+    def inject(self) -> None:
+        if not self.others:
+            primary = RedisServer()
+            primary.start()
+            self.others.append(primary)
+        primary = self.others[0]
+        client = self.direct()
+        with redis.Redis.from_url(primary.url, socket_timeout=5) as target:
+            # Redis 7+ syncs replicas diskless, after waiting 5 s for more of them by default.
+            target.config_set("repl-diskless-sync-delay", 0)
+            target.flushall()
+            for key in client.scan_iter(count=1000):
+                dumped = client.dump(key)
+                assert dumped is not None
+                target.restore(key, max(int(client.pttl(key)), 0), dumped, replace=True)
+        client.config_set("replica-read-only", "yes")
+        client.replicaof("127.0.0.1", primary.port)
+        deadline = time.monotonic() + 10
+        while client.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica did not sync in time"
+            time.sleep(0.01)
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            client.set("probe", "1")
+
+    def heal(self) -> None:
+        self.direct().replicaof("NO", "ONE")
+
+
+FAULTS: dict[str, type[Fault]] = {
+    kind.name: kind for kind in (Stopped, Killed, Frozen, OutOfMemory, ReadOnlyReplica)
+}
+
+
+@pytest.fixture(params=list(FAULTS))
+def fault(request, settings) -> Iterator[Fault]:
+    """A healthy redis-server for ``WHOS_ONLINE['REDIS_URL']``, ready to be broken."""
+    made = FAULTS[request.param]()
+    try:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": made.url}
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def frozen(settings) -> Iterator[Frozen]:
+    made = Frozen()
+    try:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": made.url}
+        yield made
+    finally:
+        made.close()
+
+
+# Time and calls
+
+
+@dataclass
+class Clock:
+    """The circuit breaker's monotonic clock, moved by hand."""
+
+    now: float = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=fake))
+    return fake
+
+
+@dataclass
+class Touches:
+    """Connection attempts and commands sent by the request client (short timeouts)."""
+
+    connects: int = 0
+    commands: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.connects + self.commands
+
+    def clear(self) -> None:
+        self.connects = self.commands = 0
+
+
+@pytest.fixture
+def touches(monkeypatch) -> Touches:
+    seen = Touches()
+    original_connect: Any = Connection._connect
+    original_send: Any = AbstractConnection.send_packed_command
+
+    def is_request_client(conn: Any) -> bool:
+        return bool(conn.socket_timeout == connection.REQUEST_TIMEOUT)
+
+    def spy_connect(self: Any) -> Any:
+        if is_request_client(self):
+            seen.connects += 1
+        return original_connect(self)
+
+    def spy_send(self: Any, command: Any, check_health: bool = True) -> None:
+        if is_request_client(self):
+            seen.commands += 1
+        original_send(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "_connect", spy_connect)
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", spy_send)
+    return seen
+
+
+# Helpers
+
+
+def addresses() -> Iterator[str]:
+    """Fresh client addresses (198.18.0.0/15, for benchmarks), one per new visitor."""
+    start = int(IPv4Address("198.18.0.1"))
+    return (str(IPv4Address(start + index)) for index in range(100_000))
+
+
+def seed(alice: AbstractUser) -> None:
+    """Alice and one guest online, through the API, while Redis is healthy."""
+    assert whos_online.record_user(alice) is True
+    assert whos_online.record_guest(SEEDED_GUEST) is True
+
+
+def page(response: Any) -> str:
+    assert response.status_code == 200
+    return str(response.content.decode())
+
+
+def shows_nobody(html: str) -> bool:
+    return 'data-total="0"' in html and "nobody" in html and "alice" not in html
+
+
+def is_recorded(fault: Fault, ip: str) -> bool:
+    member = guest_id(ip, get_config(), time.time())
+    return fault.direct().zscore("{whos_online}:guests", member) is not None
+
+
+def warnings_and_infos(caplog) -> list[str]:
+    return [
+        record.levelname
+        for record in caplog.records
+        if record.name == "whos_online" and record.levelno >= logging.INFO
+    ]
+
+
+def fail_once(fault: Fault, ips: Iterator[str]) -> HttpResponseBase:
+    """A request that tries to write (a new guest) and fails, which opens the breaker."""
+    response = Client(REMOTE_ADDR=next(ips)).get("/plain/")
+    assert response.status_code == 200
+    assert COOKIE not in response.cookies
+    return response
+
+
+# Pages and API
+
+
+def test_pages_render_nobody_during_the_fault(fault, alice):
+    seed(alice)
+    seeded = Client(REMOTE_ADDR=SEEDED_GUEST)
+    healthy = page(seeded.get("/"))
+    assert "alice" in healthy
+    assert 'data-total="2"' in healthy
+    tags = page(seeded.get("/tags/"))
+    assert "total=2;users=1;guests=1;seen=" in tags
+    assert "seen=;" not in tags
+
+    fault.inject()
+    visitor = Client(REMOTE_ADDR="203.0.113.7")
+    first = page(visitor.get("/"))
+    # Reads still work on a full or read-only Redis until a write fails and opens the breaker.
+    if fault.only_writes_fail:
+        assert "alice" in first
+    else:
+        assert shows_nobody(first)
+
+    for client in (visitor, seeded, Client(REMOTE_ADDR="192.0.2.9")):
+        assert shows_nobody(page(client.get("/")))
+        assert page(client.get("/plain/")) == "plain"
+        assert "total=0;users=0;guests=0;seen=;" in page(client.get("/tags/"))
+
+
+def test_api_returns_empty_values_during_the_fault(fault, alice):
+    seed(alice)
+    healthy = Client(REMOTE_ADDR=SEEDED_GUEST).get("/api/").json()
+    assert healthy["users"] == ["alice"]
+    assert healthy["counts"] == [1, 1, 0, 2]
+    assert healthy["is_online"] is True
+    assert healthy["last_seen"] is not None
+    assert healthy["peak"] == 2
+    assert healthy["visitors"] == 2
+    assert healthy["guest_samples"] == 1
+
+    fault.inject()
+    first = Client(REMOTE_ADDR=SEEDED_GUEST).get("/api/").json()
+    assert first == (healthy if fault.only_writes_fail else EMPTY_API)
+    fail_once(fault, addresses())
+
+    assert Client(REMOTE_ADDR=SEEDED_GUEST).get("/api/").json() == EMPTY_API
+    # Writers report that nothing was stored, rather than raising.
+    assert whos_online.record_user(alice) is False
+    assert whos_online.record_guest("192.0.2.1") is False
+    assert whos_online.update_counter("signups") is False
+    assert whos_online.forget_user(alice) is False
+    assert whos_online.prune() == 0
+
+
+# The circuit breaker
+
+
+def test_breaker_stops_calling_redis_for_the_backoff(fault, clock, touches, alice):
+    seed(alice)
+    ips = addresses()
+    fault.inject()
+    touches.clear()
+
+    fail_once(fault, ips)
+    # The write was tried once, not retried as redis-py does by default: one new connection
+    # or one command.
+    assert touches.total == 1
+    touches.clear()
+    before = fault.commands_processed()
+
+    clock.advance(BACKOFF - 0.01)
+    for route in ("/", "/plain/", "/tags/", "/api/"):
+        for _ in range(3):
+            assert Client(REMOTE_ADDR=next(ips)).get(route).status_code == 200
+    assert whos_online.record_guest(next(ips)) is False
+
+    assert touches.total == 0
+    if before is not None:
+        assert fault.commands_processed() == before
+
+    # Once the back-off has passed, one request tries Redis again, fails, and re-opens it.
+    clock.advance(0.02)
+    fail_once(fault, ips)
+    assert touches.total > 0
+    touches.clear()
+    fail_once(fault, ips)
+    assert touches.total == 0
+
+
+def test_a_frozen_redis_costs_one_timeout_per_backoff(frozen, touches):
+    Client(REMOTE_ADDR="192.0.2.1").get("/")  # the pool now holds a connection
+    frozen.inject()
+    try:
+        started = time.perf_counter()
+        first = Client(REMOTE_ADDR="203.0.113.7").get("/")
+        waited = time.perf_counter() - started
+        touches.clear()
+
+        started = time.perf_counter()
+        second = Client(REMOTE_ADDR="203.0.113.8").get("/")
+        next_one = time.perf_counter() - started
+    finally:
+        frozen.heal()
+
+    assert shows_nobody(page(first))
+    assert shows_nobody(page(second))
+    assert connection.REQUEST_TIMEOUT * 0.8 <= waited < 2
+    assert next_one < 0.1
+    assert touches.total == 0
+
+
+def test_every_fault_costs_at_most_one_short_wait(fault):
+    Client(REMOTE_ADDR="192.0.2.1").get("/")
+    fault.inject()
+    timings = []
+    for ip in ("203.0.113.7", "203.0.113.8", "203.0.113.9"):
+        started = time.perf_counter()
+        page(Client(REMOTE_ADDR=ip).get("/"))
+        timings.append(time.perf_counter() - started)
+
+    # redis-py's defaults would wait seconds (refused, retried) or a minute (frozen) here.
+    assert timings[0] < 2
+    assert max(timings[1:]) < 0.1
+
+
+# Logging, recovery and the throttle cookie
+
+
+def test_one_warning_per_outage_and_recording_resumes(fault, clock, caplog):
+    caplog.set_level(logging.INFO, logger="whos_online")
+    ips = addresses()
+    assert COOKIE in Client(REMOTE_ADDR=next(ips)).get("/").cookies
+    assert warnings_and_infos(caplog) == []
+
+    fault.inject()
+    for _ in range(3):
+        page(Client(REMOTE_ADDR=next(ips)).get("/"))
+    clock.advance(BACKOFF + 0.1)
+    fail_once(fault, ips)  # a second failure in the same outage
+    assert warnings_and_infos(caplog) == ["WARNING"]
+    assert fault.url in caplog.records[0].getMessage()
+
+    fault.heal()
+    # Redis is back, but the breaker keeps the app off it until the back-off has passed.
+    visitor_ip = next(ips)
+    visitor = Client(REMOTE_ADDR=visitor_ip)
+    assert COOKIE not in visitor.get("/plain/").cookies
+    assert not is_recorded(fault, visitor_ip)
+
+    clock.advance(BACKOFF + 0.1)
+    response = visitor.get("/plain/")
+    assert COOKIE in response.cookies
+    assert is_recorded(fault, visitor_ip)
+    assert 'data-guests="0"' not in page(Client(REMOTE_ADDR=next(ips)).get("/"))
+    assert warnings_and_infos(caplog) == ["WARNING", "INFO"]
+    assert fault.url in caplog.records[1].getMessage()
+
+    # A second outage is a second warning.
+    fault.inject()
+    fail_once(fault, ips)
+    fail_once(fault, ips)
+    assert warnings_and_infos(caplog) == ["WARNING", "INFO", "WARNING"]
+
+
+def test_no_throttle_cookie_while_writes_fail(fault, clock):
+    ips = addresses()
+    assert COOKIE in Client(REMOTE_ADDR=next(ips)).get("/plain/").cookies
+
+    fault.inject()
+    visitor_ip = next(ips)
+    visitor = Client(REMOTE_ADDR=visitor_ip)
+    for step in (0.0, 1.0, BACKOFF):  # a failing write, a skipped one, a failing one again
+        clock.advance(step)
+        for route in ("/", "/plain/"):
+            response = visitor.get(route)
+            assert response.status_code == 200
+            assert COOKIE not in response.cookies
+            assert COOKIE not in visitor.cookies
+
+    # The failed visits were not remembered as recorded: the next one after recovery is.
+    fault.heal()
+    clock.advance(BACKOFF + 0.1)
+    assert COOKIE in visitor.get("/plain/").cookies
+    assert is_recorded(fault, visitor_ip)
+
+
+def test_a_restart_between_requests_costs_nothing(settings, caplog, touches):
+    """A pooled connection to the old process is replaced without a failure or a warning."""
+    caplog.set_level(logging.INFO, logger="whos_online")
+    server = RedisServer()
+    server.start()
+    try:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+        assert COOKIE in Client(REMOTE_ADDR="192.0.2.1").get("/").cookies
+        server.stop()
+        server = RedisServer(port=server.port)
+        server.start()
+        touches.clear()
+
+        response = Client(REMOTE_ADDR="203.0.113.7").get("/")
+
+        assert COOKIE in response.cookies
+        assert touches.connects == 1
+        with redis.Redis.from_url(server.url) as direct:
+            # The new process starts empty and has just the one new guest.
+            assert direct.zcard("{whos_online}:guests") == 1
+    finally:
+        server.close()
+    assert warnings_and_infos(caplog) == []
+
+
+def test_killed_while_requests_are_in_flight(settings, caplog):
+    caplog.set_level(logging.INFO, logger="whos_online")
+    server = RedisServer()
+    server.start()
+    try:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+        statuses: list[int] = []
+        errors: list[BaseException] = []
+        started = threading.Barrier(5)
+
+        def visit(worker: int) -> None:
+            try:
+                started.wait(timeout=5)
+                for index in range(60):
+                    ip = f"192.0.2.{worker * 60 + index + 1}"
+                    statuses.append(Client(REMOTE_ADDR=ip).get("/").status_code)
+            except BaseException as error:  # reported by the assertion below
+                errors.append(error)
+
+        workers = [threading.Thread(target=visit, args=(worker,)) for worker in range(4)]
+        for worker in workers:
+            worker.start()
+        started.wait(timeout=5)
+        time.sleep(0.02)  # let some requests reach Redis before the kill
+        kill(server)
+        for worker in workers:
+            worker.join(timeout=30)
+    finally:
+        kill(server)
+
+    assert errors == []
+    assert statuses == [200] * 240
+    levels = warnings_and_infos(caplog)
+    assert levels[0] == "WARNING"
+    assert "INFO" not in levels[1:] or levels.count("WARNING") == levels.count("INFO") + 1
+    # Exactly ["WARNING"] is the goal; a reply that raced the kill can still log a false
+    # recovery (see test_a_reply_that_raced_the_failure_is_not_a_recovery), at most once for
+    # each of the other three workers.
+    assert len(levels) <= 7
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="package problem: CircuitBreaker.succeeded() takes a reply to a call that began "
+    "before another thread's failure for a recovery (logs it, and closes the breaker)",
+)
+def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
+    """Thread A gets its reply; the server dies; thread B fails and warns; then A reports."""
+    caplog.set_level(logging.INFO, logger="whos_online")
+    server = RedisServer()
+    server.start()
+    try:
+        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+
+        def answered_just_before_the_kill(client: redis.Redis, config: Any) -> bool:
+            result = bool(client.ping())
+            kill(server)
+            other = threading.Thread(target=Client(REMOTE_ADDR="203.0.113.7").get, args=("/",))
+            other.start()
+            other.join(timeout=10)
+            return result
+
+        assert api.call_redis(False, answered_just_before_the_kill) is True
+    finally:
+        kill(server)
+
+    assert warnings_and_infos(caplog) == ["WARNING"]
+    assert not connection.breaker.allows(get_config().redis_target)
+
+
+# The cleanup command
+
+
+def test_cleanup_fails_loudly_on_every_fault(fault, monkeypatch, capsys):
+    monkeypatch.setattr(connection, "ADMIN_TIMEOUT", 0.3)
+    conf.reset()
+    call_command("whos_online_cleanup", verbosity=0)  # works while Redis is healthy
+
+    fault.inject()
+    started = time.perf_counter()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("whos_online_cleanup", verbosity=0)
+    took = time.perf_counter() - started
+
+    assert str(excinfo.value).startswith(f"Cannot clean up: Redis at {fault.url} failed: ")
+    assert excinfo.value.returncode == 1
+    assert took < 2
+    with pytest.raises(SystemExit) as exited:
+        execute_from_command_line(["manage.py", "whos_online_cleanup"])
+    assert exited.value.code == 1
+    assert capsys.readouterr().err.startswith("CommandError: Cannot clean up: Redis at ")
