@@ -1,0 +1,392 @@
+"""What a Redis outage costs a page, and how soon recording resumes once Redis is back.
+
+Starts a throw-away redis-server (and a second one to be its primary in the read-only case),
+configures a small Django site with the whos_online middleware and a page that renders
+``{% whos_online %}``, and times ``django.test.Client`` requests to that page while Redis is:
+
+* healthy;
+* not listening (the server was shut down);
+* frozen (SIGSTOP: the kernel accepts connections, nothing answers);
+* out of memory (``maxmemory`` with ``noeviction``, filled until writes get OOM errors);
+* a read-only replica (``REPLICAOF`` another server; writes get READONLY errors).
+
+Every request comes from a new visitor, so that every one of them is recorded (the path that
+talks to Redis; throttled requests never do). Each repetition runs every situation once, in a
+rotating order: a warm-up request on a healthy Redis (the pool holds a live connection, as on a
+busy site), then the fault, then the first request of the outage and the following ones, all
+within the back-off. Then it measures recovery: the fault, one failing request, Redis back, and
+requests every few milliseconds until one is recorded (its throttle cookie is only set once the
+write succeeded). Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
+and once with the default 10 s as a check. Run from the repository root:
+
+    .venv/bin/python bench/outages.py
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import django
+import redis
+from django.conf import settings
+
+from tests.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from django.http import HttpRequest, HttpResponse
+
+#: Repetitions of every situation, interleaved.
+REPEATS = 20
+#: Requests timed after the first one of each outage, all within the back-off.
+FOLLOWING = 10
+#: FAILURE_BACKOFF for the recovery measurements, and how many of them per fault.
+RECOVERY_BACKOFF = 1.0
+RECOVERY_REPEATS = 3
+#: Pause between the requests that wait for recording to resume.
+POLL = 0.005
+URLCONF = "bench_outages_urls"
+
+
+class LogCounter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.levels: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.levels.append(record.levelname)
+
+
+def configure(url: str) -> LogCounter:
+    from django.urls import path
+
+    urls = types.ModuleType(URLCONF)
+    sys.modules[URLCONF] = urls
+    settings.configure(
+        SECRET_KEY="bench-only",  # noqa: S106 (a throw-away site)
+        DEBUG=False,
+        ALLOWED_HOSTS=["*"],
+        USE_TZ=True,
+        INSTALLED_APPS=[
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "whos_online",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "whos_online.middleware.WhosOnlineMiddleware",
+        ],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        ROOT_URLCONF=URLCONF,
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+            }
+        ],
+        WHOS_ONLINE={"REDIS_URL": url},
+    )
+    django.setup()
+    urls.urlpatterns = [path("", page)]  # type: ignore [attr-defined]
+    counter = LogCounter()
+    logger = logging.getLogger("whos_online")
+    logger.addHandler(counter)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return counter
+
+
+def page(request: HttpRequest) -> HttpResponse:
+    from django.http import HttpResponse
+    from django.template import engines
+
+    template = engines["django"].from_string(
+        "{% load whos_online %}<main>page</main>{% whos_online %}"
+    )
+    return HttpResponse(template.render({}, request))
+
+
+@dataclass
+class Situation:
+    name: str
+    inject: Callable[[], None]
+    heal: Callable[[], None]
+    first: list[float] = field(default_factory=list)
+    following: list[float] = field(default_factory=list)
+    recovery: list[tuple[float, float]] = field(default_factory=list)
+
+
+class Faults:
+    """Breaks and heals one redis-server at a fixed URL, as the tests do."""
+
+    def __init__(self, server: RedisServer, primary: RedisServer) -> None:
+        self.server = server
+        self.primary = primary
+        self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
+        self.filled = 0
+
+    def nothing(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        self.server.start()
+
+    def freeze(self) -> None:
+        self.server.freeze()
+
+    def resume(self) -> None:
+        self.server.resume()
+
+    def fill(self) -> None:
+        client = self.direct
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**21)
+        try:
+            while True:
+                client.set(f"fill:{self.filled}", b"x" * 65536)
+                self.filled += 1
+        except redis.exceptions.OutOfMemoryError:
+            pass
+        # The last write failed partly on its own 64 KB; go below what is stored, so that
+        # small writes fail too.
+        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 2**19)
+        try:
+            client.set("probe", "1")
+        except redis.exceptions.OutOfMemoryError:
+            return
+        raise RuntimeError("Redis still accepts writes")
+
+    def unfill(self) -> None:
+        self.direct.config_set("maxmemory", 0)
+        keys = list(self.direct.scan_iter(match="fill:*", count=1000))
+        if keys:
+            self.direct.unlink(*keys)
+
+    def demote(self) -> None:
+        client = self.direct
+        with redis.Redis.from_url(self.primary.url, socket_timeout=5) as primary:
+            # Redis 7+ syncs replicas diskless, after waiting 5 s for more of them by default.
+            primary.config_set("repl-diskless-sync-delay", 0)
+        client.config_set("replica-read-only", "yes")
+        client.replicaof("127.0.0.1", self.primary.port)
+        deadline = time.monotonic() + 10
+        while client.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica did not sync in time")
+            time.sleep(0.005)
+        try:
+            client.set("probe", "1")
+        except redis.exceptions.ReadOnlyError:
+            return
+        raise RuntimeError("the replica accepts writes")
+
+    def promote(self) -> None:
+        self.direct.replicaof("NO", "ONE")
+
+
+class Visitors:
+    """Times requests to the page, each from a new visitor (198.18.0.0/15)."""
+
+    def __init__(self) -> None:
+        from django.test import Client
+
+        from whos_online import throttle
+
+        self.client = Client()
+        self.cookie = throttle.COOKIE_NAME
+        self.addresses: Iterator[int] = iter(range(int(IPv4Address("198.18.0.1")), 2**32))
+
+    def visit(self) -> tuple[float, bool]:
+        """Seconds the request took, and whether it was recorded (it got a throttle cookie)."""
+        self.client.cookies.clear()
+        address = str(IPv4Address(next(self.addresses)))
+        started = time.perf_counter()
+        response = self.client.get("/", REMOTE_ADDR=address)
+        took = time.perf_counter() - started
+        if response.status_code != 200:
+            raise RuntimeError(f"the page answered {response.status_code}")
+        return took, self.cookie in response.cookies
+
+
+def measure_latency(situations: list[Situation], visitors: Visitors) -> None:
+    from whos_online.connection import breaker
+
+    for repeat in range(REPEATS):
+        shift = repeat % len(situations)
+        for situation in situations[shift:] + situations[:shift]:
+            breaker.reset()  # every episode is a new outage
+            visitors.visit()
+            situation.inject()
+            try:
+                situation.first.append(visitors.visit()[0])
+                situation.following += [visitors.visit()[0] for _ in range(FOLLOWING)]
+            finally:
+                situation.heal()
+    breaker.reset()
+
+
+def measure_recovery(
+    situations: list[Situation], visitors: Visitors, backoff: float, repeats: int
+) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Per fault: (seconds from Redis back to the first recorded visit, the same minus the
+    back-off that was still to run when Redis came back)."""
+    from whos_online import conf
+    from whos_online.conf import get_config
+    from whos_online.connection import breaker
+
+    original = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
+    setattr(settings, "WHOS_ONLINE", {**original, "FAILURE_BACKOFF": backoff})  # noqa: B010
+    conf.reset()
+    target = get_config().redis_target
+    results = []
+    for situation in situations:
+        found = []
+        for _ in range(repeats):
+            breaker.reset()
+            visitors.visit()
+            situation.inject()
+            try:
+                _, recorded = visitors.visit()
+                if recorded:
+                    raise RuntimeError(f"{situation.name}: a visit was recorded")
+            finally:
+                situation.heal()
+            back = time.perf_counter()
+            remaining = breaker._open_until[target] - time.monotonic()
+            while True:
+                _, recorded = visitors.visit()
+                if recorded:
+                    break
+                time.sleep(POLL)
+            recovered = time.perf_counter() - back
+            found.append((recovered, recovered - remaining))
+        results.append((situation.name, found))
+    setattr(settings, "WHOS_ONLINE", original)  # noqa: B010
+    conf.reset()
+    return results
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+def spread(values: list[float]) -> str:
+    return f"{ms(statistics.median(values))} ({ms(min(values))}-{ms(max(values))})"
+
+
+def added(values: list[float], healthy: list[float]) -> str:
+    median, base = statistics.median(values), statistics.median(healthy)
+    return f"{'+' if median >= base else '-'}{ms(abs(median - base))} ms (x{median / base:.2f})"
+
+
+def report(
+    situations: list[Situation],
+    recovery: list[tuple[str, list[tuple[float, float]]]],
+    check: list[tuple[str, list[tuple[float, float]]]],
+    logs: LogCounter,
+    version: str,
+) -> None:
+    from whos_online.connection import REQUEST_TIMEOUT
+
+    healthy = situations[0]
+    print(
+        f"redis-server {version}, Django {django.get_version()}, redis-py {redis.__version__}; "
+        f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default). One request = "
+        f"GET of a page with {{% whos_online %}} from a new visitor (a read and a recorded "
+        f"write while Redis is healthy). {REPEATS} outages per situation, interleaved; "
+        f"{FOLLOWING} following requests each. Times in ms: median (min-max)."
+    )
+    print()
+    print(
+        "| situation | first request of the outage | added vs healthy "
+        "| following requests (within the back-off) | added vs healthy |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for situation in situations:
+        print(
+            f"| {situation.name} | {spread(situation.first)} "
+            f"| {added(situation.first, healthy.first)} | {spread(situation.following)} "
+            f"| {added(situation.following, healthy.following)} |"
+        )
+    print()
+    print(
+        f"Time to recover: from Redis back (server answering again) to the first recorded "
+        f"visit, polling every {POLL * 1000:g} ms. Redis came back right after the outage's "
+        "first failed request, the worst case, so the breaker's back-off is nearly all of it; "
+        "'beyond the back-off' is what remains once the back-off still to run is subtracted."
+    )
+    print()
+    print(
+        "| situation | FAILURE_BACKOFF | runs | recovery, s: median (min-max) "
+        "| beyond the back-off, ms |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for rows, backoff in ((recovery, RECOVERY_BACKOFF), (check, 10.0)):
+        for name, found in rows:
+            total = [recovered for recovered, _ in found]
+            beyond = [extra for _, extra in found]
+            print(
+                f"| {name} | {backoff:g} s | {len(found)} "
+                f"| {statistics.median(total):.3f} ({min(total):.3f}-{max(total):.3f}) "
+                f"| {spread(beyond)} |"
+            )
+    outages = (len(situations) - 1) * REPEATS + sum(
+        len(found) for rows in (recovery, check) for _, found in rows
+    )
+    print()
+    print(
+        f"Log lines from the 'whos_online' logger: {logs.levels.count('WARNING')} warnings and "
+        f"{logs.levels.count('INFO')} info lines over {outages} outages "
+        f"(the latency runs reset the breaker between outages, so they log no recovery)."
+    )
+
+
+def main() -> None:
+    server = RedisServer()
+    primary = RedisServer()
+    server.start()
+    primary.start()
+    try:
+        logs = configure(server.url)
+        faults = Faults(server, primary)
+        situations = [
+            Situation("healthy", faults.nothing, faults.nothing),
+            Situation("nothing listening", faults.stop, faults.start),
+            Situation("frozen (SIGSTOP)", faults.freeze, faults.resume),
+            Situation("out of memory", faults.fill, faults.unfill),
+            Situation("read-only replica", faults.demote, faults.promote),
+        ]
+        visitors = Visitors()
+        for _ in range(20):  # warm up Django, the templates and the scripts
+            visitors.visit()
+        started = time.perf_counter()
+        measure_latency(situations, visitors)
+        recovery = measure_recovery(situations[1:], visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
+        check = measure_recovery(situations[1:2], visitors, 10.0, 1)
+        version = str(faults.direct.info("server")["redis_version"])
+        report(situations, recovery, check, logs, version)
+        print(f"\nRun time {time.perf_counter() - started:.0f} s.")
+    finally:
+        server.close()
+        primary.close()
+
+
+if __name__ == "__main__":
+    main()
