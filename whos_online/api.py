@@ -74,12 +74,13 @@ def call_redis(default: T, operation: Callable[[redis.Redis, Config], T]) -> T:
     target = config.redis_target
     if not breaker.allows(target):
         return default
+    generation = breaker.generation(target)
     try:
         result = operation(request_client(), config)
     except REDIS_ERRORS as error:
         breaker.failed(target, error, config.failure_backoff)
         return default
-    breaker.succeeded(target)
+    breaker.succeeded(target, generation)
     return result
 
 

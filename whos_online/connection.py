@@ -103,12 +103,21 @@ class CircuitBreaker:
 
     An outage therefore costs each process at most one timeout per back-off period, and the log
     gets one warning when an outage starts and one info line when Redis answers again.
+
+    Each failure starts a new *generation* of the target. A caller notes the generation before it
+    calls Redis and hands it to ``succeeded``: a reply to a call that began before another
+    thread's failure says nothing about Redis now, so it neither closes the breaker nor logs a
+    recovery that did not happen.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open_until: dict[str, float] = {}
         self._down: set[str] = set()
+        self._generations: dict[str, int] = {}
+
+    def generation(self, target: str) -> int:
+        return self._generations.get(target, 0)
 
     def allows(self, target: str, now: float | None = None) -> bool:
         until = self._open_until.get(target)
@@ -117,6 +126,7 @@ class CircuitBreaker:
     def failed(self, target: str, error: BaseException, backoff: float) -> None:
         with self._lock:
             self._open_until[target] = time.monotonic() + backoff
+            self._generations[target] = self._generations.get(target, 0) + 1
             first = target not in self._down
             self._down.add(target)
         if first:
@@ -129,13 +139,15 @@ class CircuitBreaker:
                 backoff,
             )
 
-    def succeeded(self, target: str) -> None:
+    def succeeded(self, target: str, generation: int) -> None:
+        """Note a reply to a call made when the target was at ``generation``."""
         if target not in self._down:
             return
         with self._lock:
-            recovered = target in self._down
-            self._down.discard(target)
-            self._open_until.pop(target, None)
+            recovered = target in self._down and self._generations.get(target, 0) == generation
+            if recovered:
+                self._down.discard(target)
+                self._open_until.pop(target, None)
         if recovered:
             logger.info("Redis at %s answers again; whos_online resumes recording.", target)
 
@@ -143,6 +155,7 @@ class CircuitBreaker:
         with self._lock:
             self._open_until.clear()
             self._down.clear()
+            self._generations.clear()
 
 
 breaker: Final = CircuitBreaker()
