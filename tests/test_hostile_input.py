@@ -655,44 +655,6 @@ def test_no_raw_address_anywhere_after_a_realistic_mix_of_traffic(r, settings, a
     assert_no_garbage(r)
 
 
-# Found while writing the traffic above: a guest who logs in and out within THROTTLE seconds is
-# not counted at all (neither user nor guest) until THROTTLE has passed, for two reasons.
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the guest's throttle cookie, bound to 'no session', is valid again once logout has "
-    "flushed the session; fix: re-issue or delete the cookie when the view logged in or out",
-)
-def test_a_guest_who_logs_in_and_out_is_counted_again_at_once(r, client, alice):
-    client.get("/plain/")
-    client.get("/login/alice/")
-    client.get("/logout/")
-    throttle.recent.clear()  # only the cookie is at stake here
-
-    response = client.get("/plain/")
-
-    assert COOKIE in response.cookies
-    assert whos_online.online_counts() == (0, 1, 0, 1)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the in-process memory keeps the guest that the login took off the guests' set; "
-    "fix: record_user(former_guest=...) should also forget 'guests:<former_guest>'",
-)
-def test_a_guest_who_logged_in_is_not_remembered_as_a_guest(r, client, alice):
-    client.get("/plain/")
-    client.get("/login/alice/")
-    client.get("/plain/")  # a new session key: a cookie bound to it
-    client.get("/logout/")
-
-    response = client.get("/plain/")
-
-    assert COOKIE in response.cookies
-    assert whos_online.online_counts() == (0, 1, 0, 1)
-
-
 #: Noon UTC on two days in a row.
 DAY_ONE = datetime(2027, 3, 3, 12, tzinfo=timezone.utc).timestamp()
 DAY_TWO = DAY_ONE + 86400

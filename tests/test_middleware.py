@@ -365,6 +365,78 @@ def test_logout_is_recorded_at_once(r, client, alice):
     assert COOKIE in after.cookies
 
 
+def test_a_guest_who_logs_in_and_out_is_a_guest_again_at_once(r, client, alice, redis_calls):
+    client.get("/plain/")
+    client.get("/login/alice/")
+    redis_calls.clear()
+
+    response = client.get("/logout/")
+
+    # Off the users and back among the guests in one step.
+    assert redis_calls.trips == [["EVALSHA"]]
+    assert whos_online.online_counts() == (0, 1, 0, 1)
+    assert members(r, "guests") == [guest(GUEST_IP)]
+    # The new cookie fits what the browser sends next: the next page costs nothing.
+    assert COOKIE in response.cookies
+    redis_calls.clear()
+    client.get("/plain/")
+    assert redis_calls.trips == []
+
+
+def test_a_guest_who_logged_in_browsed_and_logged_out_is_a_guest_again(r, client, alice):
+    client.get("/plain/")
+    client.get("/login/alice/")
+    client.get("/plain/")  # a new session key: a cookie bound to it
+    client.get("/logout/")
+
+    response = client.get("/plain/")
+
+    assert COOKIE in response.cookies
+    assert whos_online.online_counts() == (0, 1, 0, 1)
+
+
+def test_logout_counts_the_guest_whom_another_process_remembers(r, client, alice):
+    client.get("/plain/")
+    client.get("/login/alice/")
+    # Another worker process served the guest's visits and still remembers recording them.
+    throttle.recent.remember(f"guests:{guest(GUEST_IP)}", time.time() + 120)
+
+    client.get("/logout/")
+
+    assert members(r, "users") == []
+    assert members(r, "guests") == [guest(GUEST_IP)]
+
+
+def test_another_browser_at_the_address_of_a_guest_who_logged_in_is_counted(r, client, alice):
+    client.get("/plain/")
+    client.get("/login/alice/")
+    assert members(r, "guests") == []
+
+    # Someone else in the same household, on their first visit.
+    Client(REMOTE_ADDR=GUEST_IP).get("/plain/")
+
+    assert members(r, "guests") == [guest(GUEST_IP)]
+
+
+def test_logout_without_guest_tracking_only_removes_the_user(r, client, settings, alice):
+    configure(settings, TRACK_GUESTS=False)
+    client.get("/login/alice/")
+
+    client.get("/logout/")
+
+    assert members(r, "users") == []
+    assert members(r, "guests") == []
+
+
+def test_logout_of_a_bot_like_client_returns_it_to_the_bots(r, client, alice):
+    client.get("/login/alice/", HTTP_USER_AGENT=GOOGLEBOT)
+
+    client.get("/logout/", HTTP_USER_AGENT=GOOGLEBOT)
+
+    assert members(r, "users") == []
+    assert members(r, "bots") == [guest(GUEST_IP)]
+
+
 def test_switching_user_lists_the_new_user_at_once(r, client, alice, bob):
     client.get("/login/alice/")
     client.get("/plain/")
@@ -382,7 +454,8 @@ def test_switching_user_lists_the_new_user_at_once(r, client, alice, bob):
 
     client.get("/logout/")
     assert members(r, "users") == [str(alice.pk)]
-    assert whos_online.prune(now=time.time() + 601) == 1
+    assert members(r, "guests") == [guest(GUEST_IP)]
+    assert whos_online.prune(now=time.time() + 601) == 2
     assert members(r, "users") == []
 
 

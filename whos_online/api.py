@@ -191,7 +191,12 @@ def record_user(
     now: float | datetime | None = None,
     former_guest: str = "",
 ) -> bool:
-    """Record ``user`` as online now. Returns False if Redis could not be written."""
+    """Record ``user`` as online now. Returns False if Redis could not be written.
+
+    ``former_guest`` is the guest member the visitor had before logging in; it leaves the guests
+    in the same step, and this process forgets having recorded it, so that another browser at the
+    same address is counted as a guest again at once.
+    """
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
@@ -210,11 +215,13 @@ def record_user(
         member=pk,
         now=timestamp,
         user=details,
-        former_guest=former_guest,
+        former=former_guest,
         visitor=identity.visitor_id(f"u:{pk}", timestamp),
     )
     if written and config.throttle:
         recent.remember(f"u:{pk}", timestamp + config.throttle)
+        if former_guest:
+            recent.forget([f"guests:{former_guest}"])
     return written
 
 
@@ -229,11 +236,15 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
     return _record_member(config, "bots" if bot else "guests", address, timestamp)
 
 
-def _record_member(config: Config, kind: str, address: str, timestamp: float) -> bool:
+def _record_member(
+    config: Config, kind: str, address: str, timestamp: float, *, former_user: str = ""
+) -> bool:
     member = identity.guest_id(address, config, timestamp)
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
-    written = _write_visit(config, kind=kind, member=member, now=timestamp, visitor=visitor)
+    written = _write_visit(
+        config, kind=kind, member=member, now=timestamp, visitor=visitor, former=former_user
+    )
     if written and config.throttle:
         recent.remember(f"{kind}:{member}", timestamp + config.throttle)
     return written
@@ -313,13 +324,29 @@ def guest_member(request: HttpRequest, config: Config, now: float) -> str:
     return identity.guest_id(address, config, now) if address else ""
 
 
-def user_logged_out(user: AbstractBaseUser | AnonymousUser | None) -> None:
-    """Take ``user`` off the online list at once; their last-seen record stays."""
+def user_logged_out(
+    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest | None = None
+) -> None:
+    """Take ``user`` off the online list at once; their last-seen record stays.
+
+    With the logout's ``request``, the visitor goes on as a guest in the same round trip, as a
+    login moves them the other way. Recording them here rather than on their next request
+    matters when another process served their earlier guest visits: that process still
+    remembers the guest as recorded and would skip the write.
+    """
     if user is None or not user.is_authenticated:
         return
     pk = _pk_text(user)
     recent.forget([f"u:{pk}"])
-    call_redis(None, lambda client, config: store.remove_user(client, config, pk))
+    config = get_config()
+    address = None
+    if request is not None and config.track_guests:
+        address = identity.client_ip(request, config)
+    if request is None or address is None:
+        call_redis(None, lambda client, config: store.remove_user(client, config, pk))
+        return
+    kind = "bots" if identity.is_bot(request, config) else "guests"
+    _record_member(config, kind, address, time.time(), former_user=pk)
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:

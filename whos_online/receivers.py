@@ -1,7 +1,7 @@
 """Receivers that keep the online list exact across logins, logouts and deleted users.
 
-A login is recorded at once and moves the visitor from the guests to the users; a logout takes the
-user off the list at once. Neither waits for the throttle cookie to expire.
+A login is recorded at once and moves the visitor from the guests to the users; a logout moves them
+back at once. Neither waits for the throttle cookie to expire.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def remove_logout(
     user: AbstractBaseUser | None,
     **kwargs: Any,
 ) -> None:
-    api.user_logged_out(user)
+    api.user_logged_out(user, request)
 
 
 def forget_deleted_user(sender: object, instance: AbstractBaseUser, **kwargs: Any) -> None:
