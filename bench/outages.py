@@ -7,6 +7,8 @@ configures a small Django site with the whos_online middleware and a page that r
 * healthy;
 * not listening (the server was shut down);
 * frozen (SIGSTOP: the kernel accepts connections, nothing answers);
+* slow: a proxy in front of it holds every reply back 1 s (beyond the request timeout), or 50 ms
+  (within it); the same proxy without delay is measured too, as the baseline of those two;
 * out of memory (``maxmemory`` with ``noeviction``, filled until writes get OOM errors);
 * a read-only replica (``REPLICAOF`` another server; writes get READONLY errors).
 
@@ -40,6 +42,7 @@ import django
 import redis
 from django.conf import settings
 
+from tests.delaying_proxy import DelayingProxy
 from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:
@@ -125,6 +128,10 @@ class Situation:
     name: str
     inject: Callable[[], None]
     heal: Callable[[], None]
+    #: The Redis URL the site uses in this situation: the server's, or the proxy's in front of it.
+    url: str = ""
+    #: Whether Redis fails in this situation (so the breaker opens and recovery can be timed).
+    outage: bool = True
     first: list[float] = field(default_factory=list)
     following: list[float] = field(default_factory=list)
     recovery: list[tuple[float, float]] = field(default_factory=list)
@@ -133,9 +140,10 @@ class Situation:
 class Faults:
     """Breaks and heals one redis-server at a fixed URL, as the tests do."""
 
-    def __init__(self, server: RedisServer, primary: RedisServer) -> None:
+    def __init__(self, server: RedisServer, primary: RedisServer, proxy: DelayingProxy) -> None:
         self.server = server
         self.primary = primary
+        self.proxy = proxy
         self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
         self.filled = 0
 
@@ -200,6 +208,25 @@ class Faults:
     def promote(self) -> None:
         self.direct.replicaof("NO", "ONE")
 
+    def delay(self, seconds: float) -> Callable[[], None]:
+        def hold_replies() -> None:
+            self.proxy.delay = seconds
+
+        return hold_replies
+
+    def undelay(self) -> None:
+        self.proxy.delay = 0.0
+
+
+def use(url: str) -> None:
+    """Point the site at ``url``, with fresh clients and a closed breaker."""
+    from whos_online import conf
+
+    current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
+    if current["REDIS_URL"] != url:
+        setattr(settings, "WHOS_ONLINE", {**current, "REDIS_URL": url})  # noqa: B010
+        conf.reset()
+
 
 class Visitors:
     """Times requests to the page, each from a new visitor (198.18.0.0/15)."""
@@ -231,6 +258,7 @@ def measure_latency(situations: list[Situation], visitors: Visitors) -> None:
     for repeat in range(REPEATS):
         shift = repeat % len(situations)
         for situation in situations[shift:] + situations[:shift]:
+            use(situation.url)
             breaker.reset()  # every episode is a new outage
             visitors.visit()
             situation.inject()
@@ -254,9 +282,10 @@ def measure_recovery(
     original = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     setattr(settings, "WHOS_ONLINE", {**original, "FAILURE_BACKOFF": backoff})  # noqa: B010
     conf.reset()
-    target = get_config().redis_target
     results = []
     for situation in situations:
+        use(situation.url)
+        target = get_config().redis_target
         found = []
         for _ in range(repeats):
             breaker.reset()
@@ -305,7 +334,11 @@ def report(
 ) -> None:
     from whos_online.connection import REQUEST_TIMEOUT
 
-    healthy = situations[0]
+    # Each situation is compared with the first healthy one that reaches Redis the same way.
+    healthy: dict[str, Situation] = {}
+    for situation in situations:
+        if not situation.outage:
+            healthy.setdefault(situation.url, situation)
     print(
         f"redis-server {version}, Django {django.get_version()}, redis-py {redis.__version__}; "
         f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default). One request = "
@@ -320,10 +353,11 @@ def report(
     )
     print("| --- | --- | --- | --- | --- |")
     for situation in situations:
+        base = healthy[situation.url]
         print(
             f"| {situation.name} | {spread(situation.first)} "
-            f"| {added(situation.first, healthy.first)} | {spread(situation.following)} "
-            f"| {added(situation.following, healthy.following)} |"
+            f"| {added(situation.first, base.first)} | {spread(situation.following)} "
+            f"| {added(situation.following, base.following)} |"
         )
     print()
     print(
@@ -347,7 +381,7 @@ def report(
                 f"| {statistics.median(total):.3f} ({min(total):.3f}-{max(total):.3f}) "
                 f"| {spread(beyond)} |"
             )
-    outages = (len(situations) - 1) * REPEATS + sum(
+    outages = sum(situation.outage for situation in situations) * REPEATS + sum(
         len(found) for rows in (recovery, check) for _, found in rows
     )
     print()
@@ -363,27 +397,42 @@ def main() -> None:
     primary = RedisServer()
     server.start()
     primary.start()
+    proxy = DelayingProxy(server.port)
     try:
         logs = configure(server.url)
-        faults = Faults(server, primary)
+        faults = Faults(server, primary, proxy)
+        direct, proxied = server.url, proxy.url
         situations = [
-            Situation("healthy", faults.nothing, faults.nothing),
-            Situation("nothing listening", faults.stop, faults.start),
-            Situation("frozen (SIGSTOP)", faults.freeze, faults.resume),
-            Situation("out of memory", faults.fill, faults.unfill),
-            Situation("read-only replica", faults.demote, faults.promote),
+            Situation("healthy", faults.nothing, faults.nothing, direct, outage=False),
+            Situation("nothing listening", faults.stop, faults.start, direct),
+            Situation("frozen (SIGSTOP)", faults.freeze, faults.resume, direct),
+            Situation("slow: replies 1 s late", faults.delay(1.0), faults.undelay, proxied),
+            Situation("out of memory", faults.fill, faults.unfill, direct),
+            Situation("read-only replica", faults.demote, faults.promote, direct),
+            Situation(
+                "healthy, through the proxy", faults.nothing, faults.nothing, proxied, outage=False
+            ),
+            Situation(
+                "sluggish: replies 50 ms late",
+                faults.delay(0.05),
+                faults.undelay,
+                proxied,
+                outage=False,
+            ),
         ]
         visitors = Visitors()
         for _ in range(20):  # warm up Django, the templates and the scripts
             visitors.visit()
         started = time.perf_counter()
         measure_latency(situations, visitors)
-        recovery = measure_recovery(situations[1:], visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
-        check = measure_recovery(situations[1:2], visitors, 10.0, 1)
+        outages = [situation for situation in situations if situation.outage]
+        recovery = measure_recovery(outages, visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
+        check = measure_recovery(outages[:1], visitors, 10.0, 1)
         version = str(faults.direct.info("server")["redis_version"])
         report(situations, recovery, check, logs, version)
         print(f"\nRun time {time.perf_counter() - started:.0f} s.")
     finally:
+        proxy.close()
         server.close()
         primary.close()
 
