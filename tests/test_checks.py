@@ -68,6 +68,9 @@ def test_full_valid_config_gives_no_messages(settings):
         "FAILURE_BACKOFF": 0.5,
         "LAST_SEEN_DAYS": 1,
         "COUNT_HITS": True,
+        "SHOW_NAMES_TO": "tests.test_checks.hide_nobody",
+        "REFRESH_INTERVAL": 1,
+        "JSON_MAX_AGE": 0,
     }
     assert check_messages() == []
 
@@ -286,10 +289,12 @@ def test_callables_accepted(settings, key, value):
         ("DISPLAY_LIMIT", "whos_online.E014", -1),
         ("COUNTER_SAMPLES", "whos_online.E016", 0),
         ("LAST_SEEN_DAYS", "whos_online.E018", 0),
+        ("REFRESH_INTERVAL", "whos_online.E023", 0),
+        ("JSON_MAX_AGE", "whos_online.E024", -1),
     ],
 )
 @pytest.mark.parametrize("kind", ["below-minimum", "string", "bool", "float", "none"])
-def test_e014_e016_e018_bad_integer(settings, key, code, below_minimum, kind):
+def test_bad_integer(settings, key, code, below_minimum, kind):
     value = {
         "below-minimum": below_minimum,
         "string": "10",
@@ -302,7 +307,14 @@ def test_e014_e016_e018_bad_integer(settings, key, code, below_minimum, kind):
 
 
 @pytest.mark.parametrize(
-    ("key", "minimum"), [("DISPLAY_LIMIT", 0), ("COUNTER_SAMPLES", 1), ("LAST_SEEN_DAYS", 1)]
+    ("key", "minimum"),
+    [
+        ("DISPLAY_LIMIT", 0),
+        ("COUNTER_SAMPLES", 1),
+        ("LAST_SEEN_DAYS", 1),
+        ("REFRESH_INTERVAL", 1),
+        ("JSON_MAX_AGE", 0),
+    ],
 )
 def test_integer_minimum_accepted(settings, key, minimum):
     settings.WHOS_ONLINE = {key: minimum}
@@ -326,6 +338,32 @@ def test_e017_bad_failure_backoff(settings, value):
 @pytest.mark.parametrize("value", [0, 0.5, 10, 3600.0])
 def test_failure_backoff_accepted(settings, value):
     settings.WHOS_ONLINE = {"FAILURE_BACKOFF": value}
+    assert check_error_codes() == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "admins",
+        "Staff",
+        "",
+        None,
+        5,
+        "tests.test_checks.NOT_CALLABLE",
+        "tests.test_checks.no_such_function",
+        ["staff"],
+    ],
+)
+def test_e022_bad_show_names_to(settings, value):
+    settings.WHOS_ONLINE = {"SHOW_NAMES_TO": value}
+    assert check_error_codes() == ["whos_online.E022"]
+
+
+@pytest.mark.parametrize(
+    "value", ["staff", "authenticated", "everyone", "tests.test_checks.hide_nobody", hide_nobody]
+)
+def test_show_names_to_accepted(settings, value):
+    settings.WHOS_ONLINE = {"SHOW_NAMES_TO": value}
     assert check_error_codes() == []
 
 
@@ -424,6 +462,10 @@ EVERY_MESSAGE = [
     ({"FAILURE_BACKOFF": -1}, None, "whos_online.E017", "FAILURE_BACKOFF"),
     ({"LAST_SEEN_DAYS": 0}, None, "whos_online.E018", "LAST_SEEN_DAYS"),
     ({"COUNT_HITS": "no"}, None, "whos_online.E019", "COUNT_HITS"),
+    ({"SHOW_NAMES_TO": "admins"}, None, "whos_online.E022", "SHOW_NAMES_TO"),
+    ({"SHOW_NAMES_TO": None}, None, "whos_online.E022", "SHOW_NAMES_TO"),
+    ({"REFRESH_INTERVAL": 0}, None, "whos_online.E023", "REFRESH_INTERVAL"),
+    ({"JSON_MAX_AGE": -1}, None, "whos_online.E024", "JSON_MAX_AGE"),
     ({"NOPE": 1}, None, "whos_online.W001", "NOPE"),
     ({"GUEST_IDENTITY": "ip"}, None, "whos_online.W002", "GUEST_IDENTITY"),
     ({}, [SESSION, AUTH], "whos_online.W003", OURS),
@@ -451,7 +493,7 @@ def test_every_message_has_a_hint_and_names_the_key(settings, whos_online, middl
 
 def test_every_id_is_covered_by_the_table():
     codes = {case[2] for case in EVERY_MESSAGE}
-    assert codes == {f"whos_online.E{n:03d}" for n in range(1, 22)} | {
+    assert codes == {f"whos_online.E{n:03d}" for n in range(1, 25)} | {
         "whos_online.W001",
         "whos_online.W002",
         "whos_online.W003",

@@ -5,17 +5,24 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
-from whos_online.conf import DEFAULT_BOT_USER_AGENTS, DEFAULTS, get_config
+from whos_online.conf import (
+    DEFAULT_BOT_USER_AGENTS,
+    DEFAULTS,
+    get_config,
+    is_authenticated,
+    is_staff,
+)
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
     from whos_online.conf import Config
 
-#: The settings table of SPEC.md, key by key.
+#: The settings table of SPEC.md, key by key, then those of the views (README).
 SPEC_DEFAULTS: dict[str, Any] = {
     "REDIS_ALIAS": "default",
     "REDIS_URL": None,
@@ -35,6 +42,9 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "FAILURE_BACKOFF": 10,
     "LAST_SEEN_DAYS": 90,
     "COUNT_HITS": False,
+    "SHOW_NAMES_TO": "staff",
+    "REFRESH_INTERVAL": 30,
+    "JSON_MAX_AGE": 10,
 }
 
 
@@ -79,6 +89,9 @@ def test_get_config_defaults_match_spec(settings):
     assert config.failure_backoff == 10.0
     assert config.last_seen_days == 90
     assert config.count_hits is False
+    assert config.show_names_to is is_staff
+    assert config.refresh_interval == 30
+    assert config.json_max_age == 10
     assert config.redis_target == "cache alias 'default'"
 
 
@@ -284,6 +297,35 @@ def test_hide_user_accepts_dotted_path_or_callable(settings, value):
 def test_display_name_accepts_dotted_path_or_callable(settings, value):
     settings.WHOS_ONLINE = {"DISPLAY_NAME": value}
     assert get_config().display_name is shout_name
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("staff", is_staff),
+        ("authenticated", is_authenticated),
+        ("everyone", None),
+        ("tests.test_conf.hide_staff", hide_staff),
+        (hide_staff, hide_staff),
+    ],
+)
+def test_show_names_to_becomes_a_rule(settings, value, expected):
+    settings.WHOS_ONLINE = {"SHOW_NAMES_TO": value}
+    assert get_config().show_names_to is expected
+
+
+def test_staff_rule_needs_an_active_staff_user(django_user_model):
+    staff = django_user_model(username="s", is_staff=True)
+    assert is_staff(staff) is True
+    staff.is_active = False
+    assert is_staff(staff) is False
+    assert is_staff(django_user_model(username="u")) is False
+    assert is_staff(AnonymousUser()) is False
+
+
+def test_authenticated_rule(django_user_model):
+    assert is_authenticated(django_user_model(username="u")) is True
+    assert is_authenticated(AnonymousUser()) is False
 
 
 def test_display_name_lambda_is_used_as_is(settings):

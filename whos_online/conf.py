@@ -59,9 +59,14 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "FAILURE_BACKOFF": 10,
     "LAST_SEEN_DAYS": 90,
     "COUNT_HITS": False,
+    "SHOW_NAMES_TO": "staff",
+    "REFRESH_INTERVAL": 30,
+    "JSON_MAX_AGE": 10,
 }
 
 GUEST_IDENTITIES: Final = ("hashed-ip", "ip")
+#: The named values of ``SHOW_NAMES_TO``; anything else is a dotted path or a callable.
+NAME_AUDIENCES: Final = ("staff", "authenticated", "everyone")
 REDIS_URL_SCHEMES: Final = ("redis", "rediss", "unix")
 CACHE_BACKEND: Final = "django_redis.cache.RedisCache"
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
@@ -88,6 +93,11 @@ class Config:
     failure_backoff: float
     last_seen_days: int
     count_hits: bool
+    #: Who may see names in the JSON view and the live widget; None means everyone, so that the
+    #: user need not be loaded to decide.
+    show_names_to: Callable[[AnyUser], bool] | None
+    refresh_interval: int
+    json_max_age: int
 
     @property
     def redis_target(self) -> str:
@@ -134,6 +144,9 @@ def get_config() -> Config:
         failure_backoff=float(merged["FAILURE_BACKOFF"]),
         last_seen_days=merged["LAST_SEEN_DAYS"],
         count_hits=merged["COUNT_HITS"],
+        show_names_to=_name_audience(merged["SHOW_NAMES_TO"]),
+        refresh_interval=merged["REFRESH_INTERVAL"],
+        json_max_age=merged["JSON_MAX_AGE"],
     )
 
 
@@ -160,6 +173,24 @@ def _import_callable(value: str | Callable[..., Any] | None) -> Any:
     if value is None or callable(value):
         return value
     return import_string(value)
+
+
+def is_staff(user: AnyUser) -> bool:
+    return bool(user.is_active and getattr(user, "is_staff", False))
+
+
+def is_authenticated(user: AnyUser) -> bool:
+    return bool(user.is_authenticated)
+
+
+def _name_audience(value: str | Callable[..., Any]) -> Any:
+    if value == "everyone":
+        return None
+    if value == "staff":
+        return is_staff
+    if value == "authenticated":
+        return is_authenticated
+    return _import_callable(value)
 
 
 def _redact(url: str) -> str:
@@ -351,10 +382,27 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
                 )
             )
 
+    audience = merged["SHOW_NAMES_TO"]
+    if isinstance(audience, str) and "." not in audience:
+        problem = None if audience in NAME_AUDIENCES else f"is not a known audience: {audience!r}"
+    else:
+        problem = _callable_problem(audience)
+    if problem or audience is None:
+        messages.append(
+            _error(
+                22,
+                f"WHOS_ONLINE['SHOW_NAMES_TO'] {problem or 'must not be None'}.",
+                "Who may see names in the JSON view and the live widget: 'staff' (the default), "
+                "'authenticated', 'everyone', or (the dotted path of) a function (user) -> bool.",
+            )
+        )
+
     for key, id_, minimum in (
         ("DISPLAY_LIMIT", 14, 0),
         ("COUNTER_SAMPLES", 16, 1),
         ("LAST_SEEN_DAYS", 18, 1),
+        ("REFRESH_INTERVAL", 23, 1),
+        ("JSON_MAX_AGE", 24, 0),
     ):
         value = merged[key]
         if not _is_int(value) or value < minimum:
