@@ -5,6 +5,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.urls import path
 
+from whos_online.decorators import not_recorded
+
 PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
 
 
@@ -30,10 +32,22 @@ async def async_plain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("async")
 
 
+@not_recorded
+def poll(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("poll")
+
+
+@not_recorded
+async def async_poll(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("async poll")
+
+
 urlpatterns = [
     path("", page),
     path("plain/", plain),
     path("async/", async_plain),
+    path("poll/", poll),
+    path("async-poll/", async_poll),
     path("login/<str:username>/", log_in),
     path("logout/", log_out),
     path("static/app.css", plain),

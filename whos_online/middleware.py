@@ -3,20 +3,22 @@
 The decision to skip a request is made before the view runs, from the request's cookies and
 headers alone: a throttled request runs no Redis command and no SQL query, and neither the
 session nor the user is loaded. Recording happens after the view, so that a login or logout made
-by the view is what gets recorded.
+by the view is what gets recorded, and so that a view marked ``not_recorded`` (known only once
+the URL is resolved) can be left out; page hits are counted then too, for the same reason.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 
 from whos_online import api, identity, throttle
 from whos_online.conf import Config, get_config
+from whos_online.decorators import is_not_recorded
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -46,42 +48,57 @@ class WhosOnlineMiddleware:
             return self.__acall__(request)
         config = get_config()
         now = time.time()
-        needed = needs_recording(request, config, now)
+        decision = needs_recording(request, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
-        if needed:
+        if decision and after_view(request, config, now, decision):
             record(request, response, config, now)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         config = get_config()
         now = time.time()
-        needed = needs_recording(request, config, now)
+        decision = needs_recording(request, config, now)
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response
-        if needed:
+        if decision and after_view(request, config, now, decision):
             # Loading the user and talking to Redis both block; keep them off the event loop.
             await sync_to_async(record)(request, result, config, now)
         return result
 
 
-def needs_recording(request: HttpRequest, config: Config, now: float) -> bool:
-    """Decide from cookies and headers alone whether this request should be recorded.
+#: What ``needs_recording`` decides: leave the request alone, count its page hit, or also record.
+IGNORE: Final = 0
+COUNT: Final = 1
+RECORD: Final = 2
 
-    Also counts the page view when ``COUNT_HITS`` is on, in memory: that costs no Redis call.
+
+def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
+    """Decide from cookies and headers alone what to do after the view: IGNORE, COUNT or RECORD.
+
+    A throttled request without ``COUNT_HITS`` is IGNOREd, so that it costs nothing more.
     """
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
-        return False
-    if config.count_hits:
-        api.count_hit(now)
+        return IGNORE
+    fallback = COUNT if config.count_hits else IGNORE
     if not config.throttle:
-        return True
+        return RECORD
     cookie = request.COOKIES.get(throttle.COOKIE_NAME)
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
     binding = throttle.binding(session_cookie, _address(request, config))
-    return not throttle.is_fresh(cookie, binding, now, config.throttle)
+    return fallback if throttle.is_fresh(cookie, binding, now, config.throttle) else RECORD
+
+
+def after_view(request: HttpRequest, config: Config, now: float, decision: int) -> bool:
+    """Count the page hit (in memory, no Redis call) unless the view was ``not_recorded``, and
+    say whether to record; called only when ``needs_recording`` did not IGNORE the request."""
+    if is_not_recorded(request):
+        return False
+    if config.count_hits:
+        api.count_hit(now)
+    return decision == RECORD
 
 
 def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
