@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model, login, logout
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
-from django.urls import path
+from django.urls import include, path
 
 from whos_online.decorators import not_recorded
 
@@ -51,4 +51,5 @@ urlpatterns = [
     path("login/<str:username>/", log_in),
     path("logout/", log_out),
     path("static/app.css", plain),
+    path("online/", include("whos_online.urls")),
 ]

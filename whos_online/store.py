@@ -172,6 +172,10 @@ class Snapshot:
     visitors: int = 0
 
 
+#: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
+EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0, listed=[])
+
+
 @dataclass(frozen=True)
 class UserDetails:
     """What a user's display HASH holds, and whether they are counted but not named."""

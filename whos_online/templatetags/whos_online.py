@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 register = template.Library()
 
 _SNAPSHOT_ATTRIBUTE = "_whos_online_snapshot"
-_EMPTY = store.Snapshot(visible=0, hidden=0, guests=0, bots=0, listed=[])
 
 
 def _snapshot(context: template.Context) -> store.Snapshot:
@@ -32,7 +31,7 @@ def _snapshot(context: template.Context) -> store.Snapshot:
     found = api.snapshot(get_config().display_limit)
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
-        return _EMPTY
+        return store.EMPTY_SNAPSHOT
     if request is not None:
         setattr(request, _SNAPSHOT_ATTRIBUTE, found)
     return found
