@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, free_port
 from whos_online import conf, counters, store
 from whos_online.connection import admin_client
 
@@ -73,6 +73,23 @@ def bob(db) -> AbstractUser:
     user = get_user_model().objects.create_user("bob", password="pw")
     assert isinstance(user, AbstractUser)
     return user
+
+
+@pytest.fixture
+def staff(db) -> AbstractUser:
+    user = get_user_model().objects.create_user("sam", password="pw", is_staff=True)
+    assert isinstance(user, AbstractUser)
+    return user
+
+
+@pytest.fixture
+def redis_down(settings) -> None:
+    """Point the app at a loopback port where nothing listens, retrying Redis on every call."""
+    settings.WHOS_ONLINE = {
+        **getattr(settings, "WHOS_ONLINE", {}),
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "FAILURE_BACKOFF": 0,
+    }
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from django.test import Client
 from django.urls import reverse
 
 import whos_online
-from tests.redis_server import free_port
 from tests.test_middleware import COOKIE, configure, log_in_quietly, members
 from whos_online import hits
 
@@ -24,16 +23,6 @@ if TYPE_CHECKING:
 
 URL = "/online/counts.json"
 HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'
-
-
-@pytest.fixture
-def staff(db) -> AbstractUser:
-    return get_user_model().objects.create_user("sam", password="pw", is_staff=True)
-
-
-@pytest.fixture
-def redis_down(settings) -> None:
-    configure(settings, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", FAILURE_BACKOFF=0)
 
 
 def hide_bob(user: AbstractUser) -> bool:

@@ -191,7 +191,7 @@ def line_chart(
         for index, value in stretch:
             parts.append(
                 format_html(
-                    '<circle class="point" cx="{}" cy="{}" r="2.5" fill="currentColor">'
+                    '<circle class="point" cx="{}" cy="{}" r="2" fill="currentColor">'
                     "<title>{}: {}</title></circle>",
                     x(index),
                     y(value),

@@ -161,6 +161,46 @@ def get(client: redis.Redis, config: Config, name: str, precision: int) -> list[
     return sorted((int(start), int(count)) for start, count in stored.items())
 
 
+def names(
+    client: redis.Redis, config: Config, precision: int, *, limit: int
+) -> tuple[list[str], int]:
+    """The first ``limit`` names (in lexical order) of the counters kept at ``precision``, and
+    how many there are, in one round trip.
+
+    Members of the known set are ``<precision>:<name>`` with equal scores, so a lexical range
+    selects one precision: from ``[60:`` to ``(60;`` (``;`` follows ``:``), which "600:…" is not
+    part of, since "0" sorts before ":".
+    """
+    low, high = f"[{precision}:", f"({precision};"
+    pipe = client.pipeline(transaction=False)
+    pipe.zrangebylex(known_key(config), low, high, start=0, num=limit)
+    pipe.zlexcount(known_key(config), low, high)
+    found, total = pipe.execute()
+    return [keyspace.text(each).partition(":")[2] for each in found], int(total)
+
+
+def samples(
+    client: redis.Redis,
+    config: Config,
+    counter_names: Sequence[str],
+    precision: int,
+    starts: Sequence[int],
+) -> list[list[int | None]]:
+    """Each counter's samples at the slices ``starts`` (None where a slice has none), in one
+    round trip.
+
+    HMGET of the slices wanted rather than HGETALL: the read stays as small as the chart however
+    long the cleanup has not run (a HASH keeps growing until it does).
+    """
+    if not counter_names:
+        return []
+    fields = [str(start) for start in starts]
+    pipe = client.pipeline(transaction=False)
+    for name in counter_names:
+        pipe.hmget(counter_key(config, name, precision), fields)
+    return [[None if value is None else int(value) for value in found] for found in pipe.execute()]
+
+
 @dataclass(frozen=True)
 class Cleaned:
     #: Every sample removed, those of dropped counters included.

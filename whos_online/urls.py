@@ -9,5 +9,7 @@ from whos_online import views
 app_name = "whos_online"
 
 urlpatterns = [
+    path("", views.dashboard_page, name="dashboard"),
+    path("refresh/", views.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
 ]

@@ -5,24 +5,38 @@ answer is publicly cacheable for ``JSON_MAX_AGE`` seconds unless it names people
 viewers may see, so that a CDN can absorb the polls of a busy site. It fails open: while Redis
 cannot be read it answers the zero counts with ``"ok": false``, which the live widget takes as
 "keep showing what you have".
+
+The dashboard is for active staff users: anonymous visitors are sent to ``LOGIN_URL``, others
+get a 403. Opening it is a visit like any other; its own refreshes (``dashboard_refresh``, the
+part of the page below the header) are not recorded.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.cache import patch_cache_control
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from whos_online import api, store
-from whos_online.conf import get_config
+from whos_online import api, dashboard, store
+from whos_online.conf import get_config, is_staff
 from whos_online.decorators import not_recorded
 from whos_online.visibility import may_see_names, shows_names_to_everyone
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django.http import HttpRequest
 
 #: "<", ">" and "&" written as JSON escapes, as Django's json_script does: names are anyone's
@@ -65,3 +79,58 @@ def counts(request: HttpRequest) -> HttpResponse:
     else:
         patch_cache_control(response, public=True, max_age=config.json_max_age)
     return response
+
+
+def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_staff(request.user):
+            raise PermissionDenied
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
+    config = get_config()
+    try:
+        precision = dashboard.parse_precision(request.GET.get("precision"), config)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    now = timezone.now()
+    shown = dashboard.collect(precision, now=now.timestamp())
+    return render(
+        request,
+        template,
+        {
+            "dashboard": shown,
+            "precisions": [
+                (choice, dashboard.precision_label(choice), choice == precision)
+                for choice in config.counter_precisions
+            ],
+            "precision_label": dashboard.precision_label(precision),
+            "refresh_url": f"{reverse('whos_online:dashboard_refresh')}?precision={precision}",
+            "refresh_interval": config.refresh_interval,
+            "now": now,
+            "a_minute_ago": now - timedelta(minutes=1),
+        },
+    )
+
+
+@never_cache
+@require_safe
+@staff_only
+def dashboard_page(request: HttpRequest) -> HttpResponse:
+    """Online now, the peak, today's visitors and a chart of each counter at one precision."""
+    return _render_dashboard(request, "whos_online/dashboard.html")
+
+
+@not_recorded
+@never_cache
+@require_safe
+@staff_only
+def dashboard_refresh(request: HttpRequest) -> HttpResponse:
+    """The dashboard below its header, which the page fetches every ``REFRESH_INTERVAL``."""
+    return _render_dashboard(request, "whos_online/dashboard_body.html")

@@ -1,0 +1,216 @@
+"""What the staff dashboard shows, read from Redis in a bounded number of steps.
+
+A dashboard costs three round trips: the snapshot (counts, names, peak, visitors), the names of
+the counters kept at the chosen precision, and the samples of every chart. Each read is bounded:
+at most ``NAMES_SHOWN`` names, ``MAX_CHARTS`` charts and ``MAX_POINTS`` slices per chart, read by
+HMGET of exactly those slices. Like every reader of the request path it fails open: while Redis
+cannot be read the dashboard shows zeros, empty charts and a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Final
+
+from django.utils import dateformat
+from django.utils import timezone as django_timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from whos_online import api, charts, counters, hits, store
+from whos_online.conf import get_config
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    import redis
+    from django.utils.functional import _StrPromise
+    from django.utils.safestring import SafeString
+
+    from whos_online.conf import Config
+
+#: Users listed by name; the rest are "N more".
+NAMES_SHOWN: Final = 100
+#: Charts drawn at most, the standard ones included; further counters are only counted.
+MAX_CHARTS: Final = 24
+#: Slices per chart at most, whatever COUNTER_SAMPLES says.
+MAX_POINTS: Final = 360
+#: The precision shown when none is asked for: this one if configured, else the next coarser.
+PREFERRED_PRECISION: Final = 60
+#: Colours in dashboard.css (``.wo-colour-0`` …), given to the charts in turn.
+PALETTE_SIZE: Final = 6
+
+#: The online counts are gauges: each slice holds the largest count seen in it, and a slice
+#: without a sample is unknown rather than zero. Every other counter adds up, so a slice without
+#: a sample is a zero.
+GAUGE_PREFIX: Final = "online:"
+
+#: Counters charted first, with their titles; ``hits`` only when counted or present.
+STANDARD: Final[Sequence[tuple[str, _StrPromise]]] = (
+    ("online:users", _("Users online")),
+    ("online:guests", _("Guests online")),
+    ("online:bots", _("Bots online")),
+    (hits.COUNTER_NAME, _("Page views")),
+)
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str
+    title: str
+    starts: list[int]
+    values: list[int | None]
+    #: The colour of the series, as an index into the stylesheet's palette.
+    colour: int
+    svg: SafeString
+
+    @property
+    def gauge(self) -> bool:
+        return self.name.startswith(GAUGE_PREFIX)
+
+    @property
+    def highest(self) -> int | None:
+        present = [value for value in self.values if value is not None]
+        return max(present) if present else None
+
+    @property
+    def total(self) -> int:
+        return sum(value for value in self.values if value is not None)
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    #: False while Redis could not be read: everything below is then empty.
+    ok: bool
+    snapshot: store.Snapshot
+    precision: int
+    charts: list[Chart]
+    #: Counters kept at this precision that were left out (beyond ``MAX_CHARTS``).
+    left_out: int
+
+    @property
+    def users(self) -> list[api.OnlineUser]:
+        return api.listed_users(self.snapshot)
+
+    @property
+    def more(self) -> int:
+        return max(self.snapshot.visible - len(self.snapshot.listed), 0)
+
+    @property
+    def counts(self) -> api.OnlineCounts:
+        return api.counts_of(self.snapshot)
+
+    @property
+    def peak(self) -> api.Peak:
+        return api.peak_of(self.snapshot)
+
+
+def default_precision(config: Config) -> int:
+    coarser = [p for p in config.counter_precisions if p >= PREFERRED_PRECISION]
+    return coarser[0] if coarser else config.counter_precisions[-1]
+
+
+def parse_precision(raw: str | None, config: Config) -> int:
+    """The precision asked for in the query string; ValueError names the choices."""
+    if raw is None:
+        return default_precision(config)
+    if raw.isascii() and raw.isdigit() and int(raw) in config.counter_precisions:
+        return int(raw)
+    choices = ", ".join(map(str, config.counter_precisions))
+    msg = f"precision must be one of COUNTER_PRECISIONS: {choices} (seconds)."
+    raise ValueError(msg)
+
+
+def precision_label(seconds: int) -> str:
+    """60 → "1 min", 18000 → "5 h", 86400 → "1 day"."""
+    if seconds % 86400 == 0:
+        days = seconds // 86400
+        return ngettext("%(count)d day", "%(count)d days", days) % {"count": days}
+    for size, unit in ((3600, _("h")), (60, _("min"))):
+        if seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} {_('s')}"
+
+
+def time_label(precision: int) -> Callable[[int], str]:
+    """How a slice start reads on the time axis, in the current time zone: as finely as the
+    slices are, with the day once a chart spans several."""
+    if precision < 60:
+        layout = "H:i:s"
+    elif precision < 3600:
+        layout = "H:i"
+    elif precision < 86400:
+        layout = "j M H:i"
+    else:
+        layout = "j M Y"
+
+    def label(start: int) -> str:
+        moment = datetime.fromtimestamp(start, tz=timezone.utc)
+        return dateformat.format(django_timezone.localtime(moment), layout)
+
+    return label
+
+
+def slice_starts(now: float, precision: int, count: int) -> list[int]:
+    """The starts of the last ``count`` slices, the current one last."""
+    current = counters.slice_start(now, precision)
+    return [current - precision * (count - 1 - index) for index in range(count)]
+
+
+#: What ``collect`` reads besides the snapshot: the counters charted, how many were left out, and
+#: the samples of each.
+_Read = tuple[list[str], int, list[list[int | None]]]
+
+
+def collect(precision: int, *, now: float) -> Dashboard:
+    config = get_config()
+    found = api.snapshot(NAMES_SHOWN)
+    starts = slice_starts(now, precision, min(config.counter_samples, MAX_POINTS))
+    standard = [
+        name for name, _title in STANDARD if name.startswith(GAUGE_PREFIX) or config.count_hits
+    ]
+
+    def read(client: redis.Redis, config: Config) -> _Read:
+        kept, total = counters.names(client, config, precision, limit=MAX_CHARTS)
+        wanted = [*standard, *(name for name in kept if name not in standard)][:MAX_CHARTS]
+        left_out = total - sum(1 for name in wanted if name in kept)
+        return wanted, left_out, counters.samples(client, config, wanted, precision, starts)
+
+    # While Redis cannot be read, the standard charts are drawn empty.
+    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard])
+    wanted, left_out, values = api.call_redis(unknown, read)
+    return Dashboard(
+        ok=found is not None,
+        snapshot=store.EMPTY_SNAPSHOT if found is None else found,
+        precision=precision,
+        charts=[
+            _chart(name, stored, starts, colour=index % PALETTE_SIZE, label=time_label(precision))
+            for index, (name, stored) in enumerate(zip(wanted, values, strict=True))
+        ],
+        left_out=left_out,
+    )
+
+
+def _chart(
+    name: str,
+    stored: list[int | None],
+    starts: list[int],
+    *,
+    colour: int,
+    label: Callable[[int], str],
+) -> Chart:
+    values: list[int | None] = (
+        stored if name.startswith(GAUGE_PREFIX) else [value or 0 for value in stored]
+    )
+    title = next((str(title) for known, title in STANDARD if known == name), name)
+    return Chart(
+        name=name,
+        title=title,
+        starts=starts,
+        values=values,
+        colour=colour,
+        svg=charts.line_chart(
+            starts, values, title=title, label=label, empty=str(_("No samples yet"))
+        ),
+    )
