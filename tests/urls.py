@@ -3,15 +3,23 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model, login, logout
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from whos_online.decorators import not_recorded
 
 PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
+LIVE_PAGE = engines["django"].from_string(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>live</title></head>'
+    "<body><main>live</main>{% whos_online live=True visitors=True %}</body></html>"
+)
 
 
 def page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(PAGE.render({}, request))
+
+
+def live_page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(LIVE_PAGE.render({}, request))
 
 
 def plain(request: HttpRequest) -> HttpResponse:
@@ -42,8 +50,9 @@ async def async_poll(request: HttpRequest) -> HttpResponse:
     return HttpResponse("async poll")
 
 
-urlpatterns = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
+    path("live/", live_page),
     path("plain/", plain),
     path("async/", async_plain),
     path("poll/", poll),

@@ -2,23 +2,41 @@
 
 Thin wrappers over the API. A page that uses several of them reads Redis once: the snapshot is
 kept on the request for the rest of the render.
+
+``{% whos_online live=True %}`` renders the same markup plus what ``static/whos_online/live.js``
+needs to refresh it from the JSON view: the view's URL, the interval, and the sentence's words in
+the current language (so that the script writes what the template would). Because the refreshes
+come from the JSON view, the live widget names people only to those ``SHOW_NAMES_TO`` allows, from
+the first render on; others see counts ("2 users and 12 guests").
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from django import template
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.template.base import render_value_in_context
-from django.utils.translation import ngettext
+from django.urls import NoReverseMatch, reverse
+from django.utils.translation import gettext, ngettext
 
 from whos_online import api, store
 from whos_online.conf import get_config
+from whos_online.visibility import may_see_names
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from whos_online.conf import Config
+
 register = template.Library()
+logger = logging.getLogger("whos_online")
+
+#: Set once the missing URLs have been logged, so that a misconfigured site logs it once.
+_unmounted_logged = False
 
 _SNAPSHOT_ATTRIBUTE = "_whos_online_snapshot"
 
@@ -39,20 +57,37 @@ def _snapshot(context: template.Context) -> store.Snapshot:
 
 @register.inclusion_tag("whos_online/online.html", takes_context=True)
 def whos_online(
-    context: template.Context, *, peak: bool = True, visitors: bool = False
+    context: template.Context,
+    *,
+    peak: bool = True,
+    visitors: bool = False,
+    live: bool = False,
+    refresh: int | None = None,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
     ``peak=False`` leaves out "Most people ever online was N on DATE"; ``visitors=True`` adds
-    today's unique visitors. Both come from the same single read as the names.
+    today's unique visitors. Both come from the same single read as the names. ``live=True``
+    refreshes the counts every ``REFRESH_INTERVAL`` seconds, ``refresh=N`` every N seconds.
     """
+    config = get_config()
     found = _snapshot(context)
-    users = api.listed_users(found)
-    more = max(found.visible - len(users), 0)
+    shown = _live(config, refresh) if live or refresh is not None else None
+    names = shown is None or may_see_names(context.get("request"), config)
     counts = api.counts_of(found)
+    users = api.listed_users(found) if names else []
+    more = max(found.visible - len(users), 0) if names else 0
     parts: list[tuple[api.OnlineUser | None, str]] = [(user, "") for user in users]
     if more:
         parts.append((None, ngettext("%(count)d more", "%(count)d more", more) % {"count": more}))
+    if not names and counts.users:
+        parts.append(
+            (
+                None,
+                ngettext("%(count)d user", "%(count)d users", counts.users)
+                % {"count": counts.users},
+            )
+        )
     if counts.guests:
         parts.append(
             (
@@ -75,6 +110,60 @@ def whos_online(
         "parts": parts,
         "peak": api.peak_of(found) if peak else None,
         "visitors": found.visitors if visitors else None,
+        "live": shown,
+    }
+
+
+def _live(config: Config, refresh: object) -> dict[str, Any] | None:
+    """What live.js needs, or None to render the static widget when the URLs are missing."""
+    if refresh is None:
+        refresh = config.refresh_interval
+    elif isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1:
+        msg = (
+            f"whos_online refresh= takes a whole number of seconds of at least 1, not {refresh!r}."
+        )
+        raise template.TemplateSyntaxError(msg)
+    try:
+        url = reverse("whos_online:counts")
+    except NoReverseMatch:
+        global _unmounted_logged  # noqa: PLW0603 - one warning per process, not per page
+        msg = (
+            "{% whos_online live=True %} refreshes from whos_online's JSON view, but "
+            "whos_online.urls is not in the URLconf: add "
+            'path("online/", include("whos_online.urls")) to your urlpatterns.'
+        )
+        if settings.DEBUG:
+            raise ImproperlyConfigured(msg) from None
+        if not _unmounted_logged:
+            _unmounted_logged = True
+            logger.warning("%s The widget is shown without refreshes.", msg)
+        return None
+    return {"url": url, "refresh": refresh, "text": json.dumps(live_text())}
+
+
+def live_text() -> dict[str, Any]:
+    """The words of the sentence, as the template and the tag above write them, for live.js.
+
+    Plural phrases come as [one, other] (the forms for 1 and for 2); live.js picks one with the
+    page language's plural rules, so languages with more than two forms get the "other" form
+    for every count that is not "one".
+    """
+
+    def forms(singular: str, plural: str) -> list[str]:
+        return [ngettext(singular, plural, 1), ngettext(singular, plural, 2)]
+
+    return {
+        "and": gettext("and"),
+        "nobody": gettext("nobody"),
+        "more": forms("%(count)d more", "%(count)d more"),
+        "users": forms("%(count)d user", "%(count)d users"),
+        "guests": forms("%(count)d guest", "%(count)d guests"),
+        "bots": forms("%(count)d bot", "%(count)d bots"),
+        "people": forms("%(total)s person", "%(total)s people"),
+        "visitors": forms(
+            "%(visitors)s unique visitor today", "%(visitors)s unique visitors today"
+        ),
+        "peak": gettext("Most people ever online was %(people)s on %(day)s"),
     }
 
 

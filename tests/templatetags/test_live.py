@@ -1,0 +1,209 @@
+"""``{% whos_online live=True %}``: the rendered state and what live.js gets to refresh it."""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpResponse
+from django.template import TemplateSyntaxError
+from django.test import Client, RequestFactory
+
+import whos_online
+from tests.templatetags.test_whos_online import render, text
+from tests.test_middleware import configure, log_in_quietly
+from whos_online.templatetags import whos_online as tags
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
+LIVE = "{% load whos_online %}{% whos_online live=True %}"
+HOSTILE = '<b onmouseover="x()">&amp;</b>'
+
+
+def attribute(markup: str, name: str) -> str:
+    found = re.search(rf'{name}="([^"]*)"', markup)
+    assert found, name
+    return html.unescape(found.group(1))
+
+
+def populate(alice: AbstractUser) -> None:
+    now = time.time()
+    whos_online.record_user(alice, now=now - 10)
+    whos_online.record_guest("198.51.100.1", now=now - 5)
+    whos_online.record_guest("198.51.100.2", bot=True, now=now - 5)
+
+
+def widget_on_page(user: AbstractUser | None) -> str:
+    """What the widget reads on the test site's live page, for ``user`` or an anonymous visitor.
+
+    The page's own visit is recorded after it is rendered, so it shows in the next one only.
+    """
+    client = Client(REMOTE_ADDR="203.0.113.7")
+    if user is not None:
+        log_in_quietly(client, user)
+    markup = client.get("/live/").content.decode()
+    found = re.search(r'<div class="whos-online".*?</div>', markup, flags=re.S)
+    assert found
+    return text(found.group(0))
+
+
+def lazy_request(*, session_cookie: bool) -> Any:
+    """A request as the session and authentication middleware leave it: nothing loaded yet."""
+    factory = RequestFactory()
+    if session_cookie:
+        factory.cookies["sessionid"] = "some-session-key"
+    request = factory.get("/")
+    SessionMiddleware(lambda request: HttpResponse()).process_request(request)
+    AuthenticationMiddleware(lambda request: HttpResponse()).process_request(request)
+    return request
+
+
+def test_live_widget_carries_the_json_url_interval_words_and_script(backend):
+    markup = render(LIVE)
+
+    assert attribute(markup, "data-whos-online-live") == "/online/counts.json"
+    assert attribute(markup, "data-whos-online-refresh") == "30"
+    words = json.loads(attribute(markup, "data-whos-online-text"))
+    assert words == tags.live_text()
+    assert words["guests"] == ["%(count)d guest", "%(count)d guests"]
+    assert words["people"] == ["%(total)s person", "%(total)s people"]
+    assert '<script src="/static/whos_online/live.js" defer></script>' in markup
+    assert text(markup) == "Who's online: nobody"
+
+
+def test_the_static_widget_has_none_of_it(backend):
+    markup = render("{% load whos_online %}{% whos_online %}")
+
+    assert "data-whos-online" not in markup
+    assert "<script" not in markup
+
+
+def test_refresh_sets_the_interval_and_implies_live(backend, settings):
+    configure(settings, REFRESH_INTERVAL=12)
+    assert attribute(render(LIVE), "data-whos-online-refresh") == "12"
+    markup = render("{% load whos_online %}{% whos_online refresh=5 %}")
+    assert attribute(markup, "data-whos-online-refresh") == "5"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "'5'", "1.5", "True"])
+def test_refresh_must_be_a_positive_whole_number(backend, value):
+    with pytest.raises(TemplateSyntaxError, match="refresh= takes a whole number"):
+        render(f"{{% load whos_online %}}{{% whos_online refresh={value} %}}")
+
+
+def test_anonymous_visitors_get_counts_not_names(backend, alice):
+    populate(alice)
+
+    # (text() leaves out the peak line.)
+    assert widget_on_page(None) == "Who's online: 1 user, 1 guest and 1 bot 2 unique visitors today"
+
+
+def test_staff_get_names(backend, alice, staff):
+    populate(alice)
+
+    assert widget_on_page(staff).startswith("Who's online: alice, 1 guest and 1 bot 2 unique")
+
+
+def test_names_follow_show_names_to(backend, settings, alice, bob):
+    configure(settings, SHOW_NAMES_TO="authenticated")
+    populate(alice)
+
+    assert widget_on_page(None).startswith("Who's online: 1 user, 1 guest and 1 bot")
+    # The anonymous visit just made was recorded after its page: a second guest now.
+    assert widget_on_page(bob).startswith("Who's online: alice, 2 guests and 1 bot")
+
+
+def test_names_for_everyone_need_no_request(backend, settings, alice):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    populate(alice)
+
+    assert text(render(LIVE, request=RequestFactory().get("/"))).startswith("Who's online: alice,")
+
+
+def test_without_a_session_cookie_the_session_is_left_alone(backend, alice):
+    """So that the tag does not make a cacheable page vary on the cookie."""
+    populate(alice)
+    request = lazy_request(session_cookie=False)
+
+    assert text(render(LIVE, request=request)).startswith("Who's online: 1 user, 1 guest")
+    assert request.session.accessed is False
+
+
+def test_with_a_session_cookie_the_user_is_looked_at(backend, alice):
+    populate(alice)
+    request = lazy_request(session_cookie=True)
+
+    render(LIVE, request=request)
+
+    assert request.session.accessed is True
+
+
+def test_the_static_widget_never_looks_at_the_user(backend, alice):
+    populate(alice)
+    request = lazy_request(session_cookie=True)
+
+    assert text(render("{% load whos_online %}{% whos_online %}", request=request)).startswith(
+        "Who's online: alice, 1 guest"
+    )
+    assert request.session.accessed is False
+
+
+def test_a_hidden_peak_line_waits_for_the_first_peak(backend, alice):
+    assert '<span class="whos-online-peak" data-peak="0" hidden></span>' in render(LIVE)
+    no_peak = render("{% load whos_online %}{% whos_online live=True peak=False %}")
+    assert "whos-online-peak" not in no_peak
+
+    populate(alice)
+    assert 'data-peak="2">Most people ever online was 2 on' in render(LIVE)
+
+
+def test_names_and_words_are_escaped(backend, settings, db):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    whos_online.record_user(get_user_model().objects.create_user(HOSTILE))
+
+    markup = render(LIVE)
+
+    assert "<b " not in markup
+    assert HOSTILE in text(markup)
+    json.loads(attribute(markup, "data-whos-online-text"))
+
+
+def test_renders_the_static_state_while_redis_is_down(redis_down):
+    markup = render(LIVE)
+
+    assert text(markup) == "Who's online: nobody"
+    assert attribute(markup, "data-whos-online-live") == "/online/counts.json"
+
+
+def test_without_the_urls_debug_says_what_to_add(backend, settings):
+    settings.ROOT_URLCONF = "tests.urls_without_app"
+    settings.DEBUG = True
+
+    with pytest.raises(ImproperlyConfigured, match=r'include\("whos_online.urls"\)'):
+        render(LIVE)
+
+
+def test_without_the_urls_production_shows_the_static_widget_and_logs_once(
+    backend, settings, caplog, monkeypatch
+):
+    monkeypatch.setattr(tags, "_unmounted_logged", False)
+    settings.ROOT_URLCONF = "tests.urls_without_app"
+    caplog.set_level(logging.WARNING, logger="whos_online")
+
+    first: Any = render(LIVE)
+    render(LIVE)
+
+    assert "data-whos-online" not in first
+    assert text(first) == "Who's online: nobody"
+    assert len(caplog.records) == 1
+    assert "whos_online.urls is not in the URLconf" in caplog.records[0].getMessage()
