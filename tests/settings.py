@@ -13,6 +13,8 @@ INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
+    # Lets the browser tests' live server serve whos_online's scripts and stylesheet.
+    "django.contrib.staticfiles",
     "whos_online",
 ]
 

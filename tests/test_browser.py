@@ -1,0 +1,222 @@
+"""The live widget and the dashboard in a real browser: Debian's Chromium driven by Playwright.
+
+The site is pytest-django's live server (in a thread of this process) on the real redis-server.
+Without ``/usr/bin/chromium`` these tests are skipped; ``.ci/run`` installs the ``chromium``
+package first, so that CI cannot pass by skipping them. Playwright's own browsers are never
+downloaded.
+
+Every page is served with a strict Content-Security-Policy, and any script error or console
+error (a CSP violation included) fails the test. Waits are on the page's state, never on time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import expect, sync_playwright
+
+import whos_online
+from whos_online.connection import admin_client
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from django.contrib.auth.models import AbstractUser
+    from playwright.sync_api import Browser, BrowserContext, Locator, Page, Route
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: Headless, sandbox-free (CI containers run as root) and quiet: no network but the test site.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Where the dashboard's screenshot goes (git-ignored); the README shows a copy, docs/dashboard.png.
+SCREENSHOT = Path(__file__).resolve().parent.parent / ".artifacts" / "dashboard.png"
+#: Headless Chromium says "HeadlessChrome", which BOT_USER_AGENTS counts as a bot, rightly: the
+#: visitors of these tests present themselves as the desktop browser they stand for.
+USER_AGENT = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/130.0.0.0 Safari/537.36"
+)
+CSP = "default-src 'self'; base-uri 'none'; frame-ancestors 'none'"
+#: Generous, for a busy CI machine: the refreshes run every second.
+TIMEOUT_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.skip(
+            f"the browser tests need Chromium at {CHROMIUM}: install the Debian package "
+            "chromium (apt-get install chromium)"
+        )
+    with pytest.MonkeyPatch.context() as patch:
+        # Playwright's sync API runs an asyncio loop in this thread while it is open, and Django
+        # refuses ORM calls from a thread with a running loop. Here they are safe: this thread
+        # only creates users and flushes the test database, between the browser's requests, which
+        # the live server answers in a thread of its own. Only this module runs with the flag.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            yield launched
+            launched.close()
+
+
+@pytest.fixture
+def site(live_server, real_redis_url, settings) -> str:
+    """The test site on the real Redis, refreshing every second from answers never cached."""
+    settings.WHOS_ONLINE = {
+        "REDIS_URL": real_redis_url,
+        "REFRESH_INTERVAL": 1,
+        "JSON_MAX_AGE": 0,
+        "SHOW_NAMES_TO": "authenticated",
+    }
+    admin_client().flushdb()
+    return str(live_server.url)
+
+
+@pytest.fixture
+def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
+    """Opens a page in a browser context of its own (its own cookies: another visitor); script
+    and console errors on it fail the test, and the site's HTML answers get a strict CSP."""
+    contexts: list[BrowserContext] = []
+    errors: list[str] = []
+
+    def with_csp(route: Route) -> None:
+        response = route.fetch()
+        headers = dict(response.headers)
+        if headers.get("content-type", "").startswith("text/html"):
+            headers["content-security-policy"] = CSP
+        route.fulfill(response=response, headers=headers)
+
+    def open_one() -> Page:
+        context = browser.new_context(
+            viewport={"width": 1280, "height": 800}, user_agent=USER_AGENT
+        )
+        context.set_default_timeout(TIMEOUT_MS)
+        context.route("**/*", with_csp)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
+        page.on(
+            "console",
+            lambda message: (
+                errors.append(f"{page.url}: {message.text}") if message.type == "error" else None
+            ),
+        )
+        return page
+
+    yield open_one
+    for context in contexts:
+        context.close()
+    assert errors == []
+
+
+def widget_list(page: Page) -> Locator:
+    return page.locator(".whos-online .whos-online-list")
+
+
+def mark_page(page: Page) -> None:
+    """Something a reload would lose: checked at the end, it shows the page was never reloaded."""
+    page.evaluate("window.whosOnlineTestMark = true")
+
+
+def assert_not_reloaded(page: Page) -> None:
+    assert page.evaluate("window.whosOnlineTestMark") is True
+
+
+def test_two_users_see_each_other_online(site, open_page, alice, bob):
+    alices = open_page()
+    alices.goto(f"{site}/login/alice/")
+    alices.goto(f"{site}/live/")
+    expect(widget_list(alices)).to_have_text("alice", timeout=TIMEOUT_MS)
+    mark_page(alices)
+
+    bobs = open_page()
+    bobs.goto(f"{site}/login/bob/")
+    bobs.goto(f"{site}/live/")
+
+    # Newest first: bob logged in last. Each page shows the other without a reload.
+    expect(widget_list(bobs)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
+    expect(widget_list(alices)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
+    expect(alices.locator(".whos-online")).to_have_attribute("data-users", "2")
+    assert_not_reloaded(alices)
+
+
+def test_a_guest_sees_the_count_change_without_reloading(site, open_page):
+    guest = open_page()
+    guest.goto(f"{site}/live/")
+    widget = guest.locator(".whos-online")
+    # The page was rendered before its visit was recorded; the first refresh shows the guest.
+    expect(widget_list(guest)).to_have_text("1 guest", timeout=TIMEOUT_MS)
+    mark_page(guest)
+
+    whos_online.record_guest("198.51.100.7")
+    whos_online.record_guest("198.51.100.8", bot=True)
+
+    expect(widget_list(guest)).to_have_text("2 guests and 1 bot", timeout=TIMEOUT_MS)
+    expect(widget).to_have_attribute("data-total", "2")
+    expect(widget.locator(".whos-online-visitors")).to_have_text("2 unique visitors today")
+    expect(widget.locator(".whos-online-peak")).to_contain_text("Most people ever online was 2")
+    assert_not_reloaded(guest)
+    # The script writes what the server writes: a fresh render of the same state reads the same.
+    fresh = guest.context.new_page()
+    fresh.goto(f"{site}/live/")
+    assert widget_list(fresh).inner_text() == widget_list(guest).inner_text()
+
+
+def seed_history(users: list[AbstractUser]) -> None:
+    """Two hours of visits, minute by minute, as the site would have recorded them."""
+    now = time.time()
+    rng = random.Random(7)
+    for minute in range(119, -1, -1):
+        moment = now - 60 * minute
+        crowd = 6 + round(5 * (1 + math.sin(minute / 17)))
+        for index in range(crowd + rng.randrange(4)):
+            whos_online.record_guest(f"10.1.{minute % 5}.{index}", now=moment - rng.random() * 50)
+        # A crawler that comes back every other minute, from a new address each half hour.
+        if minute % 2 == 0:
+            whos_online.record_guest(f"10.2.0.{minute // 30}", bot=True, now=moment)
+        for index, user in enumerate(users):
+            if (minute + 11 * index) % 37 < 24 - 3 * index:
+                whos_online.record_user(user, now=moment - index)
+        whos_online.update_counter("hits", 3 * crowd + rng.randrange(15), now=moment)
+        if rng.random() < 0.3:
+            whos_online.update_counter("signups", rng.randint(1, 3), now=moment)
+
+
+def test_the_dashboard_draws_charts_and_refreshes_itself(site, open_page, staff, alice, bob):
+    others = [get_user_model().objects.create_user(name) for name in ("carol", "dmitri", "eve")]
+    seed_history([alice, bob, *others])
+    page = open_page()
+    page.goto(f"{site}/login/{staff.get_username()}/")
+
+    page.goto(f"{site}/online/")
+
+    guests_chart = page.locator('figure[data-counter="online:guests"] svg')
+    expect(guests_chart).to_be_visible()
+    assert guests_chart.locator("circle.point").count() > 100
+    assert guests_chart.locator("polyline.line").count() >= 1
+    expect(page.locator('figure[data-counter="signups"] circle.point')).to_have_count(120)
+    expect(page.locator(".wo-names li")).to_have_count(len(whos_online.online_users()))
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=SCREENSHOT, full_page=True)
+    assert SCREENSHOT.stat().st_size > 10_000
+
+    mark_page(page)
+    guests = int(page.locator('[data-count="guests"]').inner_text())
+    whos_online.record_guest("198.51.100.99")
+    expect(page.locator('[data-count="guests"]')).to_have_text(str(guests + 1))
+    assert_not_reloaded(page)
