@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from django.template import TemplateSyntaxError
 from django.test import Client, RequestFactory
+from django.utils import timezone
+from django.utils.formats import date_format
 
 import whos_online
 from tests.templatetags.test_whos_online import render, text
@@ -79,6 +81,16 @@ def test_live_widget_carries_the_json_url_interval_words_and_script(backend):
     assert words["people"] == ["%(total)s person", "%(total)s people"]
     assert '<script src="/static/whos_online/live.js" defer></script>' in markup
     assert text(markup) == "Who's online: nobody"
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/St_Johns"])
+def test_today_is_the_current_time_zones_day(backend, settings, zone):
+    settings.TIME_ZONE = zone
+    start, end, label = json.loads(attribute(render(LIVE), "data-whos-online-text"))["today"]
+
+    assert start <= time.time() * 1000 < end
+    assert end - start in {23 * 3_600_000, 24 * 3_600_000, 25 * 3_600_000}
+    assert label == date_format(timezone.localdate(), "DATE_FORMAT")
 
 
 def test_the_static_widget_has_none_of_it(backend):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django import template
@@ -21,6 +22,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.template.base import render_value_in_context
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext, ngettext
 
 from whos_online import api, store
@@ -28,8 +31,6 @@ from whos_online.conf import get_config
 from whos_online.visibility import may_see_names
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from whos_online.conf import Config
 
 register = template.Library()
@@ -146,13 +147,24 @@ def live_text() -> dict[str, Any]:
 
     Plural phrases come as [one, other] (the forms for 1 and for 2); live.js picks one with the
     page language's plural rules, so languages with more than two forms get the "other" form
-    for every count that is not "one".
+    for every count that is not "one". ``today`` is today in the current time zone, as
+    [start, end) in Unix milliseconds and its ``DATE_FORMAT`` text: a peak beaten while the page
+    is open is written with it, as the template would write it.
     """
 
     def forms(singular: str, plural: str) -> list[str]:
         return [ngettext(singular, plural, 1), ngettext(singular, plural, 2)]
 
+    today = timezone.localdate()
+    zone = timezone.get_current_timezone()
+    start = datetime.combine(today, time.min, tzinfo=zone)
+    end = datetime.combine(today + timedelta(days=1), time.min, tzinfo=zone)
     return {
+        "today": [
+            int(start.timestamp() * 1000),
+            int(end.timestamp() * 1000),
+            date_format(today, "DATE_FORMAT"),
+        ],
         "and": gettext("and"),
         "nobody": gettext("nobody"),
         "more": forms("%(count)d more", "%(count)d more"),

@@ -85,9 +85,14 @@
     }
     var peak = widget.querySelector(".whos-online-peak");
     var people = String(data.peak.people);
-    // The server wrote the date in DATE_FORMAT; a new peak gets the browser's long date instead.
     if (peak && data.peak.when && peak.getAttribute("data-peak") !== people) {
-      var day = new Date(data.peak.when).toLocaleDateString(language, { dateStyle: "long" });
+      var when = Date.parse(data.peak.when);
+      // A peak beaten today reads as the server writes it (DATE_FORMAT); another day, which only
+      // a page open across midnight sees, gets the browser's long date.
+      var day =
+        when >= text.today[0] && when < text.today[1]
+          ? text.today[2]
+          : new Date(when).toLocaleDateString(language, { dateStyle: "long" });
       peak.setAttribute("data-peak", people);
       peak.textContent = format(text.peak, { people: people, day: day });
       peak.hidden = false;
