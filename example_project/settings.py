@@ -78,8 +78,16 @@ CACHES = {
     }
 }
 
-# A short window and throttle, so that the demo shows people arriving and leaving quickly.
-WHOS_ONLINE = {"WINDOW": 300, "THROTTLE": 60, "COUNT_HITS": True}
+# A short window and throttle, so that the demo shows people arriving and leaving quickly; the
+# live widget refreshes every 5 s, and logged-in members (not only staff) see who is online.
+WHOS_ONLINE = {
+    "WINDOW": 300,
+    "THROTTLE": 60,
+    "COUNT_HITS": True,
+    "SHOW_NAMES_TO": "authenticated",
+    "REFRESH_INTERVAL": 5,
+    "JSON_MAX_AGE": 2,
+}
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"

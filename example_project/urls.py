@@ -8,5 +8,7 @@ from example_project import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/", include("django.contrib.auth.urls")),
+    # The JSON view the live widget polls (/online/counts.json) and the staff dashboard (/online/).
+    path("online/", include("whos_online.urls")),
     path("admin/", admin.site.urls),
 ]
