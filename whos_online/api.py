@@ -147,6 +147,11 @@ def listed_users(found: store.Snapshot) -> list[OnlineUser]:
     ]
 
 
+def more_of(found: store.Snapshot) -> int:
+    """Visible users online beyond those listed; hidden users are never part of it."""
+    return max(found.visible - len(found.listed), 0)
+
+
 def counts_of(found: store.Snapshot) -> OnlineCounts:
     users = found.visible + found.hidden
     return OnlineCounts(

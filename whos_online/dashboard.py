@@ -95,7 +95,7 @@ class Dashboard:
 
     @property
     def more(self) -> int:
-        return max(self.snapshot.visible - len(self.snapshot.listed), 0)
+        return api.more_of(self.snapshot)
 
     @property
     def counts(self) -> api.OnlineCounts:

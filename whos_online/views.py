@@ -61,7 +61,7 @@ def counts_document(found: store.Snapshot | None, *, names: bool) -> dict[str, A
     if names:
         listed = api.listed_users(snapshot)
         document["names"] = [{"name": user.name, "url": user.url} for user in listed]
-        document["more"] = max(snapshot.visible - len(listed), 0)
+        document["more"] = api.more_of(snapshot)
     return document
 
 

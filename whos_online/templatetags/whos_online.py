@@ -77,7 +77,7 @@ def whos_online(
     names = shown is None or may_see_names(context.get("request"), config)
     counts = api.counts_of(found)
     users = api.listed_users(found) if names else []
-    more = max(found.visible - len(users), 0) if names else 0
+    more = api.more_of(found) if names else 0
     parts: list[tuple[api.OnlineUser | None, str]] = [(user, "") for user in users]
     if more:
         parts.append((None, ngettext("%(count)d more", "%(count)d more", more) % {"count": more}))
