@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -91,6 +92,19 @@ def test_today_is_the_current_time_zones_day(backend, settings, zone):
     assert start <= time.time() * 1000 < end
     assert end - start in {23 * 3_600_000, 24 * 3_600_000, 25 * 3_600_000}
     assert label == date_format(timezone.localdate(), "DATE_FORMAT")
+
+
+def test_without_time_zone_support_today_is_the_local_day(backend, settings, alice):
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "America/St_Johns"
+    populate(alice)
+
+    markup = render(LIVE)
+
+    start, end, label = json.loads(attribute(markup, "data-whos-online-text"))["today"]
+    assert start <= time.time() * 1000 < end
+    assert label == date_format(datetime.now(), "DATE_FORMAT")
+    assert text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
 
 
 def test_the_static_widget_has_none_of_it(backend):
@@ -219,3 +233,14 @@ def test_without_the_urls_production_shows_the_static_widget_and_logs_once(
     assert text(first) == "Who's online: nobody"
     assert len(caplog.records) == 1
     assert "whos_online.urls is not in the URLconf" in caplog.records[0].getMessage()
+
+
+def test_without_the_urls_names_are_still_kept_from_those_not_allowed(backend, settings, alice):
+    settings.ROOT_URLCONF = "tests.urls_without_app"
+    populate(alice)
+
+    markup = render(LIVE, request=lazy_request(session_cookie=False))
+
+    assert "data-whos-online" not in markup
+    assert text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
+    assert "alice" not in markup

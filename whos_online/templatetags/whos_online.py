@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django import template
@@ -73,8 +73,11 @@ def whos_online(
     """
     config = get_config()
     found = _snapshot(context)
-    shown = _live(config, refresh) if live or refresh is not None else None
-    names = shown is None or may_see_names(context.get("request"), config)
+    wants_live = live or refresh is not None
+    shown = _live(config, refresh) if wants_live else None
+    # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
+    # falls back to the static widget: a URLconf slip must not show the names it restricts.
+    names = not wants_live or may_see_names(context.get("request"), config)
     counts = api.counts_of(found)
     users = api.listed_users(found) if names else []
     more = api.more_of(found) if names else 0
@@ -155,8 +158,9 @@ def live_text() -> dict[str, Any]:
     def forms(singular: str, plural: str) -> list[str]:
         return [ngettext(singular, plural, 1), ngettext(singular, plural, 2)]
 
-    today = timezone.localdate()
-    zone = timezone.get_current_timezone()
+    # Without USE_TZ, datetimes are naive and in TIME_ZONE, which Django made the process's.
+    zone = timezone.get_current_timezone() if settings.USE_TZ else None
+    today = timezone.localdate() if settings.USE_TZ else date.today()
     start = datetime.combine(today, time.min, tzinfo=zone)
     end = datetime.combine(today + timedelta(days=1), time.min, tzinfo=zone)
     return {
