@@ -55,7 +55,21 @@ def test_anonymous_visitors_are_sent_to_the_login_page(backend):
 
 def test_login_url_setting_is_followed(backend, settings):
     settings.LOGIN_URL = "/sign-in/"
-    assert client_of(None).get(REFRESH)["Location"] == "/sign-in/?next=/online/refresh/"
+    assert client_of(None).get(URL)["Location"] == "/sign-in/?next=/online/"
+
+
+def test_refreshes_without_a_session_are_refused_and_count_nothing(backend, settings, r):
+    """A dashboard left open after its session ended must not poll the login page forever."""
+    configure(settings, COUNT_HITS=True)
+    client = client_of(None)
+    for _ in range(3):
+        response = client.get(f"{REFRESH}?precision=60")
+        assert response.status_code == 403
+        assert COOKIE not in response.cookies
+
+    assert whos_online.api.flush_hits() is True
+    assert whos_online.get_counter("hits", 60) == []
+    assert members(r, "guests") == []
 
 
 def test_users_who_are_not_staff_are_refused(backend, alice):
@@ -229,12 +243,16 @@ def test_a_precision_not_configured_is_a_bad_request(backend, staff, value):
         assert b"1, 5, 60, 300, 3600, 18000, 86400" in response.content
 
 
-def test_too_many_counters_are_counted_not_drawn(backend, staff):
+@pytest.mark.parametrize("prefix", ["a-", "z-"])
+def test_too_many_counters_are_counted_not_drawn(backend, staff, prefix):
+    """Whether the site's own counters sort before the online counters or after them."""
+    whos_online.record_guest("198.51.100.1")  # the online counters exist, as on a real site
     for index in range(dashboard.MAX_CHARTS + 5):
-        whos_online.update_counter(f"counter-{index:02d}")
+        whos_online.update_counter(f"{prefix}{index:02d}")
 
     markup = client_of(staff).get(URL).content.decode()
 
+    # 29 own counters and 3 online counters; 24 charts are drawn, the online ones among them.
     assert len(charts_in(markup)) == dashboard.MAX_CHARTS
     assert "8 more counters are not shown." in markup
 
@@ -252,7 +270,7 @@ def test_reads_are_bounded_by_the_slices_shown(backend, settings, r, staff, redi
 
     assert redis_calls.trips == [
         ["EVALSHA"],
-        ["ZRANGEBYLEX", "ZLEXCOUNT"],
+        ["ZRANGEBYLEX", "ZLEXCOUNT", "ZMSCORE"],
         ["HMGET"] * 4,
     ]
     assert charts_in(markup)["signups"] == 30
@@ -276,10 +294,11 @@ def test_counter_names_of_one_precision(backend, r, settings):
     for name in ("b", "a:b", "c"):
         whos_online.update_counter(name)
 
-    assert counters.names(r, get_config(), 60, limit=10) == (["a:b", "b", "c"], 3)
-    assert counters.names(r, get_config(), 60, limit=2) == (["a:b", "b"], 3)
-    assert counters.names(r, get_config(), 6, limit=10) == (["a:b", "b", "c"], 3)
-    assert counters.names(r, get_config(), 1, limit=10) == ([], 0)
+    assert counters.names(r, get_config(), 60, limit=10) == (["a:b", "b", "c"], 3, 0)
+    assert counters.names(r, get_config(), 60, limit=2) == (["a:b", "b"], 3, 0)
+    assert counters.names(r, get_config(), 6, limit=10) == (["a:b", "b", "c"], 3, 0)
+    assert counters.names(r, get_config(), 60, limit=1, among=["c", "d", "b"]) == (["a:b"], 3, 2)
+    assert counters.names(r, get_config(), 1, limit=10) == ([], 0, 0)
 
 
 @pytest.mark.parametrize(

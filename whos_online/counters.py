@@ -162,10 +162,15 @@ def get(client: redis.Redis, config: Config, name: str, precision: int) -> list[
 
 
 def names(
-    client: redis.Redis, config: Config, precision: int, *, limit: int
-) -> tuple[list[str], int]:
-    """The first ``limit`` names (in lexical order) of the counters kept at ``precision``, and
-    how many there are, in one round trip.
+    client: redis.Redis,
+    config: Config,
+    precision: int,
+    *,
+    limit: int,
+    among: Sequence[str] = (),
+) -> tuple[list[str], int, int]:
+    """The first ``limit`` names (in lexical order) of the counters kept at ``precision``, how
+    many there are, and how many of the names ``among`` are kept too, in one round trip.
 
     Members of the known set are ``<precision>:<name>`` with equal scores, so a lexical range
     selects one precision: from ``[60:`` to ``(60;`` (``;`` follows ``:``), which "600:…" is not
@@ -175,8 +180,11 @@ def names(
     pipe = client.pipeline(transaction=False)
     pipe.zrangebylex(known_key(config), low, high, start=0, num=limit)
     pipe.zlexcount(known_key(config), low, high)
-    found, total = pipe.execute()
-    return [keyspace.text(each).partition(":")[2] for each in found], int(total)
+    if among:
+        pipe.zmscore(known_key(config), [member(name, precision) for name in among])
+    found, total, *scores = pipe.execute()
+    present = sum(score is not None for score in scores[0]) if scores else 0
+    return [keyspace.text(each).partition(":")[2] for each in found], int(total), present
 
 
 def samples(

@@ -172,9 +172,14 @@ def collect(precision: int, *, now: float) -> Dashboard:
     ]
 
     def read(client: redis.Redis, config: Config) -> _Read:
-        kept, total = counters.names(client, config, precision, limit=MAX_CHARTS)
-        wanted = [*standard, *(name for name in kept if name not in standard)][:MAX_CHARTS]
-        left_out = total - sum(1 for name in wanted if name in kept)
+        kept, total, standard_kept = counters.names(
+            client, config, precision, limit=MAX_CHARTS, among=standard
+        )
+        own = [name for name in kept if name not in standard][: MAX_CHARTS - len(standard)]
+        # Every counter at this precision is drawn or left out; the standard ones are drawn
+        # whether or not they have samples yet, so only those that exist count as drawn.
+        left_out = total - standard_kept - len(own)
+        wanted = [*standard, *own]
         return wanted, left_out, counters.samples(client, config, wanted, precision, starts)
 
     # While Redis cannot be read, the standard charts are drawn empty.

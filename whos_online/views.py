@@ -7,8 +7,9 @@ cannot be read it answers the zero counts with ``"ok": false``, which the live w
 "keep showing what you have".
 
 The dashboard is for active staff users: anonymous visitors are sent to ``LOGIN_URL``, others
-get a 403. Opening it is a visit like any other; its own refreshes (``dashboard_refresh``, the
-part of the page below the header) are not recorded.
+get a 403 (and so does every refresh of a page whose session has ended). Opening it is a visit
+like any other; its own refreshes (``dashboard_refresh``, the part of the page below the header)
+are not recorded.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from django.http import HttpRequest
+
+    View = Callable[..., HttpResponse]
 
 #: "<", ">" and "&" written as JSON escapes, as Django's json_script does: names are anyone's
 #: text, and the document must stay inert even if something renders it as HTML.
@@ -81,16 +84,27 @@ def counts(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_staff(request.user):
-            raise PermissionDenied
-        return view(request, *args, **kwargs)
+def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
+    """Let active staff users in; send anonymous visitors to ``LOGIN_URL`` or refuse them.
 
-    return wrapper
+    The dashboard's refreshes are refused rather than redirected: a tab left open after its
+    session ended would otherwise fetch the login page, a page view like any other, forever.
+    """
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                if redirect_anonymous:
+                    return redirect_to_login(request.get_full_path())
+                raise PermissionDenied
+            if not is_staff(request.user):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
 
 
 def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
@@ -121,7 +135,7 @@ def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
 
 @never_cache
 @require_safe
-@staff_only
+@staff_only(redirect_anonymous=True)
 def dashboard_page(request: HttpRequest) -> HttpResponse:
     """Online now, the peak, today's visitors and a chart of each counter at one precision."""
     return _render_dashboard(request, "whos_online/dashboard.html")
@@ -130,7 +144,7 @@ def dashboard_page(request: HttpRequest) -> HttpResponse:
 @not_recorded
 @never_cache
 @require_safe
-@staff_only
+@staff_only(redirect_anonymous=False)
 def dashboard_refresh(request: HttpRequest) -> HttpResponse:
     """The dashboard below its header, which the page fetches every ``REFRESH_INTERVAL``."""
     return _render_dashboard(request, "whos_online/dashboard_body.html")

@@ -12,16 +12,21 @@
   var url = root.getAttribute("data-whos-online-dashboard");
   var every = Math.max(Number(root.getAttribute("data-whos-online-refresh")) || 30, 1) * 1000;
   var timer = null;
+  var stopped = false;
 
   function schedule() {
     window.clearTimeout(timer);
-    timer = document.hidden ? null : window.setTimeout(refresh, every);
+    timer = document.hidden || stopped ? null : window.setTimeout(refresh, every);
   }
 
   function refresh() {
     fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (response) {
-        // A redirect means the session ended (to the login page): keep what is shown.
+        // Refused: the session ended or lost its staff status. Keep what is shown, and stop
+        // asking until the page is loaded again.
+        if (response.status === 403) {
+          stopped = true;
+        }
         if (!response.ok || response.redirected) {
           throw new Error("dashboard refresh: HTTP " + response.status);
         }
@@ -38,7 +43,7 @@
   }
 
   document.addEventListener("visibilitychange", function () {
-    if (!document.hidden && timer === null) {
+    if (!document.hidden && timer === null && !stopped) {
       refresh();
     }
   });
