@@ -39,6 +39,10 @@ def hide_bob(user: AbstractUser) -> bool:
     return user.get_username() == "bob"
 
 
+def not_carol(user: Any) -> bool:
+    return bool(user.get_username() != "carol")
+
+
 def named_carol(user: AbstractUser) -> bool:
     return user.get_username() == "carol"
 
@@ -146,6 +150,19 @@ def test_names_only_for_those_allowed(settings, alice, bob, case):
 
     assert ("names" in document) is named
     assert ("more" in document) is named
+
+
+def test_a_rule_of_the_sites_own_is_asked_about_visitors_without_a_session(
+    backend, settings, alice, bob
+):
+    configure(settings, SHOW_NAMES_TO="tests.test_views.not_carol")
+    populate(alice, bob)
+
+    response, document = get(client_of())
+
+    assert [each["name"] for each in document["names"]] == ["alice", "bob"]
+    assert response["Cache-Control"] == "private, max-age=10"
+    assert "Vary" not in response  # asked about an AnonymousUser: no session was read
 
 
 def test_an_inactive_staff_user_gets_no_names(backend, alice, bob, staff):

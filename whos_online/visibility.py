@@ -24,7 +24,11 @@ def may_see_names(request: HttpRequest | None, config: Config) -> bool:
     if rule is None:
         return True
     if request is None or settings.SESSION_COOKIE_NAME not in request.COOKIES:
-        return False
+        # Anonymous for every session-based login; the rule is asked about an AnonymousUser,
+        # which reads no session (a rule of the site's own may admit anonymous visitors).
+        from django.contrib.auth.models import AnonymousUser
+
+        return bool(rule(AnonymousUser()))
     user = getattr(request, "user", None)
     return user is not None and bool(rule(user))
 
