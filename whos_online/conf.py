@@ -415,6 +415,18 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
                 )
             )
 
+    refresh, max_age = merged["REFRESH_INTERVAL"], merged["JSON_MAX_AGE"]
+    if _is_int(refresh) and _is_int(max_age) and 1 <= refresh <= max_age:
+        messages.append(
+            Warning(
+                f"WHOS_ONLINE['JSON_MAX_AGE'] ({max_age}) is not below REFRESH_INTERVAL "
+                f"({refresh}): browsers and caches answer some refreshes with the counts they "
+                "already showed.",
+                hint="Keep JSON_MAX_AGE below REFRESH_INTERVAL, about a third of it.",
+                id="whos_online.W004",
+            )
+        )
+
     precisions = merged["COUNTER_PRECISIONS"]
     if (
         isinstance(precisions, (str, bytes))
