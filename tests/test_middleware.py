@@ -428,6 +428,19 @@ def test_logout_without_guest_tracking_only_removes_the_user(r, client, settings
     assert members(r, "guests") == []
 
 
+def test_login_of_a_bot_like_client_takes_it_off_the_bots(r, client, alice):
+    client.get("/plain/", HTTP_USER_AGENT=GOOGLEBOT)
+    assert members(r, "bots") == [guest(GUEST_IP)]
+
+    client.get("/login/alice/", HTTP_USER_AGENT=GOOGLEBOT)
+
+    assert members(r, "bots") == []
+    assert members(r, "users") == [str(alice.pk)]
+    # Forgotten in this process too: another bot at the address is recorded again at once.
+    Client(REMOTE_ADDR=GUEST_IP).get("/plain/", HTTP_USER_AGENT=GOOGLEBOT)
+    assert members(r, "bots") == [guest(GUEST_IP)]
+
+
 def test_logout_of_a_bot_like_client_returns_it_to_the_bots(r, client, alice):
     client.get("/login/alice/", HTTP_USER_AGENT=GOOGLEBOT)
 

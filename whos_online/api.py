@@ -198,9 +198,9 @@ def record_user(
 ) -> bool:
     """Record ``user`` as online now. Returns False if Redis could not be written.
 
-    ``former_guest`` is the guest member the visitor had before logging in; it leaves the guests
-    in the same step, and this process forgets having recorded it, so that another browser at the
-    same address is counted as a guest again at once.
+    ``former_guest`` is the member the visitor had as a guest (or bot) before logging in; it
+    leaves the guests and bots in the same step, and this process forgets having recorded it, so
+    that another browser at the same address is counted as a guest again at once.
     """
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
@@ -226,7 +226,7 @@ def record_user(
     if written and config.throttle:
         recent.remember(f"u:{pk}", timestamp + config.throttle)
         if former_guest:
-            recent.forget([f"guests:{former_guest}"])
+            recent.forget([f"guests:{former_guest}", f"bots:{former_guest}"])
     return written
 
 

@@ -31,10 +31,10 @@ if TYPE_CHECKING:
 KINDS: Final = ("users", "hidden", "guests", "bots")
 
 # One recorded visit, in one round trip: join the kind's set (for a user, also leave the other
-# user set and refresh the display HASH), leave the set of the identity the visitor had until now
-# (ARGV[8]: the guest's member on login, the user's pk on logout), add the visitor to the day's
-# HyperLogLog, raise the all-time peak, and sample the online counts into their counters (each
-# slice keeps the largest count seen in it). Buffered page hits ride along.
+# user set and refresh the display HASH), leave the sets of the identity the visitor had until
+# now (ARGV[8]: the guest's or bot's member on login, the user's pk on logout), add the visitor
+# to the day's HyperLogLog, raise the all-time peak, and sample the online counts into their
+# counters (each slice keeps the largest count seen in it). Buffered page hits ride along.
 #
 # Sampling walks the precisions from the finest up and stops at the first slice that already
 # holds at least the count, when every coarser precision is a multiple of that one (ARGV flag):
@@ -53,6 +53,7 @@ if kind <= 2 then
   redis.call('EXPIRE', KEYS[5], ARGV[5])
   if ARGV[8] ~= '' then
     redis.call('ZREM', KEYS[3], ARGV[8])
+    redis.call('ZREM', KEYS[4], ARGV[8])
   end
 elseif ARGV[8] ~= '' then
   redis.call('ZREM', KEYS[1], ARGV[8])
@@ -205,7 +206,8 @@ def record(
     """Record one visit of ``kind`` ("users", "guests" or "bots"; a user passes ``user``).
 
     ``former`` is who the visitor was until this visit, taken off the online sets in the same
-    step: the guest's member when a user logs in, the user's pk when they log out ("" for none).
+    step: the guest's (or bot's) member when a user logs in, the user's pk when they log out
+    ("" for none).
     ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds nothing).
     """
     if user is not None:
