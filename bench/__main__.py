@@ -84,6 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=int, default=1, help="seconds of load per throughput cell (wrk: whole)"
     )
+    parser.add_argument(
+        "--variants",
+        help="comma-separated throughput variants to measure besides bare Django "
+        "(throttled, recording, naive, online_users, online_status; default: all)",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also serve the whos_online variants from this other checkout of the project, "
+        "interleaved, and compare (e.g. a `git worktree` of the commit before a change)",
+    )
     options = parser.parse_args(argv)
     wanted = [part.strip() for part in options.only.split(",") if part.strip()]
     unknown = sorted(set(wanted) - set(PARTS))
@@ -102,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir:
         runs: dict[str, Callable[[], Section]] = {
-            "throughput": lambda: throughput.run(options.seconds, options.repeats, Path(workdir)),
+            "throughput": lambda: throughput.run(
+                options.seconds,
+                options.repeats,
+                Path(workdir),
+                only=options.variants.split(",") if options.variants else None,
+                against=options.against,
+            ),
             "redis-work": redis_work.run,
             "tags": tags.run,
             "cleanup": cleanup.run,

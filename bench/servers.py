@@ -37,14 +37,17 @@ def redis_server() -> Iterator[RedisServer]:
         server.close()
 
 
-def site_env(variant: str, redis_url: str, database: Path) -> dict[str, str]:
+def site_env(
+    variant: str, redis_url: str, database: Path, *, checkout: Path = ROOT
+) -> dict[str, str]:
+    """The environment of a site that serves ``bench.site`` (and whos_online) from ``checkout``."""
     return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "bench.site",
         "WHOS_ONLINE_BENCH_VARIANT": variant,
         "WHOS_ONLINE_BENCH_DB": str(database),
         "REDIS_URL": redis_url,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(checkout),
     }
 
 
@@ -53,6 +56,7 @@ def gunicorn(
     env: dict[str, str], log: Path, *, workers: int = 2
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Serve ``bench.site`` with sync workers on a free port; yields the port and the master."""
+    checkout = env["PYTHONPATH"]
     port = free_port()
     command = [
         sys.executable,
@@ -67,13 +71,13 @@ def gunicorn(
         "--log-level",
         "warning",
         "--pythonpath",
-        str(ROOT),
+        checkout,
         "django.core.wsgi:get_wsgi_application()",
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=checkout,
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,

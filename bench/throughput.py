@@ -36,7 +36,7 @@ from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
     from pathlib import Path
 
 IDENTITIES: Final = ("anonymous", "authenticated")
@@ -105,8 +105,8 @@ class Site:
         return servers.cpu_seconds([*servers.children(self.master), self.redis_pid])
 
     def commands(self) -> int:
-        # The INFO call that reads the count is counted too; take it off.
-        return int(self.redis.info("stats")["total_commands_processed"]) - 1
+        """Commands run so far, not counting the INFO that asks (it counts once it has run)."""
+        return int(self.redis.info("stats")["total_commands_processed"])
 
 
 @dataclass(frozen=True)
@@ -176,12 +176,25 @@ def unavailable(variant: Variant, env: dict[str, str]) -> str | None:
     return lines[-1] if lines else f"exit code {found.returncode}"
 
 
-def run(seconds: int, repeats: int, workdir: Path) -> Section:
+def run(
+    seconds: int,
+    repeats: int,
+    workdir: Path,
+    *,
+    only: Collection[str] | None = None,
+    against: Path | None = None,
+) -> Section:
+    """Measure every variant (or bare Django and those named in ``only``); with ``against``,
+    also the whos_online ones served from that checkout of the project, interleaved with the
+    others, to compare two versions of the code."""
     database = workdir / "bench.sqlite3"
-    env = {v.name: servers.site_env(v.name, "redis://unused", database) for v in VARIANTS}
-    missing = {v.name: unavailable(v, env[v.name]) for v in VARIANTS}
-    runnable = [v for v in VARIANTS if missing[v.name] is None]
-    migrate_with = "online_users" if missing["online_users"] is None else "bare"
+    variants = [v for v in VARIANTS if only is None or v is BARE or v.name in only]
+    if against is not None:
+        variants += [v.served_from(against) for v in variants if v.whos_online is not None]
+    env = {v.name: _env(v, "redis://unused", database) for v in variants}
+    missing = {v.name: unavailable(v, env[v.name]) for v in variants}
+    runnable = [v for v in variants if missing[v.name] is None]
+    migrate_with = "online_users" if missing.get("online_users", "") is None else "bare"
     subprocess.run([sys.executable, "-c", PREPARE], env=env[migrate_with], check=True, timeout=300)
     with contextlib.ExitStack() as stack:
         sites = {}
@@ -190,8 +203,7 @@ def run(seconds: int, repeats: int, workdir: Path) -> Section:
             assert server.process is not None
             port, master = stack.enter_context(
                 servers.gunicorn(
-                    servers.site_env(variant.name, server.url, database),
-                    workdir / f"gunicorn-{variant.name}.log",
+                    _env(variant, server.url, database), workdir / f"gunicorn-{variant.name}.log"
                 )
             )
             sites[variant.name] = Site(
@@ -219,7 +231,8 @@ def run(seconds: int, repeats: int, workdir: Path) -> Section:
             headers = [browser.headers(more) for browser, more in zip(crowd, extra, strict=True)]
             cpu, commands = site.cpu_seconds(), site.commands()
             result = wrk.run(site.port, headers, duration)
-            return Sample(result, site.cpu_seconds() - cpu, site.commands() - commands)
+            # Less the INFO that read the count before the cell.
+            return Sample(result, site.cpu_seconds() - cpu, site.commands() - commands - 1)
 
         for identity, group in groups.items():
             for site in [sites["bare"], *group]:
@@ -249,7 +262,65 @@ def run(seconds: int, repeats: int, workdir: Path) -> Section:
                     )
         logs = {name: (workdir / f"gunicorn-{name}.log").read_text() for name in sites}
     return _section(
-        measured, runnable=runnable, missing=missing, logs=logs, seconds=seconds, repeats=repeats
+        measured, variants=variants, missing=missing, logs=logs, seconds=seconds, repeats=repeats
+    )
+
+
+def _spread(ratios: list[float]) -> str:
+    # Bare Django has no ratio of its own when a single variant sits between its cells.
+    return stats.Spread.of(ratios).show(stats.ratio) if ratios else "—"
+
+
+def _targets(measured: Measured, identity: str) -> list[Target]:
+    found = []
+    throttled = measured.ratios.get(("throttled", identity))
+    if throttled:
+        spread = stats.Spread.of(throttled["req/s"])
+        found.append(
+            Target(
+                f"throttled request, {identity}: req/s ≥ 0.97 × bare",
+                f"{spread.show(stats.ratio)} × bare",
+                spread.median >= 0.97,
+            )
+        )
+    recording = measured.ratios.get(("recording", identity))
+    naive = measured.ratios.get(("naive", identity))
+    if recording and naive:
+        # Both as measured against their neighbouring bare cells, in the same repetition.
+        spread = stats.ratios(recording["req/s"], naive["req/s"])
+        found.append(
+            Target(
+                f"recorded request, {identity}: req/s ≥ the naive ZADD middleware's",
+                f"{spread.show(stats.ratio)} × naive",
+                spread.median >= 1.0,
+            )
+        )
+    return found
+
+
+def _comparisons(measured: Measured, runnable: list[Variant]) -> list[str]:
+    """This checkout against the other one, variant by variant, repetition by repetition."""
+    found = []
+    for other in runnable:
+        if other.checkout is None:
+            continue
+        for identity in IDENTITIES:
+            mine = measured.ratios.get((other.settings_name, identity))
+            theirs = measured.ratios.get((other.name, identity))
+            if not mine or not theirs:
+                continue
+            rate = stats.ratios(mine["req/s"], theirs["req/s"]).show(stats.ratio)
+            cpu = stats.ratios(mine["cpu"], theirs["cpu"]).show(stats.ratio)
+            found.append(
+                f"{other.settings_name}, {identity}: this checkout / {other.checkout}: "
+                f"req/s {rate}, CPU per request {cpu}."
+            )
+    return found
+
+
+def _env(variant: Variant, redis_url: str, database: Path) -> dict[str, str]:
+    return servers.site_env(
+        variant.settings_name, redis_url, database, checkout=variant.checkout or servers.ROOT
     )
 
 
@@ -264,12 +335,13 @@ def _add_ratios(
 def _section(
     measured: Measured,
     *,
-    runnable: list[Variant],
+    variants: list[Variant],
     missing: dict[str, str | None],
     logs: dict[str, str],
     seconds: int,
     repeats: int,
 ) -> Section:
+    runnable = [v for v in variants if missing[v.name] is None]
     rows = []
     targets = []
     notes = []
@@ -285,13 +357,13 @@ def _section(
                     label,
                     identity,
                     stats.Spread.of([s.result.per_second for s in samples]).show(stats.number),
-                    stats.Spread.of(ratios["req/s"]).show(stats.ratio),
+                    _spread(ratios["req/s"]),
                     stats.ms(statistics.median(s.result.p50 for s in samples)),
-                    stats.Spread.of(ratios["p50"]).show(stats.ratio),
+                    _spread(ratios["p50"]),
                     stats.ms(statistics.median(s.result.p99 for s in samples)),
-                    stats.Spread.of(ratios["p99"]).show(stats.ratio),
+                    _spread(ratios["p99"]),
                     stats.us(statistics.median(s.cpu_per_request for s in samples)),
-                    stats.Spread.of(ratios["cpu"]).show(stats.ratio),
+                    _spread(ratios["cpu"]),
                 ]
             )
             errors = sum(s.result.errors for s in samples)
@@ -301,35 +373,18 @@ def _section(
                     f"{sum(s.result.requests for s in samples)} requests failed (socket errors, "
                     "time-outs or non-2xx answers)."
                 )
-        throttled = stats.Spread.of(measured.ratios["throttled", identity]["req/s"])
-        targets.append(
-            Target(
-                f"throttled request, {identity}: req/s ≥ 0.97 × bare",
-                f"{throttled.show(stats.ratio)} × bare",
-                throttled.median >= 0.97,
-            )
-        )
-        # Both as measured against their neighbouring bare cells, in the same repetition.
-        recording = stats.ratios(
-            measured.ratios["recording", identity]["req/s"],
-            measured.ratios["naive", identity]["req/s"],
-        )
-        targets.append(
-            Target(
-                f"recorded request, {identity}: req/s ≥ the naive ZADD middleware's",
-                f"{recording.show(stats.ratio)} × naive",
-                recording.median >= 1.0,
-            )
-        )
-    for name, reason in missing.items():
+        targets += _targets(measured, identity)
+    for variant in variants:
+        reason = missing[variant.name]
         if reason is not None:
-            label = next(v.label for v in VARIANTS if v.name == name)
-            notes.append(f"{label}: not measured, it does not import here ({reason}).")
-    cookie_path = [s for i in IDENTITIES for s in measured.samples["throttled", i]]
-    notes.append(
-        f"The throttled site's Redis ran {sum(s.commands for s in cookie_path)} commands while "
-        f"the site served {sum(s.result.requests for s in cookie_path)} requests."
-    )
+            notes.append(f"{variant.label}: not measured, it does not import here ({reason}).")
+    notes += _comparisons(measured, runnable)
+    cookie_path = [s for i in IDENTITIES for s in measured.samples.get(("throttled", i), [])]
+    if cookie_path:
+        notes.append(
+            f"The throttled site's Redis ran {sum(s.commands for s in cookie_path)} commands "
+            f"while the site served {sum(s.result.requests for s in cookie_path)} requests."
+        )
     for name, log in logs.items():
         if "Traceback" in log:
             notes.append(f"The {name} site logged tracebacks (its gunicorn log).")

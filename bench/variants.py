@@ -6,8 +6,11 @@ throughput benchmark serves each through its own gunicorn and compares them with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 WHOS_ONLINE_MIDDLEWARE: Final = "whos_online.middleware.WhosOnlineMiddleware"
 
@@ -27,7 +30,21 @@ class Variant:
     records_guests: bool = True
     #: A third-party module that must import for the variant to run at all.
     module: str | None = None
-    notes: tuple[str, ...] = field(default=())
+    #: Another checkout of the project to serve this variant from, to compare two versions.
+    checkout: Path | None = None
+
+    @property
+    def settings_name(self) -> str:
+        """What ``bench.site`` knows the variant as (a copy from another checkout included)."""
+        return self.name.partition("@")[0]
+
+    def served_from(self, checkout: Path) -> Variant:
+        return replace(
+            self,
+            name=f"{self.name}@{checkout.name}",
+            label=f"{self.label}, from {checkout}",
+            checkout=checkout,
+        )
 
 
 BARE: Final = Variant("bare", "bare Django (sessions, auth, a small template)")
