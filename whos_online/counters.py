@@ -17,7 +17,7 @@ runs before that script (and the name stays) or after it (and adds the name back
 
 from __future__ import annotations
 
-from collections import defaultdict
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -44,28 +44,46 @@ DELETE_CHUNK_SIZE: Final = 1000
 #: Cleaning a precision more often than this gains nothing: a minute of 1-second slices is small.
 MIN_CLEAN_INTERVAL: Final = 60
 
-# Lua shared by the scripts that add to counters. ARGV[first] is how many increments follow, then
-# (member, slice start, amount) for each; returns the index of the first unused ARGV. Amounts go
-# to HINCRBY as the strings they came as: a Lua number is a double and would round big counts.
+# Lua shared by the scripts that add to counters. ``precisions`` is a list of numbers (read with
+# ``parse_precisions`` from the comma-separated ARGV that ``precisions_arg`` makes); ARGV[first]
+# is how many increments follow, then (name, Unix second, amount) for each. Each amount goes to
+# the slice holding its second at every precision; returns the index of the first unused ARGV.
+# Amounts go to HINCRBY as the strings they came as: a Lua number is a double and would round big
+# counts. A reply equal to the amount means the field was new (or held 0), so the HASH may be new:
+# its name then joins the known set, in the same script, as cleaning needs. (Comparing two doubles
+# that round the same integer is exact; one that rounds equal by chance only adds a name that is
+# already there.)
 LUA_ADD_INCREMENTS: Final = """
-local function add_increments(counter_prefix, known, first)
+local function parse_precisions(text)
+  local found = {}
+  for precision in string.gmatch(text, '%d+') do
+    found[#found + 1] = tonumber(precision)
+  end
+  return found
+end
+
+local function add_increments(counter_prefix, known, precisions, first)
   local count = tonumber(ARGV[first])
   for i = first + 1, first + 3 * count, 3 do
-    local key = counter_prefix .. ARGV[i]
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('ZADD', known, 0, ARGV[i])
+    local name, second, amount = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+    for _, precision in ipairs(precisions) do
+      local member = precision .. ':' .. name
+      local slice = second - second % precision
+      if redis.call('HINCRBY', counter_prefix .. member, slice, amount) == tonumber(amount) then
+        redis.call('ZADD', known, 0, member)
+      end
     end
-    redis.call('HINCRBY', key, ARGV[i + 1], ARGV[i + 2])
   end
   return first + 3 * count + 1
 end
 """
 
-# KEYS[1] the known set; ARGV[1] the counter key prefix, then the increments.
+# KEYS[1] the known set; ARGV[1] the counter key prefix, ARGV[2] the precisions, then the
+# increments.
 _UPDATE: Final = (
     LUA_ADD_INCREMENTS
     + """
-add_increments(ARGV[1], KEYS[1], 2)
+add_increments(ARGV[1], KEYS[1], parse_precisions(ARGV[2]), 3)
 return 1
 """
 )
@@ -129,30 +147,32 @@ def check_name(name: object) -> str:
     return name
 
 
-def increments(
-    config: Config, amounts: Mapping[tuple[str, int], int]
-) -> list[tuple[str, int, int]]:
-    """(member, slice start, amount) at every precision for ``amounts`` by (name, second)."""
-    summed: defaultdict[tuple[str, int], int] = defaultdict(int)
+@functools.lru_cache(maxsize=8)
+def precisions_arg(precisions: tuple[int, ...]) -> str:
+    """The precisions as the scripts read them (``parse_precisions``)."""
+    return ",".join(map(str, precisions))
+
+
+def increment_args(amounts: Mapping[tuple[str, int], int]) -> list[str | int]:
+    """How many increments, then (name, second, amount) for each amount by (name, second).
+
+    Zero amounts are left out, so that adding nothing stores no 0 sample.
+    """
+    args: list[str | int] = [0]
     for (name, second), amount in amounts.items():
-        for precision in config.counter_precisions:
-            summed[member(name, precision), slice_start(second, precision)] += amount
-    return [(key, start, amount) for (key, start), amount in summed.items() if amount]
-
-
-def increment_args(rows: Sequence[tuple[str, int, int]]) -> list[str | int]:
-    args: list[str | int] = [len(rows)]
-    for row in rows:
-        args.extend(row)
+        if amount:
+            args += (name, int(second), amount)
+    args[0] = (len(args) - 1) // 3
     return args
 
 
 def add(client: redis.Redis, config: Config, amounts: Mapping[tuple[str, int], int]) -> None:
     """Add each amount, keyed by (counter name, Unix second), at every precision in one call."""
-    rows = increments(config, amounts)
-    if rows:
+    args = increment_args(amounts)
+    if args[0]:
         keyspace.script(client, _UPDATE)(
-            keys=[known_key(config)], args=[counter_prefix(config), *increment_args(rows)]
+            keys=[known_key(config)],
+            args=[counter_prefix(config), precisions_arg(config.counter_precisions), *args],
         )
 
 

@@ -37,9 +37,13 @@ KINDS: Final = ("users", "hidden", "guests", "bots")
 # counters (each slice keeps the largest count seen in it). Buffered page hits ride along.
 #
 # Sampling walks the precisions from the finest up and stops at the first slice that already
-# holds at least the count, when every coarser precision is a multiple of that one (ARGV flag):
-# its slices then contain this one, and the write that filled it filled them too. Most requests
-# thus read one field per counter instead of writing every precision.
+# holds at least the count, when every coarser precision is a multiple of that one (a '1' in the
+# may-stop flags): its slices then contain this one, and the write that filled it filled them
+# too. Most requests thus read one field per counter instead of writing every precision.
+#
+# The arguments are few and mostly the same from one visit to the next: the slices are worked out
+# here from the precisions and the second, since every argument costs packing, parsing and a Lua
+# string on every recorded request.
 _RECORD: Final = (
     counters.LUA_ADD_INCREMENTS
     + """
@@ -71,16 +75,19 @@ if users + guests > tonumber(redis.call('HGET', KEYS[6], 'count') or '0') then
   redis.call('HSET', KEYS[6], 'count', users + guests, 'at', now)
 end
 local prefix = ARGV[11]
-local last = 12 + 3 * tonumber(ARGV[12])
+local precisions = parse_precisions(ARGV[12])
+local may_stop = ARGV[13]
+local second = tonumber(ARGV[14])
 local function sample(name, value)
-  for i = 13, last, 3 do
-    local counter = ARGV[i] .. ':' .. name
-    local current = redis.call('HGET', prefix .. counter, ARGV[i + 1])
+  for i, precision in ipairs(precisions) do
+    local counter = precision .. ':' .. name
+    local slice = second - second % precision
+    local current = redis.call('HGET', prefix .. counter, slice)
     if current and tonumber(current) >= value then
-      if ARGV[i + 2] == '1' then
+      if string.sub(may_stop, i, i) == '1' then
         return
       end
-    elseif redis.call('HSET', prefix .. counter, ARGV[i + 1], value) == 1 then
+    elseif redis.call('HSET', prefix .. counter, slice, value) == 1 then
       redis.call('ZADD', KEYS[8], 0, counter)
     end
   end
@@ -88,7 +95,7 @@ end
 sample('online:users', users)
 sample('online:guests', guests)
 sample('online:bots', bots)
-add_increments(prefix, KEYS[8], last + 1)
+add_increments(prefix, KEYS[8], precisions, 15)
 return 1
 """
 )
@@ -143,6 +150,9 @@ def visitors_key(config: Config, day: date) -> str:
     return key(config, f"visitors:{day.isoformat()}")
 
 
+EPOCH: Final = date(1970, 1, 1)
+
+
 def utc_day(now: float) -> date:
     return datetime.fromtimestamp(now, tz=timezone.utc).date()
 
@@ -191,6 +201,44 @@ class UserDetails:
 KIND_INDEX: Final = {kind: index for index, kind in enumerate(KINDS, start=1)}
 
 
+@dataclass(frozen=True)
+class _Recording:
+    """What every recorded visit under one Config sends alike."""
+
+    kind_keys: tuple[str, ...]
+    user_prefix: str
+    peak: str
+    visitors_prefix: str
+    known: str
+    counter_prefix: str
+    precisions: str
+    may_stop: str
+    last_seen: int
+
+
+def _recording(config: Config) -> _Recording:
+    precisions = config.counter_precisions
+    return _Recording(
+        kind_keys=tuple(key(config, kind) for kind in KINDS),
+        user_prefix=key(config, "user:"),
+        peak=peak_key(config),
+        visitors_prefix=key(config, "visitors:"),
+        known=counters.known_key(config),
+        counter_prefix=counters.counter_prefix(config),
+        precisions=counters.precisions_arg(precisions),
+        may_stop="".join("1" if flag else "0" for flag in _may_stop(precisions)),
+        last_seen=config.last_seen_days * 86400,
+    )
+
+
+_recording_of: Final = keyspace.PerConfig(_recording)
+
+
+@functools.lru_cache(maxsize=8)
+def _visitors_key(prefix: str, day_number: int) -> str:
+    return prefix + (EPOCH + timedelta(days=day_number)).isoformat()
+
+
 def record(
     client: redis.Redis,
     config: Config,
@@ -212,39 +260,35 @@ def record(
     """
     if user is not None:
         kind = "hidden" if user.hidden else "users"
-    day = utc_day(now)
-    expires = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+    fixed = _recording_of(config)
+    day_number = int(now // 86400)
     keyspace.script(client, _RECORD)(
         keys=[
-            *(key(config, each) for each in KINDS),
-            user_key(config, member) if user is not None else key(config, "user:"),
-            peak_key(config),
-            visitors_key(config, day),
-            counters.known_key(config),
+            *fixed.kind_keys,
+            fixed.user_prefix + member if user is not None else fixed.user_prefix,
+            fixed.peak,
+            _visitors_key(fixed.visitors_prefix, day_number),
+            fixed.known,
         ],
         args=[
             KIND_INDEX[kind],
             member,
             _score(now),
             _score(now - config.window),
-            config.last_seen_days * 86400,
+            fixed.last_seen,
             user.name if user else "",
             user.url if user else "",
             former,
             visitor,
-            int(expires.timestamp()) + config.last_seen_days * 86400,
-            counters.counter_prefix(config),
-            *_sample_args(config.counter_precisions, now),
-            *counters.increment_args(counters.increments(config, hits or {})),
+            # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
+            (day_number + 1) * 86400 + fixed.last_seen,
+            fixed.counter_prefix,
+            fixed.precisions,
+            fixed.may_stop,
+            int(now),
+            *counters.increment_args(hits or {}),
         ],
     )
-
-
-def _sample_args(precisions: tuple[int, ...], now: float) -> list[int]:
-    args = [len(precisions)]
-    for precision, may_stop in zip(precisions, _may_stop(precisions), strict=True):
-        args += [precision, counters.slice_start(now, precision), int(may_stop)]
-    return args
 
 
 @functools.lru_cache(maxsize=8)
