@@ -99,9 +99,13 @@ class Config:
     refresh_interval: int
     json_max_age: int
 
-    @property
+    @functools.cached_property
     def redis_target(self) -> str:
-        """Names the Redis server in log lines and keys the per-server failure state."""
+        """Names the Redis server in log lines and keys the per-server failure state.
+
+        Cached: every Redis call reads it (twice per recorded request), and redacting the URL
+        parses it. The Config is frozen, so the value cannot go stale.
+        """
         if self.redis_url:
             return _redact(self.redis_url)
         return f"cache alias {self.redis_alias!r}"
