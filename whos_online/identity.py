@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 if TYPE_CHECKING:
+    import re
+
     from django.http import HttpRequest
 
     from whos_online.conf import Config
@@ -108,9 +110,18 @@ def is_bot(request: HttpRequest, config: Config) -> bool:
     if config.bot_user_agents is None:
         return False
     agent = request.META.get("HTTP_USER_AGENT") or ""
-    return bool(agent) and config.bot_user_agents.search(str(agent)[:512]) is not None
+    return bool(agent) and _matches(config.bot_user_agents, str(agent)[:512])
+
+
+@functools.lru_cache(maxsize=1024)
+def _matches(pattern: re.Pattern[str], agent: str) -> bool:
+    # The default pattern is a long case-insensitive alternation: tens of microseconds per
+    # search, on every recorded anonymous request. A site sees few distinct user agents, and
+    # one that sends a new one each time costs the search, as before.
+    return pattern.search(agent) is not None
 
 
 def reset() -> None:
     _day_key.cache_clear()
     _pseudonym.cache_clear()
+    _matches.cache_clear()
