@@ -238,13 +238,13 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
         raise ValueError(msg)
     config = get_config()
     timestamp = _now(now)
-    return _record_member(config, "bots" if bot else "guests", address, timestamp)
+    member = identity.guest_id(address, config, timestamp)
+    return _record_member(config, "bots" if bot else "guests", member, timestamp)
 
 
 def _record_member(
-    config: Config, kind: str, address: str, timestamp: float, *, former_user: str = ""
+    config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
 ) -> bool:
-    member = identity.guest_id(address, config, timestamp)
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
     written = _write_visit(
@@ -320,7 +320,7 @@ def record_request(request: HttpRequest, config: Config, now: float) -> bool:
     member = identity.guest_id(address, config, now)
     if config.throttle and recent.seen_recently(f"{kind}:{member}", now):
         return True
-    return _record_member(config, kind, address, now)
+    return _record_member(config, kind, member, now)
 
 
 def guest_member(request: HttpRequest, config: Config, now: float) -> str:
@@ -351,7 +351,9 @@ def user_logged_out(
         call_redis(None, lambda client, config: store.remove_user(client, config, pk))
         return
     kind = "bots" if identity.is_bot(request, config) else "guests"
-    _record_member(config, kind, address, time.time(), former_user=pk)
+    now = time.time()
+    member = identity.guest_id(address, config, now)
+    _record_member(config, kind, member, now, former_user=pk)
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
