@@ -56,8 +56,8 @@ GUEST_IP = "203.0.113.7"
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 COOKIE = throttle.COOKIE_NAME
 TAG = "{% load whos_online %}{% whos_online %}"
-#: A guest's or bot's stored member in the default mode: 12 bytes of keyed hash, base64url.
-PSEUDONYM = re.compile(r"[A-Za-z0-9_-]{16}")
+#: A guest's or bot's stored member in the default mode: 9 bytes of keyed hash, base64url.
+PSEUDONYM = re.compile(r"[A-Za-z0-9_-]{12}")
 #: Every key the request path may leave (the cleanup command adds its own two).
 KEY = re.compile(
     r"\{whos_online\}:(?:users|hidden|guests|bots|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"

@@ -31,7 +31,7 @@ CLIENT = "203.0.113.7"
 NOON = datetime(2027, 3, 3, 12, tzinfo=timezone.utc).timestamp()
 #: 2027-03-04 00:00:00 UTC.
 MIDNIGHT = datetime(2027, 3, 4, tzinfo=timezone.utc).timestamp()
-PSEUDONYM = re.compile(r"^[A-Za-z0-9_-]{16}$")
+PSEUDONYM = re.compile(r"^[A-Za-z0-9_-]{12}$")
 
 
 def make_request(
