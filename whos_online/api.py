@@ -22,7 +22,7 @@ from whos_online.connection import REDIS_ERRORS, breaker, request_client
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     import redis
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -100,11 +100,17 @@ def _pk_text(user: AbstractBaseUser | AnonymousUser | object) -> str:
     return str(getattr(user, "pk", user))
 
 
-def _pk_value(text: str) -> object:
-    try:
-        return get_user_model()._meta.pk.to_python(text)
-    except ValidationError:
-        return text
+def _pk_values(texts: Iterable[str]) -> list[object]:
+    """Primary keys as the user model has them, from their stored text (kept as text if the
+    model would not take it). The model's field is looked up once for the whole list."""
+    to_python = get_user_model()._meta.pk.to_python
+    values = []
+    for text in texts:
+        try:
+            values.append(to_python(text))
+        except ValidationError:
+            values.append(text)
+    return values
 
 
 def display_name(user: AbstractBaseUser | AnonymousUser, config: Config) -> str:
@@ -136,14 +142,10 @@ def snapshot(limit: int | None) -> store.Snapshot | None:
 
 
 def listed_users(found: store.Snapshot) -> list[OnlineUser]:
+    pks = _pk_values(row.pk for row in found.listed)
     return [
-        OnlineUser(
-            pk=_pk_value(row.pk),
-            name=row.name,
-            url=row.url,
-            last_seen=_as_datetime(row.seen),
-        )
-        for row in found.listed
+        OnlineUser(pk=pk, name=row.name, url=row.url, last_seen=_as_datetime(row.seen))
+        for pk, row in zip(pks, found.listed, strict=True)
     ]
 
 
@@ -392,9 +394,7 @@ def prune_with(client: redis.Redis, config: Config, *, now: float) -> dict[str, 
             is_user = kind in {"users", "hidden"}
             recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
             if is_user and removed:
-                signals.users_went_offline.send(
-                    sender=prune, user_ids=[_pk_value(pk) for pk in removed]
-                )
+                signals.users_went_offline.send(sender=prune, user_ids=_pk_values(removed))
             if len(removed) < store.PRUNE_CHUNK_SIZE:
                 break
     return removed_by_kind

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from whos_online import counters, keyspace
 
@@ -109,13 +109,19 @@ local result = {}
 for i = 1, 4 do
   result[i] = redis.call('ZCOUNT', KEYS[i], min, '+inf')
 end
+-- The listed users as one flat array (pk, score, name, url, pk, …): a table per user costs more.
 local listed = {}
 local limit = tonumber(ARGV[2])
 if limit ~= 0 then
   local ids = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', min, 'WITHSCORES', 'LIMIT', 0, limit)
+  local n = 0
   for i = 1, #ids, 2 do
     local info = redis.call('HMGET', ARGV[3] .. ids[i], 'name', 'url')
-    listed[#listed + 1] = {ids[i], ids[i + 1], info[1] or '', info[2] or ''}
+    listed[n + 1] = ids[i]
+    listed[n + 2] = ids[i + 1]
+    listed[n + 3] = info[1] or ''
+    listed[n + 4] = info[2] or ''
+    n = n + 4
   end
 end
 result[5] = listed
@@ -161,8 +167,9 @@ def _score(now: float) -> str:
     return f"{now:.3f}"
 
 
-@dataclass(frozen=True)
-class ListedUser:
+class ListedUser(NamedTuple):
+    """One listed user as the snapshot read it (a tuple: up to DISPLAY_LIMIT made per render)."""
+
     pk: str
     seen: float
     name: str
@@ -327,20 +334,17 @@ def snapshot(client: redis.Redis, config: Config, *, limit: int | None, now: flo
             key(config, "user:"),
         ],
     )
-    visible, hidden, guests, bots, rows, (peak, peak_at), visitors = raw
+    visible, hidden, guests, bots, flat, (peak, peak_at), visitors = raw
+    text = keyspace.text
+    fields = iter(flat)
     return Snapshot(
         visible=int(visible),
         hidden=int(hidden),
         guests=int(guests),
         bots=int(bots),
         listed=[
-            ListedUser(
-                pk=keyspace.text(pk),
-                seen=float(seen),
-                name=keyspace.text(name),
-                url=keyspace.text(url),
-            )
-            for pk, seen, name, url in rows
+            ListedUser(text(pk), float(seen), text(name), text(url))
+            for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
         ],
         peak=int(peak or 0),
         peak_at=float(peak_at) if peak_at is not None else None,
