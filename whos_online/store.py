@@ -182,16 +182,28 @@ class Snapshot:
     hidden: int
     guests: int
     bots: int
-    listed: list[ListedUser]
+    #: The listed users as the snapshot script returns them, (pk, score, name, url) flattened.
+    rows: Sequence[bytes | str] = ()
     peak: int = 0
     #: When the peak was reached (Unix time), or None before anyone was recorded.
     peak_at: float | None = None
     #: Approximate distinct users and guests of the snapshot's UTC day.
     visitors: int = 0
 
+    @functools.cached_property
+    def listed(self) -> list[ListedUser]:
+        """The newest visible users, read from ``rows`` on first use: a page that only counts
+        (``{% online_count %}``) never pays for the up to DISPLAY_LIMIT of them."""
+        text = keyspace.text
+        fields = iter(self.rows)
+        return [
+            ListedUser(text(pk), float(seen), text(name), text(url))
+            for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
+        ]
+
 
 #: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
-EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0, listed=[])
+EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0)
 
 
 @dataclass(frozen=True)
@@ -334,18 +346,13 @@ def snapshot(client: redis.Redis, config: Config, *, limit: int | None, now: flo
             key(config, "user:"),
         ],
     )
-    visible, hidden, guests, bots, flat, (peak, peak_at), visitors = raw
-    text = keyspace.text
-    fields = iter(flat)
+    visible, hidden, guests, bots, rows, (peak, peak_at), visitors = raw
     return Snapshot(
         visible=int(visible),
         hidden=int(hidden),
         guests=int(guests),
         bots=int(bots),
-        listed=[
-            ListedUser(text(pk), float(seen), text(name), text(url))
-            for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
-        ],
+        rows=rows,
         peak=int(peak or 0),
         peak_at=float(peak_at) if peak_at is not None else None,
         visitors=int(visitors),
