@@ -8,22 +8,19 @@ workers, when its block ends, however it ends.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests.redis_server import RedisServer, free_port
+from tests import wsgi_server
+from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
-#: A path every variant answers at once without recording anyone (whos_online ignores static).
+#: A path every variant answers without recording anyone (whos_online ignores static paths).
 READY_PATH = "/static/ready"
 
 
@@ -51,75 +48,12 @@ def site_env(
     }
 
 
-@contextlib.contextmanager
 def gunicorn(
-    env: dict[str, str], log: Path, *, workers: int = 2
-) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """Serve ``bench.site`` with sync workers on a free port; yields the port and the master."""
-    checkout = env["PYTHONPATH"]
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(workers),
-        "--worker-class",
-        "sync",
-        "--log-level",
-        "warning",
-        "--pythonpath",
-        checkout,
-        "django.core.wsgi:get_wsgi_application()",
-    ]
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=checkout,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_until_serving(process, port, log)
-        yield port, process
-    finally:
-        _stop_group(process)
-
-
-def _wait_until_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            msg = f"gunicorn exited with {process.returncode}:\n{log.read_text()}"
-            raise RuntimeError(msg)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            connection.request("GET", READY_PATH)
-            connection.getresponse().read()
-            return
-        except OSError:
-            time.sleep(0.05)
-        finally:
-            connection.close()
-    msg = f"gunicorn did not answer in 60 s:\n{log.read_text()}"
-    raise RuntimeError(msg)
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    env: dict[str, str], log: Path
+) -> contextlib.AbstractContextManager[tuple[int, subprocess.Popen[bytes]]]:
+    """Serve ``bench.site`` with two sync workers from the checkout in ``env["PYTHONPATH"]``;
+    the block gets the port and the master process."""
+    return wsgi_server.gunicorn(env, log, ready_path=READY_PATH, checkout=Path(env["PYTHONPATH"]))
 
 
 def children(pid: int) -> list[int]:

@@ -69,12 +69,10 @@ WHOS_ONLINE = {
     **(VARIANT.whos_online or {}),
 }
 
+# Errors and whos_online's warnings go to gunicorn's log, where the benchmark looks for them.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-    "loggers": {
-        "django.request": {"handlers": ["stderr"], "level": "ERROR"},
-        "whos_online": {"handlers": ["stderr"], "level": "WARNING"},
-    },
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "level": "WARNING"}},
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
 }

@@ -19,7 +19,13 @@ def log_in(request: HttpRequest, username: str) -> HttpResponse:
     return HttpResponse("logged in")
 
 
+def ready(request: HttpRequest) -> HttpResponse:
+    # Under STATIC_URL, which whos_online ignores: waiting for the site records nobody.
+    return HttpResponse("ready")
+
+
 urlpatterns = [
     path("", page),
+    path("static/ready", ready),
     path("login/<str:username>/", log_in),
 ]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import whos_online
-from tests.redis_server import free_port
+from tests import wsgi_server
 from whos_online.connection import admin_client
 
 if TYPE_CHECKING:
@@ -124,75 +123,12 @@ def visitors() -> list[Visitor]:
 @contextlib.contextmanager
 def gunicorn(env: dict[str, str], log: Path) -> Iterator[int]:
     """Serve the site on a free port until the block ends; the whole process group is stopped."""
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        "2",
-        "--worker-class",
-        "gthread",
-        "--threads",
-        "4",
-        "--graceful-timeout",
-        "10",
-        "--log-level",
-        "warning",
-        "--pythonpath",
-        str(ROOT),
-        "django.core.wsgi:get_wsgi_application()",
-    ]
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     try:
-        wait_until_serving(process, port, log)
-        yield port
-    finally:
-        stop(process)
-
-
-def wait_until_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"gunicorn exited with {process.returncode}:\n{log.read_text()}")
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            # A static path: ignored by the middleware, so that it records nobody.
-            connection.request("GET", "/static/app.css")
-            if connection.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        time.sleep(0.05)
-    pytest.fail(f"gunicorn did not answer in 30 s:\n{log.read_text()}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the group (a graceful stop: workers write their buffered hits), then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    # Workers left behind by a master that died first go too.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+        # A static path: ignored by the middleware, so that waiting for it records nobody.
+        with wsgi_server.gunicorn(env, log, ready_path="/static/app.css", threads=4) as (port, _):
+            yield port
+    except wsgi_server.GunicornError as error:
+        pytest.fail(str(error))
 
 
 def test_fifty_clients_through_gunicorn_are_counted_exactly(settings, real_redis_url, tmp_path):
