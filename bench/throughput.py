@@ -224,6 +224,8 @@ def run(
             ]
             for identity in IDENTITIES
         }
+        # The competitors record logged-in users only: alone, they leave a kind of client empty.
+        groups = {identity: group for identity, group in groups.items() if group}
 
         def measure(site: Site, identity: str, duration: int) -> Sample:
             crowd = browsers[identity]
