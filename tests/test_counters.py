@@ -6,7 +6,7 @@ import math
 import threading
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, given
@@ -14,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
+from tests.helpers import configure
 from tests.redis_server import free_port
 from whos_online import counters
 from whos_online.conf import get_config
@@ -34,11 +35,6 @@ KNOWN = "{whos_online}:counters"
 FAKE_ONLY = pytest.mark.parametrize("backend", ["fake"], indirect=True)
 DELETE_CHUNK_SIZE = counters.DELETE_CHUNK_SIZE
 CLEAN_PAGE_SIZE = counters.CLEAN_PAGE_SIZE
-
-
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend."""
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
 
 
 def counter_key(name: str, precision: int, prefix: str = "whos_online") -> str:

@@ -12,7 +12,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 import whos_online
-from tests.test_middleware import COOKIE, configure, log_in_quietly, members
+from tests.helpers import configure, log_in_quietly, members
+from tests.test_middleware import COOKIE
 from tests.test_views import HOSTILE
 from whos_online import counters, dashboard
 from whos_online.conf import get_config

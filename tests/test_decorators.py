@@ -6,7 +6,8 @@ import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.test import AsyncClient, Client
 
-from tests.test_middleware import COOKIE, configure, log_in_quietly, members
+from tests.helpers import configure, log_in_quietly, members
+from tests.test_middleware import COOKIE
 from tests.urls import async_poll, poll
 from whos_online import hits, middleware
 from whos_online.decorators import ATTRIBUTE, not_recorded

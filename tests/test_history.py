@@ -9,7 +9,7 @@ from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
 from io import StringIO
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from tests.helpers import configure
 from tests.redis_server import free_port
 from tests.templatetags.test_whos_online import render, text
 from whos_online import api, hits, identity, store
@@ -43,11 +44,6 @@ KINDS = ("users", "guests", "bots")
 NOW = T0 + 10 * 3600 + 30
 TODAY = date(2100, 1, 4)
 TAG = "{% load whos_online %}{% whos_online %}"
-
-
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend."""
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
 
 
 def hide_bob(user: AbstractBaseUser) -> bool:

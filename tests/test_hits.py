@@ -12,7 +12,7 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -20,6 +20,7 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.helpers import configure
 from tests.redis_server import free_port
 from whos_online import api, connection, hits, throttle
 from whos_online.conf import get_config
@@ -36,14 +37,6 @@ GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.
 ROOT = Path(__file__).resolve().parent.parent
 
 _schedule = hits.FlushTimer.schedule
-
-
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend.
-
-    Changing settings drops buffered hits (``conf.reset``), so tests configure first.
-    """
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
 
 
 def flush_delay(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

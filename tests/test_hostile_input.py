@@ -42,11 +42,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
+from tests.helpers import configure, guest, members, text
 from whos_online import api, throttle
 from whos_online.api import MAX_NAME_LENGTH
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
-from whos_online.identity import client_ip, guest_id
+from whos_online.identity import client_ip
 
 if TYPE_CHECKING:
     import redis
@@ -63,24 +64,6 @@ KEY = re.compile(
     r"\{whos_online\}:(?:users|hidden|guests|bots|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"
     r"|counters|counters-cleaned|counter:\d+:[\w:.-]+)"
 )
-
-
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend."""
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
-
-
-def text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def members(r: redis.Redis, kind: str) -> list[str]:
-    return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
-
-
-def guest(ip: str) -> str:
-    """The member the middleware stores today for a guest at ``ip``."""
-    return guest_id(ip, get_config(), time.time())
 
 
 def latin1(raw: bytes | str) -> str:

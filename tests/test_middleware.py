@@ -4,24 +4,21 @@ import inspect
 import logging
 import threading
 import time
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.conf import settings as django_settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse
-from django.test import AsyncClient, AsyncRequestFactory, Client, RequestFactory
+from django.test import AsyncRequestFactory, Client, RequestFactory
 from django.utils.functional import empty
 from redis.connection import Connection
 
 import whos_online
+from tests.helpers import configure, guest, log_in_quietly, members, text
 from tests.redis_server import free_port
 from whos_online import store, throttle
-from whos_online.conf import get_config
-from whos_online.identity import guest_id
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -42,41 +39,8 @@ def shouted_name(user: AbstractUser) -> str:
     return f"{user.get_username().upper()}!"
 
 
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend."""
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
-
-
-def text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def members(r: redis.Redis, kind: str) -> list[str]:
-    return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
-
-
-def guest(ip: str) -> str:
-    """The member the middleware stores for a guest at ``ip`` today."""
-    return guest_id(ip, get_config(), time.time())
-
-
 def valid_cookie(session_key: str = "", address: str = GUEST_IP) -> str:
     return throttle.make_cookie(throttle.binding(session_key, address), time.time(), 120)
-
-
-def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:
-    """Give ``client`` a session of ``user`` without sending user_logged_in.
-
-    That is a visitor who comes back with the session of an earlier visit: the middleware alone
-    has to record them.
-    """
-    engine = import_module(django_settings.SESSION_ENGINE)
-    session = engine.SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.save()
-    client.cookies[django_settings.SESSION_COOKIE_NAME] = session.session_key
 
 
 def user_was_loaded(request: HttpRequest) -> bool:

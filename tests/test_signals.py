@@ -12,6 +12,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.test import RequestFactory
 
 import whos_online
+from tests.helpers import members, text
 from whos_online import api, store
 from whos_online.conf import get_config
 from whos_online.identity import guest_id
@@ -28,14 +29,6 @@ WINDOW = 600
 
 def hide_hidden_users(user: AbstractUser) -> bool:
     return user.get_username().startswith("hidden")
-
-
-def text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def members(r: redis.Redis, kind: str) -> list[str]:
-    return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
 
 
 def user_record(r: redis.Redis, pk: object) -> dict[str, str]:

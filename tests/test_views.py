@@ -13,7 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 import whos_online
-from tests.test_middleware import COOKIE, configure, log_in_quietly, members
+from tests.helpers import configure, log_in_quietly, members
+from tests.test_middleware import COOKIE
 from whos_online import hits
 
 if TYPE_CHECKING:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from io import StringIO
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 from django.core.management import CommandError, call_command
 
+from tests.helpers import configure
 from tests.redis_server import free_port
 from whos_online import api, counters
 from whos_online.conf import get_config
@@ -46,11 +47,6 @@ def clock(monkeypatch) -> Clock:
         SimpleNamespace(time=lambda: clock.now, monotonic=time.monotonic, sleep=time.sleep),
     )
     return clock
-
-
-def configure(settings: Any, **values: object) -> None:
-    """Merge ``values`` into WHOS_ONLINE, keeping the REDIS_URL of the real backend."""
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
 
 
 def run(*args: str) -> str:

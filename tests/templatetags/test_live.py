@@ -22,8 +22,8 @@ from django.utils import timezone
 from django.utils.formats import date_format
 
 import whos_online
+from tests.helpers import configure, log_in_quietly
 from tests.templatetags.test_whos_online import render, text
-from tests.test_middleware import configure, log_in_quietly
 from whos_online.templatetags import whos_online as tags
 
 if TYPE_CHECKING:
