@@ -83,13 +83,16 @@ def staff(db) -> AbstractUser:
 
 
 @pytest.fixture
-def redis_down(settings) -> None:
-    """Point the app at a loopback port where nothing listens, retrying Redis on every call."""
+def redis_down(settings) -> str:
+    """Point the app at a loopback port where nothing listens, retrying Redis on every call;
+    returns that Redis URL."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
     settings.WHOS_ONLINE = {
         **getattr(settings, "WHOS_ONLINE", {}),
-        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "REDIS_URL": url,
         "FAILURE_BACKOFF": 0,
     }
+    return url
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.auth.signals import user_logged_out
 
 import whos_online
-from tests.redis_server import free_port
 from whos_online import api, identity
 from whos_online.api import MAX_NAME_LENGTH, OnlineCounts, OnlineUser
 from whos_online.conf import get_config
@@ -55,14 +54,6 @@ def hiding_bob(settings) -> None:
         **getattr(settings, "WHOS_ONLINE", {}),
         "HIDE_USER": "tests.test_api.hide_bob",
     }
-
-
-@pytest.fixture
-def redis_down(settings) -> str:
-    """Point the app at a loopback port where nothing listens, retrying Redis on every call."""
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    settings.WHOS_ONLINE = {"REDIS_URL": url, "FAILURE_BACKOFF": 0}
-    return url
 
 
 # record_user() and online_users()

@@ -19,7 +19,6 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.helpers import configure
-from tests.redis_server import free_port
 from tests.templatetags.test_whos_online import render, text
 from whos_online import api, hits, identity, store
 from whos_online.api import Peak
@@ -72,11 +71,6 @@ def clock(monkeypatch) -> float:
     """Freeze the API's clock at NOW: "online now" and "today" are then those of NOW."""
     monkeypatch.setattr(api, "time", SimpleNamespace(time=lambda: NOW))
     return NOW
-
-
-@pytest.fixture
-def redis_down(settings) -> None:
-    configure(settings, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", FAILURE_BACKOFF=0)
 
 
 # --- online counters ----------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import redis
 from django.core.management import CommandError, call_command
 
 from tests.helpers import configure
-from tests.redis_server import free_port
 from whos_online import api, counters
 from whos_online.conf import get_config
 from whos_online.management.commands import whos_online_cleanup
@@ -352,13 +351,6 @@ def test_redis_failing_while_cleaning_counters_is_a_command_error(
     assert out.getvalue() == f"{verb} 1 guest last seen before 2027-01-11 23:50:00 UTC.\n"
     assert r.exists(LOCK) == 0
     assert r.exists(CLEANED) == 0
-
-
-@pytest.fixture
-def redis_down(settings) -> str:
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    settings.WHOS_ONLINE = {"REDIS_URL": url}
-    return url
 
 
 def test_redis_down_is_a_command_error_before_any_counter_work(redis_down, monkeypatch):

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 
-from tests.redis_server import free_port
 from whos_online import store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
@@ -45,13 +44,6 @@ def some_stale(r) -> None:
     old, now = stale(), time.time()
     r.zadd("{whos_online}:users", {"1": old, "2": now})
     r.zadd("{whos_online}:guests", {"g1": old, "g2": old, "g3": now})
-
-
-@pytest.fixture
-def redis_down(settings) -> str:
-    url = f"redis://127.0.0.1:{free_port()}/0"
-    settings.WHOS_ONLINE = {"REDIS_URL": url}
-    return url
 
 
 @pytest.fixture

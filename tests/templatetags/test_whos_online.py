@@ -12,7 +12,6 @@ from django.template import Context, Template, TemplateSyntaxError, engines
 from django.test import RequestFactory
 
 import whos_online
-from tests.redis_server import free_port
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -62,11 +61,6 @@ def _users(*names: str) -> list[User]:
 def _guests(count: int, *, bot: bool = False) -> None:
     for index in range(count):
         whos_online.record_guest(f"198.51.100.{index + 1}", bot=bot)
-
-
-@pytest.fixture
-def redis_down(settings) -> None:
-    settings.WHOS_ONLINE = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
 
 
 # {% whos_online %}
