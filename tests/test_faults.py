@@ -369,9 +369,14 @@ def addresses() -> Iterator[str]:
 
 
 def seed(alice: AbstractUser) -> None:
-    """Alice and one guest online, through the API, while Redis is healthy."""
-    assert whos_online.record_user(alice) is True
-    assert whos_online.record_guest(SEEDED_GUEST) is True
+    """Alice and one guest online, through the API, while Redis is healthy.
+
+    Both are recorded at one instant, so that their counter samples share a minute's slice
+    even when the wall clock crosses a minute between the two writes.
+    """
+    now = time.time()
+    assert whos_online.record_user(alice, now=now) is True
+    assert whos_online.record_guest(SEEDED_GUEST, now=now) is True
 
 
 def page(response: Any) -> str:
