@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from whos_online import counters, keyspace
+from whos_online import counters, identity, keyspace
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -156,9 +156,6 @@ def visitors_key(config: Config, day: date) -> str:
     return key(config, f"visitors:{day.isoformat()}")
 
 
-EPOCH: Final = date(1970, 1, 1)
-
-
 def utc_day(now: float) -> date:
     return datetime.fromtimestamp(now, tz=timezone.utc).date()
 
@@ -253,11 +250,6 @@ def _recording(config: Config) -> _Recording:
 _recording_of: Final = keyspace.PerConfig(_recording)
 
 
-@functools.lru_cache(maxsize=8)
-def _visitors_key(prefix: str, day_number: int) -> str:
-    return prefix + (EPOCH + timedelta(days=day_number)).isoformat()
-
-
 def record(
     client: redis.Redis,
     config: Config,
@@ -286,7 +278,7 @@ def record(
             *fixed.kind_keys,
             fixed.user_prefix + member if user is not None else fixed.user_prefix,
             fixed.peak,
-            _visitors_key(fixed.visitors_prefix, day_number),
+            fixed.visitors_prefix + identity.utc_day(now),
             fixed.known,
         ],
         args=[
