@@ -313,16 +313,25 @@ def record_request(request: HttpRequest, config: Config, now: float) -> bool:
         if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now):
             return True
         return record_user(user, now=now)
-    if not config.track_guests:
+    guest = _guest_of(request, config, now)
+    if guest is None:
         return True
-    address = identity.client_ip(request, config)
-    if address is None:
-        return True
-    kind = "bots" if identity.is_bot(request, config) else "guests"
-    member = identity.guest_id(address, config, now)
+    kind, member = guest
     if config.throttle and recent.seen_recently(f"{kind}:{member}", now):
         return True
     return _record_member(config, kind, member, now)
+
+
+def _guest_of(request: HttpRequest, config: Config, now: float) -> tuple[str, str] | None:
+    """The set ("guests" or "bots") and member an anonymous ``request`` is recorded as, or None
+    when guests are not tracked or the request has no usable client address."""
+    if not config.track_guests:
+        return None
+    address = identity.client_ip(request, config)
+    if address is None:
+        return None
+    kind = "bots" if identity.is_bot(request, config) else "guests"
+    return kind, identity.guest_id(address, config, now)
 
 
 def guest_member(request: HttpRequest, config: Config, now: float) -> str:
@@ -346,15 +355,12 @@ def user_logged_out(
     pk = _pk_text(user)
     recent.forget([f"u:{pk}"])
     config = get_config()
-    address = None
-    if request is not None and config.track_guests:
-        address = identity.client_ip(request, config)
-    if request is None or address is None:
+    now = time.time()
+    guest = None if request is None else _guest_of(request, config, now)
+    if guest is None:
         call_redis(None, lambda client, config: store.remove_user(client, config, pk))
         return
-    kind = "bots" if identity.is_bot(request, config) else "guests"
-    now = time.time()
-    member = identity.guest_id(address, config, now)
+    kind, member = guest
     _record_member(config, kind, member, now, former_user=pk)
 
 
