@@ -9,6 +9,7 @@ cannot be read the dashboard shows zeros, empty charts and a warning.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
@@ -55,6 +56,10 @@ STANDARD: Final[Sequence[tuple[str, _StrPromise]]] = (
 )
 
 
+def is_gauge(name: str) -> bool:
+    return name.startswith(GAUGE_PREFIX)
+
+
 @dataclass(frozen=True)
 class Chart:
     name: str
@@ -67,7 +72,7 @@ class Chart:
 
     @property
     def gauge(self) -> bool:
-        return self.name.startswith(GAUGE_PREFIX)
+        return is_gauge(self.name)
 
     @property
     def highest(self) -> int | None:
@@ -89,8 +94,9 @@ class Dashboard:
     #: Counters kept at this precision that were left out (beyond ``MAX_CHARTS``).
     left_out: int
 
-    @property
+    @functools.cached_property
     def users(self) -> list[api.OnlineUser]:
+        """Built once: the template both tests and walks the list (up to NAMES_SHOWN users)."""
         return api.listed_users(self.snapshot)
 
     @property
@@ -167,9 +173,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
     config = get_config()
     found = api.snapshot(NAMES_SHOWN)
     starts = slice_starts(now, precision, min(config.counter_samples, MAX_POINTS))
-    standard = [
-        name for name, _title in STANDARD if name.startswith(GAUGE_PREFIX) or config.count_hits
-    ]
+    standard = [name for name, _title in STANDARD if is_gauge(name) or config.count_hits]
 
     def read(client: redis.Redis, config: Config) -> _Read:
         kept, total, standard_kept = counters.names(
@@ -205,9 +209,7 @@ def _chart(
     colour: int,
     label: Callable[[int], str],
 ) -> Chart:
-    values: list[int | None] = (
-        stored if name.startswith(GAUGE_PREFIX) else [value or 0 for value in stored]
-    )
+    values: list[int | None] = stored if is_gauge(name) else [value or 0 for value in stored]
     title = next((str(title) for known, title in STANDARD if known == name), name)
     return Chart(
         name=name,
