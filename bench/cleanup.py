@@ -114,7 +114,6 @@ def run() -> Section:
     longest: dict[str, list[float]] = defaultdict(list)
     notes = []
     with servers.redis_server() as server, override_settings(WHOS_ONLINE={"REDIS_URL": server.url}):
-        conf.reset()
         config = conf.get_config()
         client = redis.Redis.from_url(server.url)
         client.config_set("slowlog-log-slower-than", SLOWLOG_THRESHOLD)
@@ -155,7 +154,6 @@ def run() -> Section:
                 stalls[name].append(seen["max"])
                 longest[name].append(_longest_command(client))
                 notes += _check(name, result, client, config)
-    conf.reset()
     idle = stalls["idle"]
     labels = {
         "idle": "nothing (the probe's own noise: the baseline)",

@@ -103,7 +103,6 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
 def run() -> Section:
     now = time.time()
     with servers.redis_server() as server, override_settings(WHOS_ONLINE={"REDIS_URL": server.url}):
-        conf.reset()
         config = conf.get_config()
         client = redis.Redis.from_url(server.url)
         first = int(ipaddress.IPv4Address("10.0.0.0"))
@@ -123,7 +122,6 @@ def run() -> Section:
         details = _user_details_bytes(client, config, now)
         week, samples = replay_a_week(client, config)
         version = client.info("server")["redis_version"]
-    conf.reset()
     baseline = measured[0][1][0]
     rows = [
         [

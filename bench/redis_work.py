@@ -23,7 +23,7 @@ from redis.connection import AbstractConnection
 
 from bench import servers, stats
 from bench.report import Section, Target
-from whos_online import conf, hits, throttle
+from whos_online import hits, throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -110,7 +110,6 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
     middleware = [*settings.MIDDLEWARE[:2], scenario.middleware]
     whos_online = {"REDIS_URL": url, "TRUSTED_PROXY_COUNT": 1, **scenario.whos_online}
     with override_settings(MIDDLEWARE=middleware, WHOS_ONLINE=whos_online):
-        conf.reset()
         admin.flushall()
         client = Client()
         if scenario.authenticated:
@@ -141,7 +140,6 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
             round_trips.append(trips[0])
             commands.append(sum(ran.values()))
             by_name += ran
-    conf.reset()
     return Counted(round_trips, commands, by_name)
 
 
