@@ -9,7 +9,6 @@ connection made, before counting: both are paid once per process, not per reques
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 from collections import Counter
@@ -19,21 +18,24 @@ from typing import TYPE_CHECKING, Any, Final
 import redis
 from django.conf import settings
 from django.test import Client, override_settings
-from redis.connection import AbstractConnection
 
 from bench import servers, stats
 from bench.report import Section, Target
+from tests.helpers import CONNECTION_SET_UP, counting_redis_calls
 from whos_online import hits, throttle
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 #: Requests counted per scenario, each from another client (address), one after the other.
 REQUESTS: Final = 40
 WHOS_ONLINE_MIDDLEWARE: Final = "whos_online.middleware.WhosOnlineMiddleware"
 NAIVE_MIDDLEWARE: Final = "bench.naive.NaiveZaddMiddleware"
-#: Commands a client sends on a new connection, and what reads the counts; none are per request.
-NOT_PER_REQUEST: Final = frozenset({"config", "info", "hello", "client", "select", "script"})
+#: Commands a client sends on a new connection, and what resets and reads the counts and loads
+#: the scripts; none are per request.
+NOT_PER_REQUEST: Final = frozenset(
+    {name.lower() for name in CONNECTION_SET_UP} | {"config", "info", "script"}
+)
 
 
 @dataclass(frozen=True)
@@ -75,24 +77,6 @@ class Counted:
     by_name: Counter[str]
 
 
-@contextlib.contextmanager
-def _counting_round_trips() -> Iterator[list[int]]:
-    trips = [0]
-    original = AbstractConnection.send_packed_command
-
-    def send_packed_command(
-        self: AbstractConnection, command: Any, check_health: bool = True
-    ) -> None:
-        trips[0] += 1
-        original(self, command, check_health)  # type: ignore [no-untyped-call]
-
-    AbstractConnection.send_packed_command = send_packed_command  # type: ignore [method-assign]
-    try:
-        yield trips
-    finally:
-        AbstractConnection.send_packed_command = original  # type: ignore [method-assign]
-
-
 def _commands(admin: redis.Redis) -> Counter[str]:
     found = admin.info("commandstats")
     return Counter(
@@ -131,13 +115,13 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
             # A flush of buffered hits by the timer thread is not part of the request.
             hits.timer.cancel()
             admin.config_resetstat()
-            with _counting_round_trips() as trips:
+            with counting_redis_calls() as calls:
                 response = visit(number)
             if response.status_code != 200:
                 msg = f"{scenario.label}: the page answered {response.status_code}"
                 raise RuntimeError(msg)
             ran = _commands(admin)
-            round_trips.append(trips[0])
+            round_trips.append(len(calls.trips))
             commands.append(sum(ran.values()))
             by_name += ran
     return Counted(round_trips, commands, by_name)

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
+from tests.helpers import RedisCalls, counting_redis_calls
 from tests.redis_server import RedisServer, free_port
 from whos_online import conf, counters, store
 from whos_online.connection import admin_client
@@ -100,42 +101,6 @@ def client() -> Client:
     return Client(REMOTE_ADDR="203.0.113.7")
 
 
-class RedisCalls:
-    """Every round trip to Redis in a test, as lists of command names (one list per trip)."""
-
-    def __init__(self) -> None:
-        self.trips: list[list[str]] = []
-
-    @property
-    def commands(self) -> list[str]:
-        return [name for trip in self.trips for name in trip]
-
-    def clear(self) -> None:
-        self.trips.clear()
-
-
-def _command_names(packed: bytes) -> list[str]:
-    # Requests are RESP arrays of bulk strings: "*N\r\n" then N times "$len\r\n<data>\r\n".
-    names = []
-    position = 0
-    while position < len(packed):
-        assert packed[position : position + 1] == b"*"
-        end = packed.index(b"\r\n", position)
-        count = int(packed[position + 1 : end])
-        position = end + 2
-        for index in range(count):
-            end = packed.index(b"\r\n", position)
-            length = int(packed[position + 1 : end])
-            start = end + 2
-            if index == 0:
-                names.append(packed[start : start + length].decode().upper())
-            position = start + length + 2
-    return names
-
-
-#: What redis-py sends once per new connection; a process pays it once, not per request.
-CONNECTION_SET_UP = frozenset({"HELLO", "CLIENT", "AUTH", "SELECT"})
-
 #: Every Lua script of the app, loaded before counting so that no count includes a first-use load.
 SCRIPTS = (
     store._RECORD,
@@ -148,27 +113,14 @@ SCRIPTS = (
 
 
 @pytest.fixture
-def redis_calls(backend, monkeypatch) -> RedisCalls:
+def redis_calls(backend) -> Iterator[RedisCalls]:
     """Count round trips at the socket boundary, which fakeredis and redis-py share.
 
     Connection set-up is left out, and every script is loaded beforehand: both are paid once per
     process (or per Redis restart), not per request.
     """
-    from redis.connection import AbstractConnection
-
     client = admin_client()
     for source in SCRIPTS:
         client.script_load(source)
-    calls = RedisCalls()
-    original = AbstractConnection.send_packed_command
-
-    def send_packed_command(self, command, check_health: bool = True) -> None:
-        chunks = [command] if isinstance(command, (bytes, str)) else list(command)
-        packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
-        names = _command_names(packed)
-        if not set(names) <= CONNECTION_SET_UP:
-            calls.trips.append(names)
-        original(self, command, check_health)  # type: ignore [no-untyped-call]
-
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", send_packed_command)
-    return calls
+    with counting_redis_calls() as calls:
+        yield calls

@@ -1,18 +1,22 @@
-"""Helpers shared by the test modules: settings, what Redis holds, and sessions."""
+"""Helpers shared by the test modules: settings, what Redis holds, round trips, and sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from redis.connection import AbstractConnection
 
 from whos_online.conf import get_config
 from whos_online.identity import guest_id
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import redis
     from django.contrib.auth.models import AbstractUser
     from django.test import AsyncClient, Client
@@ -54,3 +58,64 @@ def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.save()
     client.cookies[django_settings.SESSION_COOKIE_NAME] = session.session_key
+
+
+class RedisCalls:
+    """Every round trip to Redis in a block, as lists of command names (one list per trip)."""
+
+    def __init__(self) -> None:
+        self.trips: list[list[str]] = []
+
+    @property
+    def commands(self) -> list[str]:
+        return [name for trip in self.trips for name in trip]
+
+    def clear(self) -> None:
+        self.trips.clear()
+
+
+def _command_names(packed: bytes) -> list[str]:
+    # Requests are RESP arrays of bulk strings: "*N\r\n" then N times "$len\r\n<data>\r\n".
+    names = []
+    position = 0
+    while position < len(packed):
+        assert packed[position : position + 1] == b"*"
+        end = packed.index(b"\r\n", position)
+        count = int(packed[position + 1 : end])
+        position = end + 2
+        for index in range(count):
+            end = packed.index(b"\r\n", position)
+            length = int(packed[position + 1 : end])
+            start = end + 2
+            if index == 0:
+                names.append(packed[start : start + length].decode().upper())
+            position = start + length + 2
+    return names
+
+
+#: What redis-py sends once per new connection; a process pays it once, not per request.
+CONNECTION_SET_UP = frozenset({"HELLO", "CLIENT", "AUTH", "SELECT"})
+
+
+@contextlib.contextmanager
+def counting_redis_calls() -> Iterator[RedisCalls]:
+    """Record every round trip of the block at the socket boundary, which fakeredis and redis-py
+    share, leaving out connection set-up."""
+    calls = RedisCalls()
+    original = AbstractConnection.send_packed_command
+
+    def send_packed_command(
+        self: AbstractConnection, command: Any, check_health: bool = True
+    ) -> None:
+        chunks = [command] if isinstance(command, (bytes, str)) else list(command)
+        packed = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+        names = _command_names(packed)
+        if not set(names) <= CONNECTION_SET_UP:
+            calls.trips.append(names)
+        original(self, command, check_health)  # type: ignore [no-untyped-call]
+
+    AbstractConnection.send_packed_command = send_packed_command  # type: ignore [method-assign]
+    try:
+        yield calls
+    finally:
+        AbstractConnection.send_packed_command = original  # type: ignore [method-assign]

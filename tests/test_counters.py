@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from tests.conftest import RedisCalls
+    from tests.helpers import RedisCalls
 
 #: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
 T0 = 1_799_712_000

@@ -21,7 +21,7 @@ from whos_online.conf import get_config
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
-    from tests.conftest import RedisCalls
+    from tests.helpers import RedisCalls
 
 URL = "/online/"
 REFRESH = "/online/refresh/"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import redis
     from django.contrib.auth.base_user import AbstractBaseUser
 
-    from tests.conftest import RedisCalls
+    from tests.helpers import RedisCalls
 
 #: 2100-01-04 00:00 UTC, the start of a slice at every default precision (a multiple of 432000 s).
 #: Far off, so that the visitor keys it writes, which expire LAST_SEEN_DAYS after their day, live.

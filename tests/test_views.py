@@ -20,7 +20,7 @@ from whos_online import hits
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
-    from tests.conftest import RedisCalls
+    from tests.helpers import RedisCalls
 
 URL = "/online/counts.json"
 HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'

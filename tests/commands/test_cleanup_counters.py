@@ -17,7 +17,7 @@ from whos_online.conf import get_config
 from whos_online.management.commands import whos_online_cleanup
 
 if TYPE_CHECKING:
-    from tests.conftest import RedisCalls
+    from tests.helpers import RedisCalls
 
 #: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
 T0 = 1_799_712_000
