@@ -21,6 +21,7 @@ from django.test import Client, override_settings
 
 from bench import servers, stats
 from bench.report import Section, Target
+from bench.variants import NAIVE_MIDDLEWARE, WHOS_ONLINE_MIDDLEWARE
 from tests.helpers import CONNECTION_SET_UP, counting_redis_calls
 from whos_online import hits, throttle
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 #: Requests counted per scenario, each from another client (address), one after the other.
 REQUESTS: Final = 40
-WHOS_ONLINE_MIDDLEWARE: Final = "whos_online.middleware.WhosOnlineMiddleware"
-NAIVE_MIDDLEWARE: Final = "bench.naive.NaiveZaddMiddleware"
 #: Commands a client sends on a new connection, and what resets and reads the counts and loads
 #: the scripts; none are per request.
 NOT_PER_REQUEST: Final = frozenset(
@@ -110,7 +109,7 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
                 visit(number)  # recorded; its response carries the throttle cookie
             else:
                 # A first visit: no cookie, and not in the memory of recent cookie-less clients.
-                client.cookies.pop("whos_online", None)
+                client.cookies.pop(throttle.COOKIE_NAME, None)
                 throttle.recent.clear()
             # A flush of buffered hits by the timer thread is not part of the request.
             hits.timer.cancel()

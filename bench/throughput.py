@@ -34,6 +34,7 @@ import redis
 from bench import servers, stats, wrk
 from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
+from whos_online import conf, throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -43,9 +44,6 @@ IDENTITIES: Final = ("anonymous", "authenticated")
 #: Distinct anonymous clients, and logged-in users, that the load generator plays in turn.
 GUESTS: Final = 200
 USERS: Final = 20
-THROTTLE_COOKIE: Final = "whos_online"
-#: THROTTLE at the defaults, which the throttled variant keeps.
-DEFAULT_THROTTLE: Final = 120
 BROWSER: Final = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
 #: Seconds of load per cell before the measured repetitions, to warm every worker.
 WARM_UP: Final = 1
@@ -149,15 +147,16 @@ class ThrottleCookies:
     def get(self, site: Site, identity: str) -> list[dict[str, str]]:
         key = (site.variant.name, identity)
         at, found = self.fetched.get(key, (0.0, []))
-        if time.monotonic() - at < DEFAULT_THROTTLE / 2:
+        # The throttled variant keeps THROTTLE at its default.
+        if time.monotonic() - at < conf.DEFAULTS["THROTTLE"] / 2:
             return found
         started = time.monotonic()
         found = []
         for browser in self.browsers[identity]:
-            cookie = visit(site.port, "/", browser.headers()).get(THROTTLE_COOKIE)
+            cookie = visit(site.port, "/", browser.headers()).get(throttle.COOKIE_NAME)
             if cookie is None:
                 raise RuntimeError("the throttled site handed out no throttle cookie")
-            found.append({THROTTLE_COOKIE: cookie})
+            found.append({throttle.COOKIE_NAME: cookie})
         self.fetched[key] = (started, found)
         return found
 

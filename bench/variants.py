@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 WHOS_ONLINE_MIDDLEWARE: Final = "whos_online.middleware.WhosOnlineMiddleware"
+NAIVE_MIDDLEWARE: Final = "bench.naive.NaiveZaddMiddleware"
 
 
 # Compared by identity: there is one of each, and its settings dict is not hashable.
@@ -69,7 +70,7 @@ VARIANTS: Final = (
     Variant(
         "naive",
         "one plain ZADD per request (the seeds' middleware)",
-        middleware=("bench.naive.NaiveZaddMiddleware",),
+        middleware=(NAIVE_MIDDLEWARE,),
     ),
     Variant(
         "online_users",
