@@ -26,6 +26,7 @@ and once with the default 10 s as a check. Run from the repository root:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import sys
@@ -42,13 +43,15 @@ import django
 import redis
 from django.conf import settings
 
+from bench import servers, stats
 from tests.delaying_proxy import DelayingProxy
-from tests.redis_server import RedisServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from django.http import HttpRequest, HttpResponse
+
+    from tests.redis_server import RedisServer
 
 #: Repetitions of every situation, interleaved.
 REPEATS = 20
@@ -312,17 +315,14 @@ def measure_recovery(
     return results
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
-
-
 def spread(values: list[float]) -> str:
-    return f"{ms(statistics.median(values))} ({ms(min(values))}-{ms(max(values))})"
+    return stats.Spread.of(values).show(stats.ms)
 
 
 def added(values: list[float], healthy: list[float]) -> str:
     median, base = statistics.median(values), statistics.median(healthy)
-    return f"{'+' if median >= base else '-'}{ms(abs(median - base))} ms (x{median / base:.2f})"
+    sign = "+" if median >= base else "-"
+    return f"{sign}{stats.ms(abs(median - base))} ms (x{median / base:.2f})"
 
 
 def report(
@@ -344,21 +344,27 @@ def report(
         f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default). One request = "
         f"GET of a page with {{% whos_online %}} from a new visitor (a read and a recorded "
         f"write while Redis is healthy). {REPEATS} outages per situation, interleaved; "
-        f"{FOLLOWING} following requests each. Times in ms: median (min-max)."
+        f"{FOLLOWING} following requests each. Times in ms: median (min–max)."
     )
     print()
-    print(
-        "| situation | first request of the outage | added vs healthy "
-        "| following requests (within the back-off) | added vs healthy |"
-    )
-    print("| --- | --- | --- | --- | --- |")
-    for situation in situations:
-        base = healthy[situation.url]
-        print(
-            f"| {situation.name} | {spread(situation.first)} "
-            f"| {added(situation.first, base.first)} | {spread(situation.following)} "
-            f"| {added(situation.following, base.following)} |"
-        )
+    header = [
+        "situation",
+        "first request of the outage",
+        "added vs healthy",
+        "following requests (within the back-off)",
+        "added vs healthy",
+    ]
+    rows = [
+        [
+            situation.name,
+            spread(situation.first),
+            added(situation.first, healthy[situation.url].first),
+            spread(situation.following),
+            added(situation.following, healthy[situation.url].following),
+        ]
+        for situation in situations
+    ]
+    print(stats.table(header, rows))
     print()
     print(
         f"Time to recover: from Redis back (server answering again) to the first recorded "
@@ -367,20 +373,27 @@ def report(
         "'beyond the back-off' is what remains once the back-off still to run is subtracted."
     )
     print()
-    print(
-        "| situation | FAILURE_BACKOFF | runs | recovery, s: median (min-max) "
-        "| beyond the back-off, ms |"
-    )
-    print("| --- | --- | --- | --- | --- |")
-    for rows, backoff in ((recovery, RECOVERY_BACKOFF), (check, 10.0)):
-        for name, found in rows:
-            total = [recovered for recovered, _ in found]
-            beyond = [extra for _, extra in found]
-            print(
-                f"| {name} | {backoff:g} s | {len(found)} "
-                f"| {statistics.median(total):.3f} ({min(total):.3f}-{max(total):.3f}) "
-                f"| {spread(beyond)} |"
-            )
+    header = [
+        "situation",
+        "FAILURE_BACKOFF",
+        "runs",
+        "recovery, s: median (min–max)",
+        "beyond the back-off, ms",
+    ]
+    rows = [
+        [
+            name,
+            f"{backoff:g} s",
+            str(len(found)),
+            stats.Spread.of([recovered for recovered, _ in found]).show(
+                lambda seconds: f"{seconds:.3f}"
+            ),
+            spread([extra for _, extra in found]),
+        ]
+        for runs, backoff in ((recovery, RECOVERY_BACKOFF), (check, 10.0))
+        for name, found in runs
+    ]
+    print(stats.table(header, rows))
     outages = sum(situation.outage for situation in situations) * REPEATS + sum(
         len(found) for rows in (recovery, check) for _, found in rows
     )
@@ -393,12 +406,11 @@ def report(
 
 
 def main() -> None:
-    server = RedisServer()
-    primary = RedisServer()
-    server.start()
-    primary.start()
-    proxy = DelayingProxy(server.port)
-    try:
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(servers.redis_server())
+        primary = stack.enter_context(servers.redis_server())
+        proxy = DelayingProxy(server.port)
+        stack.callback(proxy.close)
         logs = configure(server.url)
         faults = Faults(server, primary, proxy)
         direct, proxied = server.url, proxy.url
@@ -431,10 +443,6 @@ def main() -> None:
         version = str(faults.direct.info("server")["redis_version"])
         report(situations, recovery, check, logs, version)
         print(f"\nRun time {time.perf_counter() - started:.0f} s.")
-    finally:
-        proxy.close()
-        server.close()
-        primary.close()
 
 
 if __name__ == "__main__":
