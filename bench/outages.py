@@ -278,40 +278,39 @@ def measure_recovery(
 ) -> list[tuple[str, list[tuple[float, float]]]]:
     """Per fault: (seconds from Redis back to the first recorded visit, the same minus the
     back-off that was still to run when Redis came back)."""
-    from whos_online import conf
+    from django.test import override_settings
+
     from whos_online.conf import get_config
     from whos_online.connection import breaker
 
-    original = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
-    setattr(settings, "WHOS_ONLINE", {**original, "FAILURE_BACKOFF": backoff})  # noqa: B010
-    conf.reset()
+    current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     results = []
-    for situation in situations:
-        use(situation.url)
-        target = get_config().redis_target
-        found = []
-        for _ in range(repeats):
-            breaker.reset()
-            visitors.visit()
-            situation.inject()
-            try:
-                _, recorded = visitors.visit()
-                if recorded:
-                    raise RuntimeError(f"{situation.name}: a visit was recorded")
-            finally:
-                situation.heal()
-            back = time.perf_counter()
-            remaining = breaker._open_until[target] - time.monotonic()
-            while True:
-                _, recorded = visitors.visit()
-                if recorded:
-                    break
-                time.sleep(POLL)
-            recovered = time.perf_counter() - back
-            found.append((recovered, recovered - remaining))
-        results.append((situation.name, found))
-    setattr(settings, "WHOS_ONLINE", original)  # noqa: B010
-    conf.reset()
+    # The block's end restores the settings as they were, the URL that use() sets in it included.
+    with override_settings(WHOS_ONLINE={**current, "FAILURE_BACKOFF": backoff}):
+        for situation in situations:
+            use(situation.url)
+            target = get_config().redis_target
+            found = []
+            for _ in range(repeats):
+                breaker.reset()
+                visitors.visit()
+                situation.inject()
+                try:
+                    _, recorded = visitors.visit()
+                    if recorded:
+                        raise RuntimeError(f"{situation.name}: a visit was recorded")
+                finally:
+                    situation.heal()
+                back = time.perf_counter()
+                remaining = breaker._open_until[target] - time.monotonic()
+                while True:
+                    _, recorded = visitors.visit()
+                    if recorded:
+                        break
+                    time.sleep(POLL)
+                recovered = time.perf_counter() - back
+                found.append((recovered, recovered - remaining))
+            results.append((situation.name, found))
     return results
 
 
