@@ -137,7 +137,6 @@ class Situation:
     outage: bool = True
     first: list[float] = field(default_factory=list)
     following: list[float] = field(default_factory=list)
-    recovery: list[tuple[float, float]] = field(default_factory=list)
 
 
 class Faults:
