@@ -139,30 +139,19 @@ class Situation:
     following: list[float] = field(default_factory=list)
 
 
+def nothing() -> None:
+    """Neither breaks nor heals: the healthy situations."""
+
+
 class Faults:
-    """Breaks and heals one redis-server at a fixed URL, as the tests do."""
+    """Breaks and heals one redis-server at a fixed URL, as the tests do, in the ways that take
+    more than a call of the server's own stop/start or freeze/resume."""
 
     def __init__(self, server: RedisServer, primary: RedisServer, proxy: DelayingProxy) -> None:
-        self.server = server
         self.primary = primary
         self.proxy = proxy
         self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
         self.filled = 0
-
-    def nothing(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def start(self) -> None:
-        self.server.start()
-
-    def freeze(self) -> None:
-        self.server.freeze()
-
-    def resume(self) -> None:
-        self.server.resume()
 
     def fill(self) -> None:
         client = self.direct
@@ -413,15 +402,13 @@ def main() -> None:
         faults = Faults(server, primary, proxy)
         direct, proxied = server.url, proxy.url
         situations = [
-            Situation("healthy", faults.nothing, faults.nothing, direct, outage=False),
-            Situation("nothing listening", faults.stop, faults.start, direct),
-            Situation("frozen (SIGSTOP)", faults.freeze, faults.resume, direct),
+            Situation("healthy", nothing, nothing, direct, outage=False),
+            Situation("nothing listening", server.stop, server.start, direct),
+            Situation("frozen (SIGSTOP)", server.freeze, server.resume, direct),
             Situation("slow: replies 1 s late", faults.delay(1.0), faults.undelay, proxied),
             Situation("out of memory", faults.fill, faults.unfill, direct),
             Situation("read-only replica", faults.demote, faults.promote, direct),
-            Situation(
-                "healthy, through the proxy", faults.nothing, faults.nothing, proxied, outage=False
-            ),
+            Situation("healthy, through the proxy", nothing, nothing, proxied, outage=False),
             Situation(
                 "sluggish: replies 50 ms late",
                 faults.delay(0.05),
