@@ -140,9 +140,7 @@ def run() -> Section:
         }
         admin_client().ping()
         for repeat in range(REPEATS):
-            names = list(operations)
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in stats.rotated(list(operations), repeat):
                 prepare, operation = operations[name]
                 client.flushall()
                 prepare()

@@ -247,8 +247,7 @@ def measure_latency(situations: list[Situation], visitors: Visitors) -> None:
     from whos_online.connection import breaker
 
     for repeat in range(REPEATS):
-        shift = repeat % len(situations)
-        for situation in situations[shift:] + situations[:shift]:
+        for situation in stats.rotated(situations, repeat):
             use(situation.url)
             breaker.reset()  # every episode is a new outage
             visitors.visit()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,13 @@ class Spread:
 def ratios(values: Sequence[float], baselines: Sequence[float]) -> Spread:
     """Ratios of each measurement to the baseline measured in the same repetition."""
     return Spread.of([value / base for value, base in zip(values, baselines, strict=True)])
+
+
+def rotated(items: Sequence[T], by: int) -> list[T]:
+    """``items`` from index ``by`` (modulo their number) on, wrapping round: repetition ``by``
+    runs them in this order, so that each takes its turn at going first."""
+    shift = by % len(items)
+    return [*items[shift:], *items[:shift]]
 
 
 def ratio(value: float) -> str:

@@ -99,8 +99,7 @@ def run() -> Section:
                 fill(client, conf.get_config(), size, now)
         memory = int(client.info("memory")["used_memory"])
         for round_number in range(ROUNDS):
-            shift = round_number % len(SIZES)
-            for size in SIZES[shift:] + SIZES[:shift]:
+            for size in stats.rotated(SIZES, round_number):
                 for label, template, more in templates:
                     with override_settings(WHOS_ONLINE=_settings(server.url, size, **more)):
                         _render_times(template, 10)  # connects, loads the script

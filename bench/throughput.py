@@ -241,10 +241,8 @@ def run(
         measured = Measured()
         for repeat in range(repeats):
             for identity, group in groups.items():
-                shift = repeat % len(group)
-                order = group[shift:] + group[:shift]
                 bare = [measure(sites["bare"], identity, seconds)]
-                for site in order:
+                for site in stats.rotated(group, repeat):
                     sample = measure(site, identity, seconds)
                     bare.append(measure(sites["bare"], identity, seconds))
                     measured.samples[site.variant.name, identity].append(sample)
