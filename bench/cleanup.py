@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 import redis
 from django.test import override_settings
 
-from bench import servers, stats
+from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import api, conf, counters, store
 from whos_online.connection import admin_client
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 STALE: Final = 1_000_000
 ONLINE: Final = 1_000
-BATCH: Final = 10_000
 REPEATS: Final = 5
 COUNTERS: Final = ("online:users", "online:guests", "online:bots", "hits")
 IDLE_SECONDS: Final = 1.0
@@ -85,11 +84,11 @@ def probing(port: int) -> Iterator[dict[str, float]]:
 def fill_stale(client: redis.Redis, config: Config, now: float) -> None:
     stale_at = now - config.window - 3600
     for kind, prefix in (("users", ""), ("guests", "guest")):
-        for start in range(0, STALE // 2, BATCH):
-            members = range(start, min(start + BATCH, STALE // 2))
-            client.zadd(
-                store.key(config, kind), {f"{prefix}{n}": stale_at + n / 1000 for n in members}
-            )
+        sorted_sets.fill(
+            client,
+            store.key(config, kind),
+            ((f"{prefix}{n}", stale_at + n / 1000) for n in range(STALE // 2)),
+        )
         client.zadd(store.key(config, kind), {f"{prefix}online{n}": now for n in range(ONLINE)})
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 import redis
 from django.test import override_settings
 
-from bench import servers, stats
+from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import conf, counters, identity, store
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from whos_online.conf import Config
 
 MEMBERS: Final = 1_000_000
-BATCH: Final = 10_000
 USERS_WITH_DETAILS: Final = 5_000
 MEMBER_LIMIT: Final = 100
 WEEK: Final = 7 * 86400
@@ -51,8 +50,7 @@ def _sorted_set_bytes(
     """(growth of used_memory, MEMORY USAGE of the key), per member, for MEMBERS members."""
     client.flushall()
     before = _used(client)
-    for start in range(0, MEMBERS, BATCH):
-        client.zadd(key, {member(n): now + n / 1000 for n in range(start, start + BATCH)})
+    sorted_sets.fill(client, key, ((member(n), now + n / 1000) for n in range(MEMBERS)))
     grown = _used(client) - before
     usage = int(client.memory_usage(key, samples=0) or 0)
     return grown / MEMBERS, usage / MEMBERS

@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from django.template import Context, Template
 from django.test import override_settings
 
-from bench import servers, stats
+from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import conf, store
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from whos_online.conf import Config
 
 SIZES: Final = (10, 10_000, 1_000_000)
-#: Members per ZADD while filling.
-BATCH: Final = 10_000
 #: Display HASHes written for the newest users (the tag reads DISPLAY_LIMIT of them).
 NAMED: Final = 100
 ROUNDS: Final = 11
@@ -57,12 +55,11 @@ def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
     users = size // 2
     # Users are seen from 100 s ago up to now, newest last; guests all a little earlier.
     for kind, count, member in (("users", users, str), ("guests", size - users, _guest)):
-        for start in range(0, count, BATCH):
-            stop = min(start + BATCH, count)
-            client.zadd(
-                store.key(config, kind),
-                {member(n): now - 100 + 100 * n / max(count, 1) for n in range(start, stop)},
-            )
+        sorted_sets.fill(
+            client,
+            store.key(config, kind),
+            ((member(n), now - 100 + 100 * n / max(count, 1)) for n in range(count)),
+        )
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
         pipe.hset(
