@@ -40,6 +40,40 @@ def members(r: redis.Redis, kind: str) -> list[str]:
     return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
 
 
+def latin1(raw: bytes | str) -> str:
+    """Bytes as a WSGI server hands header values to Django (PEP 3333): decoded as latin-1."""
+    return raw if isinstance(raw, str) else raw.decode("latin-1")
+
+
+def keyspace_text(r: redis.Redis) -> str:
+    """Every key, member, field, value and score in the database; binary values as latin-1.
+
+    Latin-1 decodes any bytes, and an ASCII text such as an address shows up in it exactly where
+    it was stored.
+    """
+    parts: list[str] = []
+    for raw_key in r.scan_iter():
+        parts.append(latin1(raw_key))
+        kind = text(r.type(raw_key))
+        if kind == "string":
+            # Byte for byte, so that a HyperLogLog's registers are searched too.
+            parts.append(latin1(r.get(raw_key) or b""))
+        elif kind == "hash":
+            for field, value in r.hgetall(raw_key).items():
+                parts += [latin1(field), latin1(value)]
+        elif kind == "zset":
+            pairs: Any = r.zrange(raw_key, 0, -1, withscores=True)
+            for member, score in pairs:
+                parts += [latin1(member), repr(score)]
+        elif kind == "set":
+            parts += [latin1(member) for member in r.smembers(raw_key)]
+        elif kind == "list":
+            parts += [latin1(item) for item in r.lrange(raw_key, 0, -1)]
+        else:
+            raise AssertionError(f"unexpected type {kind} of {raw_key!r}")
+    return "\n".join(parts)
+
+
 def guest(ip: str) -> str:
     """The member the middleware stores today for a guest at ``ip``."""
     return guest_id(ip, get_config(), time.time())

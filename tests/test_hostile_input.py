@@ -42,7 +42,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
-from tests.helpers import configure, guest, members, text
+from tests.helpers import configure, guest, keyspace_text, latin1, members, text
 from whos_online import api, throttle
 from whos_online.api import MAX_NAME_LENGTH
 from whos_online.conf import get_config
@@ -64,11 +64,6 @@ KEY = re.compile(
     r"\{whos_online\}:(?:users|hidden|guests|bots|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"
     r"|counters|counters-cleaned|counter:\d+:[\w:.-]+)"
 )
-
-
-def latin1(raw: bytes | str) -> str:
-    """Bytes as a WSGI server hands header values to Django (PEP 3333): decoded as latin-1."""
-    return raw if isinstance(raw, str) else raw.decode("latin-1")
 
 
 def send(path: str = "/", *, drop: tuple[str, ...] = (), **headers: str) -> HttpResponseBase:
@@ -571,31 +566,6 @@ def address_forms(address: str) -> list[str]:
     else:
         forms.add(latin1(parsed.packed))
     return sorted(forms)
-
-
-def keyspace_text(r: redis.Redis) -> str:
-    """Every key, member, field, value and score in the database; binary values as latin-1."""
-    parts: list[str] = []
-    for raw_key in r.scan_iter():
-        parts.append(latin1(raw_key))
-        kind = text(r.type(raw_key))
-        if kind == "string":
-            # Byte for byte, so that a HyperLogLog's registers are searched too.
-            parts.append(latin1(r.get(raw_key) or b""))
-        elif kind == "hash":
-            for field, value in r.hgetall(raw_key).items():
-                parts += [latin1(field), latin1(value)]
-        elif kind == "zset":
-            pairs: Any = r.zrange(raw_key, 0, -1, withscores=True)
-            for member, score in pairs:
-                parts += [latin1(member), repr(score)]
-        elif kind == "set":
-            parts += [latin1(member) for member in r.smembers(raw_key)]
-        elif kind == "list":
-            parts += [latin1(item) for item in r.lrange(raw_key, 0, -1)]
-        else:
-            raise AssertionError(f"unexpected type {kind} of {raw_key!r}")
-    return "\n".join(parts)
 
 
 def test_no_raw_address_anywhere_after_a_realistic_mix_of_traffic(r, settings, alice, bob):

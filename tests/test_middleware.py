@@ -16,13 +16,12 @@ from django.utils.functional import empty
 from redis.connection import Connection
 
 import whos_online
-from tests.helpers import configure, guest, log_in_quietly, members, text
+from tests.helpers import configure, guest, keyspace_text, log_in_quietly, members, text
 from tests.redis_server import free_port
 from whos_online import store, throttle
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
-    import redis
     from django.contrib.auth.models import AbstractUser
     from django.http.response import HttpResponseBase
 
@@ -45,32 +44,6 @@ def valid_cookie(session_key: str = "", address: str = GUEST_IP) -> str:
 
 def user_was_loaded(request: HttpRequest) -> bool:
     return cast("Any", request.user)._wrapped is not empty
-
-
-def stored_text(r: redis.Redis) -> str:
-    """Every key and every value in the database, as one string."""
-    parts: list[str] = []
-    for raw_key in r.scan_iter():
-        parts.append(text(raw_key))
-        kind = text(r.type(raw_key))
-        if kind == "string":
-            # Byte for byte, so that binary values (a HyperLogLog) are searched too.
-            value = r.get(raw_key) or b""
-            parts.append(value.decode("latin-1") if isinstance(value, bytes) else value)
-        elif kind == "hash":
-            for field, value in r.hgetall(raw_key).items():
-                parts += [text(field), text(value)]
-        elif kind == "zset":
-            pairs: Any = r.zrange(raw_key, 0, -1, withscores=True)
-            for member, score in pairs:
-                parts += [text(member), str(score)]
-        elif kind == "set":
-            parts += [text(member) for member in r.smembers(raw_key)]
-        elif kind == "list":
-            parts += [text(item) for item in r.lrange(raw_key, 0, -1)]
-        else:
-            raise AssertionError(f"unexpected type {kind} of {raw_key!r}")
-    return "\n".join(parts)
 
 
 # Throttling
@@ -527,7 +500,7 @@ def test_guest_identity_ip_stores_the_address(r, client, settings, alice):
     _visit_everything(client, alice)
     assert members(r, "guests") == [GUEST_IP]
     assert members(r, "bots") == [GUEST_IP]
-    assert GUEST_IP in stored_text(r)
+    assert GUEST_IP in keyspace_text(r)
 
 
 def test_default_identity_stores_no_address_anywhere(r, client, alice):
@@ -535,7 +508,7 @@ def test_default_identity_stores_no_address_anywhere(r, client, alice):
     assert members(r, "guests") == [guest(GUEST_IP)]
     assert members(r, "bots") == [guest(GUEST_IP)]
     assert members(r, "users") == [str(alice.pk)]
-    assert GUEST_IP not in stored_text(r)
+    assert GUEST_IP not in keyspace_text(r)
 
 
 # Clients that drop cookies
