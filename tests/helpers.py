@@ -11,6 +11,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from redis.connection import AbstractConnection
 
+from whos_online import throttle
 from whos_online.conf import get_config
 from whos_online.identity import guest_id
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     import redis
     from django.contrib.auth.models import AbstractUser
     from django.test import AsyncClient, Client
+
+#: The address of the test clients: the ``client`` fixture's and ``client_of``'s.
+GUEST_IP = "203.0.113.7"
 
 
 def configure(settings: Any, **values: object) -> None:
@@ -77,6 +81,11 @@ def keyspace_text(r: redis.Redis) -> str:
 def guest(ip: str) -> str:
     """The member the middleware stores today for a guest at ``ip``."""
     return guest_id(ip, get_config(), time.time())
+
+
+def valid_cookie(session_key: str = "", address: str = GUEST_IP) -> str:
+    """A throttle cookie the middleware honours now, for ``session_key`` at ``address``."""
+    return throttle.make_cookie(throttle.binding(session_key, address), time.time(), 120)
 
 
 def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:

@@ -1,22 +1,22 @@
 """Hostile input at request time, and what it leaves in Redis; privacy of what is stored.
 
 Already covered elsewhere and not repeated here: an empty, "garbage" or out-of-range REMOTE_ADDR,
-a 16 kB X-Forwarded-For behind one proxy, forged, tampered, expired, other-session, other-address,
-4 kB, 100 kB and "garbage" throttle cookies, UTF-8 digits in a cookie, no raw IPv4 address stored
-(tests/test_middleware.py); ``is_fresh`` on malformed and non-ASCII values and its hypothesis
-property (tests/test_throttle.py); properties of ``forwarded_candidate`` and ``normalize_ip``, and
-guest pseudonyms by UTC day and SECRET_KEY at the function level (tests/test_identity.py); names
-with HTML or any Unicode, and the 150-character cut, through the API (tests/test_api.py) and
-escaped by the tag (tests/templatetags/); deleting a user erases them from the API
-(tests/test_signals.py).
+a 16 kB X-Forwarded-For behind one proxy, tampered, expired, 4 kB, 100 kB and "garbage" throttle
+cookies, UTF-8 digits in a cookie, no raw IPv4 address stored (tests/test_middleware.py);
+``is_fresh`` on malformed and non-ASCII values and its hypothesis property
+(tests/test_throttle.py); properties of ``forwarded_candidate`` and ``normalize_ip``, and guest
+pseudonyms by UTC day and SECRET_KEY at the function level (tests/test_identity.py); names with
+HTML or any Unicode, and the 150-character cut, through the API (tests/test_api.py) and escaped
+by the tag (tests/templatetags/); deleting a user erases them from the API (tests/test_signals.py).
 
 This file sends what is left through Django's handler, on fakeredis and on a real redis-server:
 environs built as a WSGI server builds them (header bytes decoded as latin-1, REMOTE_ADDR
 missing), 100 kB and garbage X-Forwarded-For with 0 and 2 trusted proxies, truncated, 10 kB and
-binary cookies, 150-character hostile names on a rendered page, users deleted while online, a
-property test of the whole request path on arbitrary header bytes, and a whole-keyspace scan for
-raw addresses after a realistic mix of traffic. After each, the page answered 200 and Redis holds
-only well-formed keys and values.
+binary cookies (and forged, other-session and other-address ones again: the middleware tests send
+those through the test client, this file through a hand-built environ), 150-character hostile
+names on a rendered page, users deleted while online, a property test of the whole request path
+on arbitrary header bytes, and a whole-keyspace scan for raw addresses after a realistic mix of
+traffic. After each, the page answered 200 and Redis holds only well-formed keys and values.
 """
 
 from __future__ import annotations
@@ -42,7 +42,16 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
-from tests.helpers import configure, guest, keyspace_text, latin1, members, text
+from tests.helpers import (
+    GUEST_IP,
+    configure,
+    guest,
+    keyspace_text,
+    latin1,
+    members,
+    text,
+    valid_cookie,
+)
 from whos_online import api, throttle
 from whos_online.api import MAX_NAME_LENGTH
 from whos_online.conf import get_config
@@ -53,7 +62,6 @@ if TYPE_CHECKING:
     import redis
     from django.http.response import HttpResponseBase
 
-GUEST_IP = "203.0.113.7"
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 COOKIE = throttle.COOKIE_NAME
 TAG = "{% load whos_online %}{% whos_online %}"
@@ -278,8 +286,7 @@ def test_invalid_utf8_in_cookies_counts_as_no_cookie(r, db, cookie_header):
 
 
 def test_a_valid_cookie_among_invalid_bytes_is_honoured(r, redis_calls):
-    genuine = throttle.make_cookie(throttle.binding("", GUEST_IP), time.time(), 120)
-    header = latin1(b"junk=\xff\xfe; other=\xc3\x28; ") + f"{COOKIE}={genuine}"
+    header = latin1(b"junk=\xff\xfe; other=\xc3\x28; ") + f"{COOKIE}={valid_cookie()}"
     response = send("/plain/", HTTP_COOKIE=header, HTTP_USER_AGENT=latin1(b"\xff"))
     assert_page(response, "/plain/")
     assert redis_calls.trips == []
@@ -304,23 +311,19 @@ def test_invalid_utf8_headers_of_a_logged_in_user(r, client, alice):
 # Throttle cookies -------------------------------------------------------------------------------
 
 
-def _genuine(session_key: str = "", address: str = GUEST_IP) -> str:
-    return throttle.make_cookie(throttle.binding(session_key, address), time.time(), 120)
-
-
 @pytest.mark.parametrize(
     "make_value",
     [
-        pytest.param(lambda: _genuine()[:-1], id="last-character-cut"),
-        pytest.param(lambda: _genuine()[:20], id="cut-in-the-mac"),
-        pytest.param(lambda: _genuine()[:11], id="cut-after-the-dot"),
-        pytest.param(lambda: _genuine()[:10], id="expiry-only"),
-        pytest.param(lambda: _genuine()[1:], id="first-digit-cut"),
-        pytest.param(lambda: _genuine() + "A" * 10_000, id="10kB"),
+        pytest.param(lambda: valid_cookie()[:-1], id="last-character-cut"),
+        pytest.param(lambda: valid_cookie()[:20], id="cut-in-the-mac"),
+        pytest.param(lambda: valid_cookie()[:11], id="cut-after-the-dot"),
+        pytest.param(lambda: valid_cookie()[:10], id="expiry-only"),
+        pytest.param(lambda: valid_cookie()[1:], id="first-digit-cut"),
+        pytest.param(lambda: valid_cookie() + "A" * 10_000, id="10kB"),
         pytest.param(lambda: "A" * 10_000, id="10kB-of-A"),
         pytest.param(lambda: f"{int(time.time()) + 60}." + "x" * 22, id="forged"),
-        pytest.param(lambda: _genuine(session_key="a" * 32), id="another-session"),
-        pytest.param(lambda: _genuine(address="198.51.100.9"), id="another-address"),
+        pytest.param(lambda: valid_cookie(session_key="a" * 32), id="another-session"),
+        pytest.param(lambda: valid_cookie(address="198.51.100.9"), id="another-address"),
     ],
 )
 def test_bad_cookie_is_absent_and_never_reaches_redis(r, make_value):

@@ -16,7 +16,16 @@ from django.utils.functional import empty
 from redis.connection import Connection
 
 import whos_online
-from tests.helpers import configure, guest, keyspace_text, log_in_quietly, members, text
+from tests.helpers import (
+    GUEST_IP,
+    configure,
+    guest,
+    keyspace_text,
+    log_in_quietly,
+    members,
+    text,
+    valid_cookie,
+)
 from tests.redis_server import free_port
 from whos_online import store, throttle
 from whos_online.middleware import WhosOnlineMiddleware
@@ -25,7 +34,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
     from django.http.response import HttpResponseBase
 
-GUEST_IP = "203.0.113.7"
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 COOKIE = throttle.COOKIE_NAME
 
@@ -36,10 +44,6 @@ def hide_alice(user: AbstractUser) -> bool:
 
 def shouted_name(user: AbstractUser) -> str:
     return f"{user.get_username().upper()}!"
-
-
-def valid_cookie(session_key: str = "", address: str = GUEST_IP) -> str:
-    return throttle.make_cookie(throttle.binding(session_key, address), time.time(), 120)
 
 
 def user_was_loaded(request: HttpRequest) -> bool:
