@@ -12,6 +12,7 @@ requests take during each outage is measured by ``bench/outages.py``, not assert
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pytest
 import redis
@@ -34,6 +35,7 @@ from redis.connection import AbstractConnection, Connection
 import whos_online
 from tests import urls as test_urls
 from tests.delaying_proxy import DelayingProxy
+from tests.helpers import configure
 from tests.redis_server import RedisServer
 from whos_online import api, conf, connection, throttle
 from whos_online.conf import get_config
@@ -276,25 +278,30 @@ FAULTS: dict[str, type[Fault]] = {
 }
 
 
-@pytest.fixture(params=list(FAULTS))
-def fault(request, settings) -> Iterator[Fault]:
-    """A healthy redis-server for ``WHOS_ONLINE['REDIS_URL']``, ready to be broken."""
-    made = FAULTS[request.param]()
+F = TypeVar("F", bound=Fault)
+
+
+@contextlib.contextmanager
+def serving(settings: Any, made: F) -> Iterator[F]:
+    """``made``'s URL as ``WHOS_ONLINE['REDIS_URL']`` for the block; its servers end with it."""
     try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": made.url}
+        configure(settings, REDIS_URL=made.url)
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture(params=list(FAULTS))
+def fault(request, settings) -> Iterator[Fault]:
+    """A healthy redis-server for ``WHOS_ONLINE['REDIS_URL']``, ready to be broken."""
+    with serving(settings, FAULTS[request.param]()) as made:
+        yield made
 
 
 @pytest.fixture
 def frozen(settings) -> Iterator[Frozen]:
-    made = Frozen()
-    try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": made.url}
+    with serving(settings, Frozen()) as made:
         yield made
-    finally:
-        made.close()
 
 
 # Time and calls
@@ -540,11 +547,8 @@ def test_every_fault_costs_one_attempt_then_none(fault, touches):
 
 def test_a_slow_redis_within_the_timeout_still_records(settings, alice, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
-    server = RedisServer()
-    server.start()
-    proxy = DelayingProxy(server.port, delay=connection.REQUEST_TIMEOUT / 5)
-    try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": proxy.url}
+    with serving(settings, Slow()) as slow:
+        slow.proxy.delay = connection.REQUEST_TIMEOUT / 5
         seed(alice)
 
         response = Client(REMOTE_ADDR="203.0.113.7").get("/")
@@ -552,9 +556,6 @@ def test_a_slow_redis_within_the_timeout_still_records(settings, alice, caplog):
         assert "alice" in page(response)
         assert COOKIE in response.cookies
         assert whos_online.online_counts() == (1, 2, 0, 3)
-    finally:
-        proxy.close()
-        server.close()
     assert warnings_and_infos(caplog) == []
 
 
@@ -622,34 +623,24 @@ def test_no_throttle_cookie_while_writes_fail(fault, clock):
 def test_a_restart_between_requests_costs_nothing(settings, caplog, touches):
     """A pooled connection to the old process is replaced without a failure or a warning."""
     caplog.set_level(logging.INFO, logger="whos_online")
-    server = RedisServer()
-    server.start()
-    try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+    with serving(settings, Stopped()) as restarted:
         assert COOKIE in Client(REMOTE_ADDR="192.0.2.1").get("/").cookies
-        server.stop()
-        server = RedisServer(port=server.port)
-        server.start()
+        restarted.inject()
+        restarted.heal()  # a new process on the same port
         touches.clear()
 
         response = Client(REMOTE_ADDR="203.0.113.7").get("/")
 
         assert COOKIE in response.cookies
         assert touches.connects == 1
-        with redis.Redis.from_url(server.url) as direct:
-            # The new process starts empty and has just the one new guest.
-            assert direct.zcard("{whos_online}:guests") == 1
-    finally:
-        server.close()
+        # The new process starts empty and has just the one new guest.
+        assert restarted.direct().zcard("{whos_online}:guests") == 1
     assert warnings_and_infos(caplog) == []
 
 
 def test_killed_while_requests_are_in_flight(settings, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
-    server = RedisServer()
-    server.start()
-    try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+    with serving(settings, Killed()) as killed:
         statuses: list[int] = []
         errors: list[BaseException] = []
         some_answered = threading.Event()
@@ -669,11 +660,9 @@ def test_killed_while_requests_are_in_flight(settings, caplog):
             worker.start()
         # Kill it while the four workers are busy with Redis.
         assert some_answered.wait(timeout=10)
-        kill(server)
+        killed.inject()
         for worker in workers:
             worker.join(timeout=30)
-    finally:
-        kill(server)
 
     assert errors == []
     assert statuses == [200] * 400
@@ -684,22 +673,17 @@ def test_killed_while_requests_are_in_flight(settings, caplog):
 def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
     """Thread A gets its reply; the server dies; thread B fails and warns; then A reports."""
     caplog.set_level(logging.INFO, logger="whos_online")
-    server = RedisServer()
-    server.start()
-    try:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": server.url}
+    with serving(settings, Killed()) as killed:
 
         def answered_just_before_the_kill(client: redis.Redis, config: Any) -> bool:
             result = bool(client.ping())
-            kill(server)
+            killed.inject()
             other = threading.Thread(target=Client(REMOTE_ADDR="203.0.113.7").get, args=("/",))
             other.start()
             other.join(timeout=10)
             return result
 
         assert api.call_redis(False, answered_just_before_the_kill) is True
-    finally:
-        kill(server)
 
     assert warnings_and_infos(caplog) == ["WARNING"]
     assert not connection.breaker.allows(get_config().redis_target)
