@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import whos_online
 from tests import urls as test_urls
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import configure
+from tests.redis_faults import demote, fill_until_oom
 from tests.redis_server import RedisServer
 from whos_online import api, conf, connection, throttle
 from whos_online.conf import get_config
@@ -220,20 +220,7 @@ class OutOfMemory(Fault):
     only_writes_fail = True
 
     def inject(self) -> None:
-        client = self.direct()
-        client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**21)
-        filled = 0
-        with pytest.raises(redis.exceptions.OutOfMemoryError):  # noqa: PT012
-            while filled < 1000:
-                client.set(f"fill:{os.getpid()}:{filled}", b"x" * 65536)
-                filled += 1
-        assert filled > 0
-        # The last write failed partly on its own 64 KB argument; lower the limit below what is
-        # stored, so that small writes fail too and freed client buffers cannot undo the fault.
-        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 2**19)
-        with pytest.raises(redis.exceptions.OutOfMemoryError):
-            client.set("probe", "1")
+        fill_until_oom(self.direct())
 
     def heal(self) -> None:
         self.direct().config_set("maxmemory", 0)
@@ -253,21 +240,12 @@ class ReadOnlyReplica(Fault):
         primary = self.others[0]
         client = self.direct()
         with redis.Redis.from_url(primary.url, socket_timeout=5) as target:
-            # Redis 7+ syncs replicas diskless, after waiting 5 s for more of them by default.
-            target.config_set("repl-diskless-sync-delay", 0)
             target.flushall()
             for key in client.scan_iter(count=1000):
                 dumped = client.dump(key)
                 assert dumped is not None
                 target.restore(key, max(int(client.pttl(key)), 0), dumped, replace=True)
-        client.config_set("replica-read-only", "yes")
-        client.replicaof("127.0.0.1", primary.port)
-        deadline = time.monotonic() + 10
-        while client.info("replication").get("master_link_status") != "up":
-            assert time.monotonic() < deadline, "the replica did not sync in time"
-            time.sleep(0.01)
-        with pytest.raises(redis.exceptions.ReadOnlyError):
-            client.set("probe", "1")
+        demote(client, primary)
 
     def heal(self) -> None:
         self.direct().replicaof("NO", "ONE")
