@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect, sync_playwright
 
 import whos_online
-from whos_online.connection import admin_client
+from tests.helpers import configure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -54,6 +54,8 @@ CSP = "default-src 'self'; base-uri 'none'; frame-ancestors 'none'"
 #: Generous, for a busy CI machine: the refreshes run every second.
 TIMEOUT_MS = 10_000
 
+pytestmark = pytest.mark.parametrize("backend", ["real"], indirect=True)
+
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
@@ -75,15 +77,9 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def site(live_server, real_redis_url, settings) -> str:
+def site(live_server, backend, settings) -> str:
     """The test site on the real Redis, refreshing every second from answers never cached."""
-    settings.WHOS_ONLINE = {
-        "REDIS_URL": real_redis_url,
-        "REFRESH_INTERVAL": 1,
-        "JSON_MAX_AGE": 0,
-        "SHOW_NAMES_TO": "authenticated",
-    }
-    admin_client().flushdb()
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, SHOW_NAMES_TO="authenticated")
     return str(live_server.url)
 
 

@@ -36,13 +36,7 @@ JOIN_TIMEOUT = 30
 
 T = TypeVar("T")
 
-
-@pytest.fixture
-def real(settings, real_redis_url) -> redis.Redis:
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "REDIS_URL": real_redis_url}
-    client = admin_client()
-    client.flushdb()
-    return client
+pytestmark = pytest.mark.parametrize("backend", ["real"], indirect=True)
 
 
 @pytest.fixture
@@ -102,10 +96,10 @@ def removed_counts(out: str) -> dict[str, int]:
     return {kind: int(count) for count, kind in re.findall(r"(\d+) (user|guest)s?\b", first)}
 
 
-def test_a_second_cleanup_reports_the_lock_and_does_nothing(real, offline_ids):
+def test_a_second_cleanup_reports_the_lock_and_does_nothing(r, offline_ids):
     stale, now = time.time() - WINDOW - 100, time.time()
-    real.zadd("{whos_online}:users", {"1": stale, "2": stale, "3": now})
-    real.zadd("{whos_online}:guests", {"g1": stale, "g2": stale, "g3": stale, "fresh": now})
+    r.zadd("{whos_online}:users", {"1": stale, "2": stale, "3": now})
+    r.zadd("{whos_online}:guests", {"g1": stale, "g2": stale, "g3": stale, "fresh": now})
     inside, release = threading.Event(), threading.Event()
 
     def pause_the_first_run(sender: object, **kwargs: Any) -> None:
@@ -120,14 +114,14 @@ def test_a_second_cleanup_reports_the_lock_and_does_nothing(real, offline_ids):
     try:
         first.start()
         assert inside.wait(JOIN_TIMEOUT)
-        token = real.get(LOCK)
+        token = r.get(LOCK)
         assert token is not None
 
         others = run_threads([cleanup] * 4)
 
         # Nothing moved while the first run was paused: the others pruned no guest.
-        assert members(real, "guests") == {"g1", "g2", "g3", "fresh"}
-        assert real.get(LOCK) == token
+        assert members(r, "guests") == {"g1", "g2", "g3", "fresh"}
+        assert r.get(LOCK) == token
     finally:
         release.set()
         first.join(JOIN_TIMEOUT)
@@ -137,21 +131,19 @@ def test_a_second_cleanup_reports_the_lock_and_does_nothing(real, offline_ids):
     out, err = outcome["first"]
     assert err == ""
     assert removed_counts(out) == {"user": 2, "guest": 3}
-    assert members(real, "users") == {"3"}
-    assert members(real, "guests") == {"fresh"}
-    assert real.exists(LOCK) == 0
+    assert members(r, "users") == {"3"}
+    assert members(r, "guests") == {"fresh"}
+    assert r.exists(LOCK) == 0
     assert offline_ids == [[1, 2]]
 
 
-def test_many_cleanups_at_once_remove_each_stale_member_exactly_once(
-    real, offline_ids, monkeypatch
-):
+def test_many_cleanups_at_once_remove_each_stale_member_exactly_once(r, offline_ids, monkeypatch):
     monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 50)
     stale, now = time.time() - WINDOW - 100, time.time()
-    real.zadd("{whos_online}:users", {str(pk): stale for pk in range(1, 1001)})
-    real.zadd("{whos_online}:users", {str(pk): now for pk in range(1001, 1101)})
-    real.zadd("{whos_online}:guests", {f"g{n}": stale for n in range(3000)})
-    real.zadd("{whos_online}:guests", {f"fresh{n}": now for n in range(100)})
+    r.zadd("{whos_online}:users", {str(pk): stale for pk in range(1, 1001)})
+    r.zadd("{whos_online}:users", {str(pk): now for pk in range(1001, 1101)})
+    r.zadd("{whos_online}:guests", {f"g{n}": stale for n in range(3000)})
+    r.zadd("{whos_online}:guests", {f"fresh{n}": now for n in range(100)})
 
     results = run_threads([cleanup] * 6)
 
@@ -166,9 +158,9 @@ def test_many_cleanups_at_once_remove_each_stale_member_exactly_once(
     assert totals == {"user": 1000, "guest": 3000}
     removed_ids = [pk for ids in offline_ids for pk in ids]
     assert sorted(removed_ids) == list(range(1, 1001))
-    assert members(real, "users") == {str(pk) for pk in range(1001, 1101)}
-    assert members(real, "guests") == {f"fresh{n}" for n in range(100)}
-    assert real.exists(LOCK) == 0
+    assert members(r, "users") == {str(pk) for pk in range(1001, 1101)}
+    assert members(r, "guests") == {f"fresh{n}" for n in range(100)}
+    assert r.exists(LOCK) == 0
 
 
 def _user(pk: int) -> User:
@@ -240,14 +232,14 @@ class Race:
                 return
 
 
-def test_cleanup_racing_live_writes_never_removes_a_fresh_member(real, settings, monkeypatch):
+def test_cleanup_racing_live_writes_never_removes_a_fresh_member(r, settings, monkeypatch):
     # Raw addresses as members keep a refreshed guest's member the same across midnight.
     settings.WHOS_ONLINE = {**settings.WHOS_ONLINE, "GUEST_IDENTITY": "ip"}
     monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 25)
     race = Race()
     long_ago = time.time() - WINDOW - 100
-    real.zadd("{whos_online}:guests", dict.fromkeys(race.stale_guests, long_ago))
-    real.zadd("{whos_online}:users", dict.fromkeys(race.stale_users, long_ago))
+    r.zadd("{whos_online}:guests", dict.fromkeys(race.stale_guests, long_ago))
+    r.zadd("{whos_online}:users", dict.fromkeys(race.stale_users, long_ago))
 
     run_threads([race.write_all, race.prune])
 
@@ -258,8 +250,8 @@ def test_cleanup_racing_live_writes_never_removes_a_fresh_member(real, settings,
         assert set(race.removed[kind]) <= set(stale)
         assert len(race.removed[kind]) == len(set(race.removed[kind]))
     # …every stale member that was not seen again is gone, and every fresh one is there.
-    assert members(real, "guests") == race.new_guests | race.refreshed_guests
-    assert members(real, "users") == race.new_users | race.refreshed_users
+    assert members(r, "guests") == race.new_guests | race.refreshed_guests
+    assert members(r, "users") == race.new_users | race.refreshed_users
     assert set(race.removed["guests"]) >= set(race.stale_guests) - race.refreshed_guests
     assert set(race.removed["users"]) >= set(race.stale_users) - race.refreshed_users
     counts = whos_online.online_counts()
@@ -267,10 +259,10 @@ def test_cleanup_racing_live_writes_never_removes_a_fresh_member(real, settings,
     assert counts.guests == len(race.new_guests) + len(race.refreshed_guests) == 1000
     cutoff = time.time() - WINDOW
     for kind in ("guests", "users"):
-        assert real.zcount(f"{{whos_online}}:{kind}", "-inf", f"({cutoff}") == 0
+        assert r.zcount(f"{{whos_online}}:{kind}", "-inf", f"({cutoff}") == 0
 
 
-def test_many_threads_recording_the_same_and_different_users(real):
+def test_many_threads_recording_the_same_and_different_users(r):
     threads_count, shared, own, rounds = 8, 10, 25, 5
     shared_users = [_user(pk) for pk in range(1, shared + 1)]
 
@@ -290,15 +282,15 @@ def test_many_threads_recording_the_same_and_different_users(real):
     pks = [str(pk) for pk in range(1, shared + 1)] + [
         str(1000 * (t + 1) + n) for t in range(threads_count) for n in range(own)
     ]
-    assert members(real, "users") == set(pks)
+    assert members(r, "users") == set(pks)
     assert whos_online.online_counts() == (total, 0, 0, total)
     for pk in pks:
         record = {
-            k.decode(): v.decode() for k, v in real.hgetall(f"{{whos_online}}:user:{pk}").items()
+            k.decode(): v.decode() for k, v in r.hgetall(f"{{whos_online}}:user:{pk}").items()
         }
         assert record == {"name": f"user-{pk}-ñ✓", "url": "", "seen": record["seen"]}
         # Score and "seen" come from one script run: whichever ran last set both.
-        assert real.zscore("{whos_online}:users", pk) == float(record["seen"])
-        assert real.ttl(f"{{whos_online}}:user:{pk}") > 0
+        assert r.zscore("{whos_online}:users", pk) == float(record["seen"])
+        assert r.ttl(f"{{whos_online}}:user:{pk}") > 0
     assert whos_online.peak().people == total
     assert max(count for _, count in whos_online.get_counter("online:users", 86400)) == total

@@ -26,7 +26,6 @@ import pytest
 
 import whos_online
 from tests import wsgi_server
-from whos_online.connection import admin_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -47,7 +46,10 @@ call_command("migrate", verbosity=0)
 User.objects.bulk_create([User(username=f"load{{n}}") for n in range({USERS})])
 """
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="gunicorn runs on Unix only")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="gunicorn runs on Unix only"),
+    pytest.mark.parametrize("backend", ["real"], indirect=True),
+]
 
 
 @dataclass
@@ -131,10 +133,7 @@ def gunicorn(env: dict[str, str], log: Path) -> Iterator[int]:
         pytest.fail(str(error))
 
 
-def test_fifty_clients_through_gunicorn_are_counted_exactly(settings, real_redis_url, tmp_path):
-    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
-    redis = admin_client()
-    redis.flushdb()
+def test_fifty_clients_through_gunicorn_are_counted_exactly(r, real_redis_url, tmp_path):
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.load_settings",
@@ -170,9 +169,9 @@ def test_fifty_clients_through_gunicorn_are_counted_exactly(settings, real_redis
     assert counts.total == USERS + GUESTS_WITH_COOKIES + GUESTS_WITHOUT
     names = sorted(user.name for user in whos_online.online_users())
     assert names == sorted(f"load{n}" for n in range(USERS))
-    assert redis.zcard("{whos_online}:users") == USERS
-    assert redis.zcard("{whos_online}:guests") == GUESTS_WITH_COOKIES + GUESTS_WITHOUT
-    assert redis.zcard("{whos_online}:bots") == BOTS
+    assert r.zcard("{whos_online}:users") == USERS
+    assert r.zcard("{whos_online}:guests") == GUESTS_WITH_COOKIES + GUESTS_WITHOUT
+    assert r.zcard("{whos_online}:bots") == BOTS
     # Once the workers have exited, every page served is in the hits counter, none twice.
     hits = sum(count for _, count in whos_online.get_counter("hits", 86400))
     assert hits == served
