@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,6 +12,7 @@ from tests.helpers import RedisCalls, counting_redis_calls
 from tests.redis_server import RedisServer, free_port
 from whos_online import conf, counters, store
 from whos_online.connection import admin_client
+from whos_online.signals import users_went_offline
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -81,6 +82,19 @@ def staff(db) -> AbstractUser:
     user = get_user_model().objects.create_user("sam", password="pw", is_staff=True)
     assert isinstance(user, AbstractUser)
     return user
+
+
+@pytest.fixture
+def offline_ids() -> Iterator[list[list[object]]]:
+    """The ``user_ids`` of every ``users_went_offline`` signal, from any thread."""
+    received: list[list[object]] = []
+
+    def receiver(sender: object, user_ids: list[object], **kwargs: Any) -> None:
+        received.append(list(user_ids))
+
+    users_went_offline.connect(receiver, weak=False, dispatch_uid="tests.offline_ids")
+    yield received
+    users_went_offline.disconnect(dispatch_uid="tests.offline_ids")
 
 
 @pytest.fixture

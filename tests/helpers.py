@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
@@ -16,12 +17,16 @@ from whos_online.conf import get_config
 from whos_online.identity import guest_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import redis
     from django.contrib.auth.models import AbstractUser
     from django.test import AsyncClient, Client
 
+T = TypeVar("T")
+
+#: Long enough for any thread of the tests on a loaded machine; a deadlock would never end.
+JOIN_TIMEOUT = 30
 #: The address of the test clients: the ``client`` fixture's and ``client_of``'s.
 GUEST_IP = "203.0.113.7"
 
@@ -86,6 +91,30 @@ def guest(ip: str) -> str:
 def valid_cookie(session_key: str = "", address: str = GUEST_IP) -> str:
     """A throttle cookie the middleware honours now, for ``session_key`` at ``address``."""
     return throttle.make_cookie(throttle.binding(session_key, address), time.time(), 120)
+
+
+def run_threads(targets: list[Callable[[], T]]) -> list[T]:
+    """Run each target in its own thread, all released at once; re-raise the first failure."""
+    start = threading.Barrier(len(targets))
+    results: dict[int, T] = {}
+    failures: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            start.wait(JOIN_TIMEOUT)
+            results[index] = targets[index]()
+        except BaseException as error:  # reported below, not lost in the thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(len(targets))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN_TIMEOUT)
+    assert not any(thread.is_alive() for thread in threads), "a thread never finished"
+    if failures:
+        raise failures[0]
+    return [results[index] for index in range(len(targets))]
 
 
 def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:

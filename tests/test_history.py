@@ -3,7 +3,7 @@ and the day's unique visitors (``store._RECORD``), and how the template tag show
 
 from __future__ import annotations
 
-import threading
+import functools
 import time
 from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from tests.helpers import configure
+from tests.helpers import configure, run_threads
 from tests.templatetags.test_whos_online import render, text
 from whos_online import api, hits, identity, store
 from whos_online.api import Peak
@@ -379,24 +379,13 @@ def test_peak_is_raised_atomically_by_concurrent_writers(backend):
     if backend == "fake":
         pytest.skip("needs a real server: fakeredis runs scripts in the calling thread")
     threads_count, per_thread = 8, 20
-    start = threading.Barrier(threads_count)
-    failures: list[BaseException] = []
 
     def visit(thread: int) -> None:
-        try:
-            start.wait()
-            for index in range(per_thread):
-                assert api.record_guest(ip(thread * 256 + index), now=T0 + 5) is True
-        except BaseException as error:  # reported below, not lost in the thread
-            failures.append(error)
+        for index in range(per_thread):
+            assert api.record_guest(ip(thread * 256 + index), now=T0 + 5) is True
 
-    workers = [threading.Thread(target=visit, args=(n,)) for n in range(threads_count)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(10)
-
-    assert failures == []
+    # Re-raises the first failure of any thread, the assertion above included.
+    run_threads([functools.partial(visit, n) for n in range(threads_count)])
     total = threads_count * per_thread
     assert api.peak() == (total, utc(T0 + 5))
     assert online("guests", 1) == [(T0 + 5, total)]

@@ -46,19 +46,6 @@ def some_stale(r) -> None:
     r.zadd("{whos_online}:guests", {"g1": old, "g2": old, "g3": now})
 
 
-@pytest.fixture
-def offline_ids() -> Any:
-    """Collects the ``user_ids`` of every ``users_went_offline`` signal."""
-    received: list[list[object]] = []
-
-    def receiver(sender: object, user_ids: list[object], **kwargs: Any) -> None:
-        received.append(user_ids)
-
-    users_went_offline.connect(receiver, dispatch_uid="tests.commands.offline_ids")
-    yield received
-    users_went_offline.disconnect(dispatch_uid="tests.commands.offline_ids")
-
-
 def test_removes_stale_members_and_reports(backend, r, some_stale):
     out, err = run()
 
