@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -8,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.helpers import RedisCalls, counting_redis_calls
+from tests.helpers import BreakerClock, RedisCalls, counting_redis_calls
 from tests.redis_server import RedisServer, free_port
-from whos_online import conf, counters, store
+from whos_online import conf, connection, counters, store
 from whos_online.connection import admin_client
 from whos_online.signals import users_went_offline
 
@@ -82,6 +83,14 @@ def staff(db) -> AbstractUser:
     user = get_user_model().objects.create_user("sam", password="pw", is_staff=True)
     assert isinstance(user, AbstractUser)
     return user
+
+
+@pytest.fixture
+def breaker_clock(monkeypatch) -> BreakerClock:
+    """Back-off periods of the circuit breaker pass when the test says, without sleeping."""
+    clock = BreakerClock()
+    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=clock))
+    return clock
 
 
 @pytest.fixture

@@ -117,6 +117,19 @@ def run_threads(targets: list[Callable[[], T]]) -> list[T]:
     return [results[index] for index in range(len(targets))]
 
 
+class BreakerClock:
+    """The circuit breaker's monotonic clock (``whos_online.connection.time``), moved by hand."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:
     """Give ``client`` a session of ``user`` without sending user_logged_in.
 

@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import logging
-from types import SimpleNamespace
 
-import pytest
-
-from whos_online import connection
 from whos_online.connection import CircuitBreaker
 
 TARGET = "redis://127.0.0.1:1/0"
 OTHER = "cache alias 'default'"
 
 
-@pytest.fixture
-def clock(monkeypatch) -> list[float]:
-    now = [1000.0]
-    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    return now
-
-
 def levels(caplog) -> list[str]:
     return [record.levelname for record in caplog.records if record.name == "whos_online"]
 
 
-def test_a_failure_opens_the_breaker_for_the_backoff_only(clock):
+def test_a_failure_opens_the_breaker_for_the_backoff_only(breaker_clock):
     breaker = CircuitBreaker()
     assert breaker.allows(TARGET)
 
@@ -33,19 +22,19 @@ def test_a_failure_opens_the_breaker_for_the_backoff_only(clock):
 
     assert not breaker.allows(TARGET)
     assert breaker.allows(OTHER)
-    clock[0] += 9.99
+    breaker_clock.advance(9.99)
     assert not breaker.allows(TARGET)
-    clock[0] += 0.01
+    breaker_clock.advance(0.01)
     assert breaker.allows(TARGET)
 
 
-def test_one_warning_per_outage_and_one_info_on_recovery(clock, caplog):
+def test_one_warning_per_outage_and_one_info_on_recovery(breaker_clock, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
     breaker = CircuitBreaker()
     for _ in range(3):
         generation = breaker.generation(TARGET)
         breaker.failed(TARGET, TimeoutError("timed out"), backoff=10)
-        clock[0] += 10
+        breaker_clock.advance(10)
     breaker.succeeded(TARGET, breaker.generation(TARGET))
     breaker.succeeded(TARGET, breaker.generation(TARGET))
 
@@ -54,7 +43,7 @@ def test_one_warning_per_outage_and_one_info_on_recovery(clock, caplog):
     assert generation == 2
 
 
-def test_a_reply_to_a_call_begun_before_the_failure_is_no_recovery(clock, caplog):
+def test_a_reply_to_a_call_begun_before_the_failure_is_no_recovery(breaker_clock, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
     breaker = CircuitBreaker()
     before = breaker.generation(TARGET)
@@ -64,7 +53,7 @@ def test_a_reply_to_a_call_begun_before_the_failure_is_no_recovery(clock, caplog
 
     assert not breaker.allows(TARGET)
     assert levels(caplog) == ["WARNING"]
-    clock[0] += 10
+    breaker_clock.advance(10)
     breaker.succeeded(TARGET, breaker.generation(TARGET))
     assert levels(caplog) == ["WARNING", "INFO"]
     assert breaker.allows(TARGET)

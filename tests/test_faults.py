@@ -18,7 +18,6 @@ import threading
 import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pytest
@@ -286,26 +285,6 @@ def frozen(settings) -> Iterator[Frozen]:
 
 
 @dataclass
-class Clock:
-    """The circuit breaker's monotonic clock, moved by hand."""
-
-    now: float = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    fake = Clock()
-    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=fake))
-    return fake
-
-
-@dataclass
 class Touches:
     """Connection attempts and commands sent by the request client (short timeouts)."""
 
@@ -450,7 +429,7 @@ def test_api_returns_empty_values_during_the_fault(fault, alice):
 # The circuit breaker
 
 
-def test_breaker_stops_calling_redis_for_the_backoff(fault, clock, touches, alice):
+def test_breaker_stops_calling_redis_for_the_backoff(fault, breaker_clock, touches, alice):
     seed(alice)
     ips = addresses()
     fault.inject()
@@ -463,7 +442,7 @@ def test_breaker_stops_calling_redis_for_the_backoff(fault, clock, touches, alic
     touches.clear()
     before = fault.commands_processed()
 
-    clock.advance(BACKOFF - 0.01)
+    breaker_clock.advance(BACKOFF - 0.01)
     for route in ("/", "/plain/", "/tags/", "/api/"):
         for _ in range(3):
             assert Client(REMOTE_ADDR=next(ips)).get(route).status_code == 200
@@ -474,7 +453,7 @@ def test_breaker_stops_calling_redis_for_the_backoff(fault, clock, touches, alic
         assert fault.commands_processed() == before
 
     # Once the back-off has passed, one request tries Redis again, fails, and re-opens it.
-    clock.advance(0.02)
+    breaker_clock.advance(0.02)
     fail_once(fault, ips)
     assert touches.total > 0
     touches.clear()
@@ -540,7 +519,7 @@ def test_a_slow_redis_within_the_timeout_still_records(settings, alice, caplog):
 # Logging, recovery and the throttle cookie
 
 
-def test_one_warning_per_outage_and_recording_resumes(fault, clock, caplog):
+def test_one_warning_per_outage_and_recording_resumes(fault, breaker_clock, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
     ips = addresses()
     assert COOKIE in Client(REMOTE_ADDR=next(ips)).get("/").cookies
@@ -549,7 +528,7 @@ def test_one_warning_per_outage_and_recording_resumes(fault, clock, caplog):
     fault.inject()
     for _ in range(3):
         page(Client(REMOTE_ADDR=next(ips)).get("/"))
-    clock.advance(BACKOFF + 0.1)
+    breaker_clock.advance(BACKOFF + 0.1)
     fail_once(fault, ips)  # a second failure in the same outage
     assert warnings_and_infos(caplog) == ["WARNING"]
     assert fault.url in caplog.records[0].getMessage()
@@ -561,7 +540,7 @@ def test_one_warning_per_outage_and_recording_resumes(fault, clock, caplog):
     assert COOKIE not in visitor.get("/plain/").cookies
     assert not is_recorded(fault, visitor_ip)
 
-    clock.advance(BACKOFF + 0.1)
+    breaker_clock.advance(BACKOFF + 0.1)
     response = visitor.get("/plain/")
     assert COOKIE in response.cookies
     assert is_recorded(fault, visitor_ip)
@@ -576,7 +555,7 @@ def test_one_warning_per_outage_and_recording_resumes(fault, clock, caplog):
     assert warnings_and_infos(caplog) == ["WARNING", "INFO", "WARNING"]
 
 
-def test_no_throttle_cookie_while_writes_fail(fault, clock):
+def test_no_throttle_cookie_while_writes_fail(fault, breaker_clock):
     ips = addresses()
     assert COOKIE in Client(REMOTE_ADDR=next(ips)).get("/plain/").cookies
 
@@ -584,7 +563,7 @@ def test_no_throttle_cookie_while_writes_fail(fault, clock):
     visitor_ip = next(ips)
     visitor = Client(REMOTE_ADDR=visitor_ip)
     for step in (0.0, 1.0, BACKOFF):  # a failing write, a skipped one, a failing one again
-        clock.advance(step)
+        breaker_clock.advance(step)
         for route in ("/", "/plain/"):
             response = visitor.get(route)
             assert response.status_code == 200
@@ -593,7 +572,7 @@ def test_no_throttle_cookie_while_writes_fail(fault, clock):
 
     # The failed visits were not remembered as recorded: the next one after recovery is.
     fault.heal()
-    clock.advance(BACKOFF + 0.1)
+    breaker_clock.advance(BACKOFF + 0.1)
     assert COOKIE in visitor.get("/plain/").cookies
     assert is_recorded(fault, visitor_ip)
 
