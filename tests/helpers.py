@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+from django.test import Client
 from redis.connection import AbstractConnection
 
 from whos_online import throttle
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
     import redis
     from django.contrib.auth.models import AbstractUser
-    from django.test import AsyncClient, Client
+    from django.test import AsyncClient
 
 T = TypeVar("T")
 
@@ -143,6 +144,14 @@ def log_in_quietly(client: Client | AsyncClient, user: AbstractUser) -> None:
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.save()
     client.cookies[django_settings.SESSION_COOKIE_NAME] = session.session_key
+
+
+def client_of(user: AbstractUser | None = None) -> Client:
+    """A browser at GUEST_IP, anonymous or with a session of ``user`` (see log_in_quietly)."""
+    client = Client(REMOTE_ADDR=GUEST_IP)
+    if user is not None:
+        log_in_quietly(client, user)
+    return client
 
 
 class RedisCalls:

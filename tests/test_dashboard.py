@@ -9,29 +9,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
 
 import whos_online
-from tests.helpers import configure, log_in_quietly, members
+from tests.helpers import client_of, configure, members
 from tests.test_middleware import COOKIE
 from tests.test_views import HOSTILE
 from whos_online import counters, dashboard
 from whos_online.conf import get_config
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractUser
-
     from tests.helpers import RedisCalls
 
 URL = "/online/"
 REFRESH = "/online/refresh/"
-
-
-def client_of(user: AbstractUser | None) -> Client:
-    client = Client(REMOTE_ADDR="203.0.113.7")
-    if user is not None:
-        log_in_quietly(client, user)
-    return client
 
 
 def charts_in(markup: str) -> dict[str, int]:

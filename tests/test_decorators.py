@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
-from django.test import AsyncClient, Client
+from django.test import AsyncClient
 
-from tests.helpers import configure, log_in_quietly, members
+from tests.helpers import client_of, configure, members
 from tests.test_middleware import COOKIE
 from tests.urls import async_poll, poll
 from whos_online import hits, middleware
@@ -31,7 +31,7 @@ def test_the_decorator_marks_the_view_itself():
 
 
 def test_a_poll_from_a_new_guest_touches_redis_not_at_all(r, counting, redis_calls):
-    response = Client(REMOTE_ADDR="203.0.113.7").get("/poll/")
+    response = client_of().get("/poll/")
 
     assert response.status_code == 200
     assert redis_calls.trips == []
@@ -43,10 +43,7 @@ def test_a_poll_from_a_new_guest_touches_redis_not_at_all(r, counting, redis_cal
 def test_a_poll_from_a_user_records_nobody_and_leaves_the_session_alone(
     r, counting, redis_calls, alice
 ):
-    client = Client(REMOTE_ADDR="203.0.113.7")
-    log_in_quietly(client, alice)
-
-    response = client.get("/poll/")
+    response = client_of(alice).get("/poll/")
 
     assert redis_calls.trips == []
     assert members(r, "users") == []
@@ -65,7 +62,7 @@ def test_an_async_poll_records_nobody(r, counting, redis_calls):
 
 
 def test_ordinary_views_around_a_poll_are_still_recorded_and_counted(r, counting):
-    client = Client(REMOTE_ADDR="203.0.113.7")
+    client = client_of()
 
     client.get("/poll/")
     client.get("/plain/")

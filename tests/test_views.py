@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client
 from django.urls import reverse
 
 import whos_online
-from tests.helpers import configure, log_in_quietly, members
+from tests.helpers import client_of, configure, members
 from tests.test_middleware import COOKIE
 from whos_online import hits
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
+    from django.test import Client
 
     from tests.helpers import RedisCalls
 
@@ -46,13 +46,6 @@ def not_carol(user: Any) -> bool:
 
 def named_carol(user: AbstractUser) -> bool:
     return user.get_username() == "carol"
-
-
-def client_of(user: AbstractUser | None = None) -> Client:
-    client = Client(REMOTE_ADDR="203.0.113.7")
-    if user is not None:
-        log_in_quietly(client, user)
-    return client
 
 
 def get(client: Client) -> tuple[Any, dict[str, Any]]:

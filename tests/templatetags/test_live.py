@@ -17,12 +17,12 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from django.template import TemplateSyntaxError
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
 from django.utils import timezone
 from django.utils.formats import date_format
 
 import whos_online
-from tests.helpers import configure, log_in_quietly
+from tests.helpers import client_of, configure
 from tests.templatetags.test_whos_online import render, text
 from whos_online.templatetags import whos_online as tags
 
@@ -51,10 +51,7 @@ def widget_on_page(user: AbstractUser | None) -> str:
 
     The page's own visit is recorded after it is rendered, so it shows in the next one only.
     """
-    client = Client(REMOTE_ADDR="203.0.113.7")
-    if user is not None:
-        log_in_quietly(client, user)
-    markup = client.get("/live/").content.decode()
+    markup = client_of(user).get("/live/").content.decode()
     found = re.search(r'<div class="whos-online".*?</div>', markup, flags=re.S)
     assert found
     return text(found.group(0))
