@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.helpers import BreakerClock, RedisCalls, counting_redis_calls
+from tests.helpers import BreakerClock, RedisCalls, configure, counting_redis_calls
 from tests.redis_server import RedisServer, free_port
 from whos_online import conf, connection, counters, store
 from whos_online.connection import admin_client
@@ -83,6 +83,12 @@ def staff(db) -> AbstractUser:
     user = get_user_model().objects.create_user("sam", password="pw", is_staff=True)
     assert isinstance(user, AbstractUser)
     return user
+
+
+@pytest.fixture
+def hiding_bob(settings) -> None:
+    """HIDE_USER hides bob: he is counted, never named."""
+    configure(settings, HIDE_USER="tests.helpers.hide_bob")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     import redis
+    from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AbstractUser
     from django.test import AsyncClient
 
@@ -39,6 +40,11 @@ def configure(settings: Any, **values: object) -> None:
     configure first.
     """
     settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
+
+
+def hide_bob(user: AbstractBaseUser) -> bool:
+    """A HIDE_USER callable, by its path ``tests.helpers.hide_bob``: bob is hidden."""
+    return user.get_username() == "bob"
 
 
 def text(value: object) -> str:

@@ -13,6 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.auth.signals import user_logged_out
 
 import whos_online
+from tests.helpers import configure
 from whos_online import api, identity
 from whos_online.api import MAX_NAME_LENGTH, OnlineCounts, OnlineUser
 from whos_online.conf import get_config
@@ -20,14 +21,9 @@ from whos_online.connection import admin_client
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
     from django.test import Client
 
 WINDOW = 600
-
-
-def hide_bob(user: AbstractBaseUser) -> bool:
-    return user.get_username() == "bob"
 
 
 def _recent_second() -> float:
@@ -46,14 +42,6 @@ def _set(r, name: str) -> list[tuple[str, float]]:
 @pytest.fixture
 def carol(db) -> User:
     return User.objects.create_user("carol", password="pw")
-
-
-@pytest.fixture
-def hiding_bob(settings) -> None:
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "HIDE_USER": "tests.test_api.hide_bob",
-    }
 
 
 # record_user() and online_users()
@@ -206,10 +194,7 @@ def test_hidden_user_moves_between_sets_when_hide_user_changes(backend, settings
     whos_online.record_user(bob)
     assert r.zscore("{whos_online}:users", str(bob.pk)) is not None
 
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "HIDE_USER": "tests.test_api.hide_bob",
-    }
+    configure(settings, HIDE_USER="tests.helpers.hide_bob")
     whos_online.record_user(bob)
 
     assert r.zscore("{whos_online}:users", str(bob.pk)) is None

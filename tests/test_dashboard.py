@@ -90,8 +90,7 @@ def test_post_is_not_allowed(backend, staff):
 # What it shows
 
 
-def test_online_now_names_peak_and_visitors(backend, settings, staff, alice, bob):
-    configure(settings, HIDE_USER="tests.test_views.hide_bob")
+def test_online_now_names_peak_and_visitors(backend, hiding_bob, staff, alice, bob):
     now = time.time()
     whos_online.record_user(alice, now=now - 30)
     whos_online.record_user(bob, now=now - 20)

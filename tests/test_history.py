@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import redis
-    from django.contrib.auth.base_user import AbstractBaseUser
 
     from tests.helpers import RedisCalls
 
@@ -45,10 +44,6 @@ TODAY = date(2100, 1, 4)
 TAG = "{% load whos_online %}{% whos_online %}"
 
 
-def hide_bob(user: AbstractBaseUser) -> bool:
-    return user.get_username() == "bob"
-
-
 def ip(number: int) -> str:
     return f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"
 
@@ -59,11 +54,6 @@ def online(kind: str, precision: int) -> list[tuple[int, int]]:
 
 def utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc)
-
-
-@pytest.fixture
-def hiding_bob(settings) -> None:
-    configure(settings, HIDE_USER="tests.test_history.hide_bob")
 
 
 @pytest.fixture
@@ -246,7 +236,7 @@ def test_online_counters_match_a_model_writing_every_precision(
         COUNTER_PRECISIONS=list(precisions),
         WINDOW=window,
         THROTTLE=0,
-        HIDE_USER="tests.test_history.hide_bob",
+        HIDE_USER="tests.helpers.hide_bob",
     )
     users = {"alice": alice, "bob": bob}
     client = admin_client()
@@ -286,7 +276,7 @@ def test_online_counters_match_a_model_writing_every_precision(
 def test_a_recorded_visit_is_one_round_trip(
     backend, settings, redis_calls: RedisCalls, alice, bob, *, count_hits
 ):
-    configure(settings, COUNT_HITS=count_hits, HIDE_USER="tests.test_history.hide_bob")
+    configure(settings, COUNT_HITS=count_hits, HIDE_USER="tests.helpers.hide_bob")
     visits: dict[str, Callable[[], bool]] = {
         "guest": lambda: api.record_guest("192.0.2.1", now=T0),
         "bot": lambda: api.record_guest("192.0.2.2", bot=True, now=T0),

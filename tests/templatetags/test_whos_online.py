@@ -14,14 +14,9 @@ from django.test import RequestFactory
 import whos_online
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
     from django.http import HttpRequest
 
 TAG = "{% load whos_online %}{% whos_online %}"
-
-
-def hide_bob(user: AbstractBaseUser) -> bool:
-    return user.get_username() == "bob"
 
 
 def _request() -> HttpRequest:
@@ -138,7 +133,7 @@ def test_display_limit_zero_names_nobody(backend, settings, db):
 
 
 def test_hidden_users_are_counted_not_named(backend, settings, db):
-    _merge(settings, HIDE_USER="tests.templatetags.test_whos_online.hide_bob", DISPLAY_LIMIT=1)
+    _merge(settings, HIDE_USER="tests.helpers.hide_bob", DISPLAY_LIMIT=1)
     _users("alice", "bob", "carol")
     _guests(1)
 
@@ -293,8 +288,7 @@ def test_render_without_request(backend, db):
         ("{% online_count 'users' as n %}[{{ n }}]", "[2]"),
     ],
 )
-def test_online_count(backend, settings, db, tag, expected):
-    _merge(settings, HIDE_USER="tests.templatetags.test_whos_online.hide_bob")
+def test_online_count(backend, hiding_bob, db, tag, expected):
     _users("alice", "bob")
     _guests(2)
     _guests(1, bot=True)
