@@ -128,10 +128,7 @@ def test_online_users_url_comes_from_get_absolute_url(backend, alice, monkeypatc
 
 
 def test_display_name_setting(backend, settings, alice):
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "DISPLAY_NAME": lambda user: f"{user.first_name} {user.last_name}",
-    }
+    configure(settings, DISPLAY_NAME=lambda user: f"{user.first_name} {user.last_name}")
     alice.first_name, alice.last_name = "Alice", "Liddell"
 
     whos_online.record_user(alice)
@@ -222,7 +219,7 @@ def test_is_online_false_after_the_window_but_last_seen_survives(backend, alice)
 
 
 def test_is_online_follows_the_window_setting(backend, settings, alice):
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "WINDOW": 60, "THROTTLE": 0}
+    configure(settings, WINDOW=60, THROTTLE=0)
 
     whos_online.record_user(alice, now=time.time() - 61)
     assert whos_online.is_online(alice) is False
@@ -293,7 +290,7 @@ def test_anonymous_user(backend, r):
     ],
 )
 def test_record_guest_by_ip(backend, settings, r, ip, stored):
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "GUEST_IDENTITY": "ip"}
+    configure(settings, GUEST_IDENTITY="ip")
     now = _recent_second()
 
     assert whos_online.record_guest(ip, now=now) is True
@@ -364,10 +361,7 @@ AGGREGATE_KEY = re.compile(
 @pytest.mark.parametrize("hidden", [False, True])
 def test_forget_user_erases_everything(backend, settings, r, alice, hidden):
     if hidden:
-        settings.WHOS_ONLINE = {
-            **getattr(settings, "WHOS_ONLINE", {}),
-            "HIDE_USER": lambda user: True,
-        }
+        configure(settings, HIDE_USER=lambda user: True)
     whos_online.record_user(alice)
     assert r.exists(f"{{whos_online}}:user:{alice.pk}") == 1
 
@@ -402,7 +396,7 @@ def test_forget_user_never_seen(backend, r, alice):
 
 
 def test_forget_user_drops_the_in_process_memory(backend, settings, alice):
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "THROTTLE": 120}
+    configure(settings, THROTTLE=120)
     now = time.time()
     whos_online.record_user(alice, now=now)
     assert recent.seen_recently(f"u:{alice.pk}", now) is True
@@ -478,7 +472,7 @@ def test_prune_nothing(backend, alice):
 
 
 def test_prune_drops_the_in_process_memory(backend, settings):
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "THROTTLE": 120}
+    configure(settings, THROTTLE=120)
     stale = _recent_second() - WINDOW - 1
     whos_online.record_guest("192.0.2.1", now=stale)
     member = identity.guest_id("192.0.2.1", get_config(), stale)
@@ -495,7 +489,7 @@ def test_prune_drops_the_in_process_memory(backend, settings):
 @pytest.mark.parametrize(("days", "seconds"), [(None, 90 * 86400), (2, 2 * 86400)])
 def test_last_seen_hash_lives_last_seen_days(settings, r, alice, days, seconds):
     if days is not None:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "LAST_SEEN_DAYS": days}
+        configure(settings, LAST_SEEN_DAYS=days)
 
     whos_online.record_user(alice)
 
@@ -520,7 +514,7 @@ def _write_everything(client: Client, alice: User) -> User:
 @pytest.mark.parametrize("prefix", [None, "site1"])
 def test_every_key_sits_under_the_prefix(settings, r, client, alice, prefix):
     if prefix is not None:
-        settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "KEY_PREFIX": prefix}
+        configure(settings, KEY_PREFIX=prefix)
     tag = f"{{{prefix or 'whos_online'}}}:"
 
     bob = _write_everything(client, alice)
@@ -562,7 +556,7 @@ def test_api_fails_open_while_redis_is_down(redis_down, caplog, alice):
 
 
 def test_failed_write_is_not_remembered_as_recorded(redis_down, settings, alice):
-    settings.WHOS_ONLINE = {**settings.WHOS_ONLINE, "THROTTLE": 120}
+    configure(settings, THROTTLE=120)
     now = time.time()
 
     assert whos_online.record_user(alice, now=now) is False

@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 import whos_online
-from tests.helpers import JOIN_TIMEOUT, members, run_threads
+from tests.helpers import JOIN_TIMEOUT, configure, members, run_threads
 from whos_online import store
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
@@ -185,7 +185,7 @@ class Race:
 
 def test_cleanup_racing_live_writes_never_removes_a_fresh_member(r, settings, monkeypatch):
     # Raw addresses as members keep a refreshed guest's member the same across midnight.
-    settings.WHOS_ONLINE = {**settings.WHOS_ONLINE, "GUEST_IDENTITY": "ip"}
+    configure(settings, GUEST_IDENTITY="ip")
     monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 25)
     race = Race()
     long_ago = time.time() - WINDOW - 100

@@ -12,7 +12,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.test import RequestFactory
 
 import whos_online
-from tests.helpers import members, text
+from tests.helpers import configure, members, text
 from whos_online import api, store
 from whos_online.conf import get_config
 from whos_online.identity import guest_id
@@ -98,10 +98,7 @@ def test_login_signal_without_a_request_records_the_user(r, alice):
 
 
 def test_login_of_a_hidden_user_goes_to_hidden(r, client, settings, db):
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "HIDE_USER": "tests.test_signals.hide_hidden_users",
-    }
+    configure(settings, HIDE_USER="tests.test_signals.hide_hidden_users")
     (hidden,) = make_users("hidden-carol")
     client.force_login(hidden)
     assert members(r, "hidden") == [str(hidden.pk)]
@@ -124,10 +121,7 @@ def test_logout_removes_the_user_and_keeps_last_seen(r, client, alice, bob):
 
 
 def test_logout_of_a_hidden_user_removes_them(r, client, settings, db):
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "HIDE_USER": "tests.test_signals.hide_hidden_users",
-    }
+    configure(settings, HIDE_USER="tests.test_signals.hide_hidden_users")
     (hidden,) = make_users("hidden-carol")
     client.force_login(hidden)
     client.logout()
@@ -185,10 +179,7 @@ def test_prune_of_an_exact_multiple_of_the_chunk_sends_no_empty_list(
 
 
 def test_prune_reports_hidden_users(backend, settings, db, went_offline):
-    settings.WHOS_ONLINE = {
-        **getattr(settings, "WHOS_ONLINE", {}),
-        "HIDE_USER": "tests.test_signals.hide_hidden_users",
-    }
+    configure(settings, HIDE_USER="tests.test_signals.hide_hidden_users")
     t0 = time.time() - 100_000
     visible, hidden = make_users("dave", "hidden-carol")
     whos_online.record_user(visible, now=t0)

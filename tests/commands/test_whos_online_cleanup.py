@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 
+from tests.helpers import configure
 from whos_online import store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
@@ -153,7 +154,7 @@ def test_the_lock_is_held_while_pruning_and_released_after(backend, r, offline_i
 
 
 def test_lock_and_keys_follow_the_prefix(backend, settings, r):
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), "KEY_PREFIX": "site1"}
+    configure(settings, KEY_PREFIX="site1")
     r.zadd("{site1}:guests", {"g1": stale(), "g2": time.time()})
     r.zadd("{whos_online}:guests", {"other": stale()})
     lock = r.lock("{site1}:cleanup-lock", timeout=60)

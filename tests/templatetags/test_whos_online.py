@@ -12,6 +12,7 @@ from django.template import Context, Template, TemplateSyntaxError, engines
 from django.test import RequestFactory
 
 import whos_online
+from tests.helpers import configure
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -36,10 +37,6 @@ def text(markup: str, *, peak: bool = False) -> str:
     if not peak:
         markup = re.sub(r'<span class="whos-online-peak"[^>]*>[^<]*</span>', "", markup)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
-
-
-def _merge(settings, **values: Any) -> None:
-    settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
 
 
 def _users(*names: str) -> list[User]:
@@ -116,7 +113,7 @@ def test_bots_are_shown_apart(backend, bots, expected):
 
 
 def test_display_limit_adds_n_more(backend, settings, db):
-    _merge(settings, DISPLAY_LIMIT=2)
+    configure(settings, DISPLAY_LIMIT=2)
     _users("alice", "bob", "carol", "dave")
 
     assert text(render(TAG)) == "Who's online: dave, carol and 2 more"
@@ -126,14 +123,14 @@ def test_display_limit_adds_n_more(backend, settings, db):
 
 
 def test_display_limit_zero_names_nobody(backend, settings, db):
-    _merge(settings, DISPLAY_LIMIT=0)
+    configure(settings, DISPLAY_LIMIT=0)
     _users("alice", "bob")
 
     assert text(render(TAG)) == "Who's online: 2 more"
 
 
 def test_hidden_users_are_counted_not_named(backend, settings, db):
-    _merge(settings, HIDE_USER="tests.helpers.hide_bob", DISPLAY_LIMIT=1)
+    configure(settings, HIDE_USER="tests.helpers.hide_bob", DISPLAY_LIMIT=1)
     _users("alice", "bob", "carol")
     _guests(1)
 
@@ -149,7 +146,7 @@ def test_hidden_users_are_counted_not_named(backend, settings, db):
     [(["bob"], "Who's online: 1 person"), (["bob", "bobby"], "Who's online: 2 people")],
 )
 def test_only_hidden_users(backend, settings, db, names, expected):
-    _merge(settings, HIDE_USER=lambda user: True)
+    configure(settings, HIDE_USER=lambda user: True)
     _users(*names)
 
     markup = render(TAG)
