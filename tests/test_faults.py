@@ -33,12 +33,11 @@ from redis.connection import AbstractConnection, Connection
 import whos_online
 from tests import urls as test_urls
 from tests.delaying_proxy import DelayingProxy
-from tests.helpers import configure
+from tests.helpers import configure, guest
 from tests.redis_faults import demote, fill_until_oom
 from tests.redis_server import RedisServer
 from whos_online import api, conf, connection, throttle
 from whos_online.conf import get_config
-from whos_online.identity import guest_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -353,8 +352,7 @@ def shows_nobody(html: str) -> bool:
 
 
 def is_recorded(fault: Fault, ip: str) -> bool:
-    member = guest_id(ip, get_config(), time.time())
-    return fault.direct().zscore("{whos_online}:guests", member) is not None
+    return fault.direct().zscore("{whos_online}:guests", guest(ip)) is not None
 
 
 def warnings_and_infos(caplog) -> list[str]:
