@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import threading
 import time
 from importlib import import_module
@@ -10,7 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-from django.test import Client
+from django.template import engines
+from django.test import Client, RequestFactory
 from redis.connection import AbstractConnection
 
 from whos_online import throttle
@@ -54,6 +57,23 @@ def text(value: object) -> str:
 def members(r: redis.Redis, kind: str) -> list[str]:
     """The members of one of the sorted sets of people online, sorted."""
     return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
+
+
+def render(source: str, context: dict[str, Any] | None = None, request: Any = None) -> str:
+    """``source`` rendered by Django's template engine, for a GET of "/" unless ``request``."""
+    if request is None:
+        request = RequestFactory().get("/")
+    return engines["django"].from_string(source).render(context or {}, request)
+
+
+def widget_text(markup: str, *, peak: bool = False) -> str:
+    """What a visitor reads: tags stripped, entities decoded, whitespace collapsed.
+
+    The peak line is left out unless asked for; the tests of the sentence ignore it.
+    """
+    if not peak:
+        markup = re.sub(r'<span class="whos-online-peak"[^>]*>[^<]*</span>', "", markup)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
 
 
 def latin1(raw: bytes | str) -> str:

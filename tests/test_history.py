@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from tests.helpers import configure, run_threads
-from tests.templatetags.test_whos_online import render, text
+from tests.helpers import configure, render, run_threads, widget_text
 from whos_online import api, hits, identity, store
 from whos_online.api import Peak
 from whos_online.conf import get_config
@@ -559,7 +558,7 @@ def test_tag_shows_the_peak_by_default(backend, settings, clock):
 
         markup = render(TAG)
 
-        assert text(markup, peak=True) == (
+        assert widget_text(markup, peak=True) == (
             f"Who's online: nobody Most people ever online was 2 on {day}"
         ), time_zone
         assert '<span class="whos-online-peak" data-peak="2">' in markup
@@ -570,7 +569,7 @@ def test_tag_leaves_out_the_peak_when_asked(backend, clock):
 
     markup = render("{% load whos_online %}{% whos_online peak=False %}")
 
-    assert text(markup, peak=True) == "Who's online: 1 guest"
+    assert widget_text(markup, peak=True) == "Who's online: 1 guest"
     assert "whos-online-peak" not in markup
 
 
@@ -581,7 +580,7 @@ def test_tag_says_nothing_of_a_peak_not_recorded(backend, clock):
     api.record_guest("192.0.2.2", bot=True, now=NOW)
     markup = render(TAG)
 
-    assert text(markup, peak=True) == "Who's online: 2 bots"
+    assert widget_text(markup, peak=True) == "Who's online: 2 bots"
     assert "whos-online-peak" not in markup
 
 
@@ -598,7 +597,7 @@ def test_tag_shows_todays_unique_visitors_when_asked(backend, clock, guests, lin
     plain = render("{% load whos_online %}{% whos_online peak=False %}")
 
     guests_text = "1 guest" if guests == 1 else f"{guests} guests"
-    assert text(markup) == f"Who's online: {guests_text} and 1 bot {line}"
+    assert widget_text(markup) == f"Who's online: {guests_text} and 1 bot {line}"
     assert f'data-visitors="{guests}"' in markup
     assert "unique" not in plain
 
@@ -611,7 +610,7 @@ def test_tag_with_peak_and_visitors_is_one_round_trip(backend, clock, redis_call
     markup = render("{% load whos_online %}{% whos_online visitors=True %}")
 
     assert redis_calls.trips == [["EVALSHA"]]
-    assert text(markup, peak=True) == (
+    assert widget_text(markup, peak=True) == (
         "Who's online: 2 guests 2 unique visitors today Most people ever online was 2 on "
         "Jan. 4, 2100"
     )

@@ -22,8 +22,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 
 import whos_online
-from tests.helpers import client_of, configure
-from tests.templatetags.test_whos_online import render, text
+from tests.helpers import client_of, configure, render, widget_text
 from whos_online.templatetags import whos_online as tags
 
 if TYPE_CHECKING:
@@ -54,7 +53,7 @@ def widget_on_page(user: AbstractUser | None) -> str:
     markup = client_of(user).get("/live/").content.decode()
     found = re.search(r'<div class="whos-online".*?</div>', markup, flags=re.S)
     assert found
-    return text(found.group(0))
+    return widget_text(found.group(0))
 
 
 def lazy_request(*, session_cookie: bool) -> Any:
@@ -78,7 +77,7 @@ def test_live_widget_carries_the_json_url_interval_words_and_script(backend):
     assert words["guests"] == ["%(count)d guest", "%(count)d guests"]
     assert words["people"] == ["%(total)s person", "%(total)s people"]
     assert '<script src="/static/whos_online/live.js" defer></script>' in markup
-    assert text(markup) == "Who's online: nobody"
+    assert widget_text(markup) == "Who's online: nobody"
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/St_Johns"])
@@ -101,7 +100,7 @@ def test_without_time_zone_support_today_is_the_local_day(backend, settings, ali
     start, end, label = json.loads(attribute(markup, "data-whos-online-text"))["today"]
     assert start <= time.time() * 1000 < end
     assert label == date_format(datetime.now(), "DATE_FORMAT")
-    assert text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
+    assert widget_text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
 
 
 def test_the_static_widget_has_none_of_it(backend):
@@ -127,7 +126,7 @@ def test_refresh_must_be_a_positive_whole_number(backend, value):
 def test_anonymous_visitors_get_counts_not_names(backend, alice):
     populate(alice)
 
-    # (text() leaves out the peak line.)
+    # (widget_text() leaves out the peak line.)
     assert widget_on_page(None) == "Who's online: 1 user, 1 guest and 1 bot 2 unique visitors today"
 
 
@@ -150,7 +149,9 @@ def test_names_for_everyone_need_no_request(backend, settings, alice):
     configure(settings, SHOW_NAMES_TO="everyone")
     populate(alice)
 
-    assert text(render(LIVE, request=RequestFactory().get("/"))).startswith("Who's online: alice,")
+    assert widget_text(render(LIVE, request=RequestFactory().get("/"))).startswith(
+        "Who's online: alice,"
+    )
 
 
 def test_without_a_session_cookie_the_session_is_left_alone(backend, alice):
@@ -158,7 +159,7 @@ def test_without_a_session_cookie_the_session_is_left_alone(backend, alice):
     populate(alice)
     request = lazy_request(session_cookie=False)
 
-    assert text(render(LIVE, request=request)).startswith("Who's online: 1 user, 1 guest")
+    assert widget_text(render(LIVE, request=request)).startswith("Who's online: 1 user, 1 guest")
     assert request.session.accessed is False
 
 
@@ -175,9 +176,9 @@ def test_the_static_widget_never_looks_at_the_user(backend, alice):
     populate(alice)
     request = lazy_request(session_cookie=True)
 
-    assert text(render("{% load whos_online %}{% whos_online %}", request=request)).startswith(
-        "Who's online: alice, 1 guest"
-    )
+    assert widget_text(
+        render("{% load whos_online %}{% whos_online %}", request=request)
+    ).startswith("Who's online: alice, 1 guest")
     assert request.session.accessed is False
 
 
@@ -197,14 +198,14 @@ def test_names_and_words_are_escaped(backend, settings, db):
     markup = render(LIVE)
 
     assert "<b " not in markup
-    assert HOSTILE in text(markup)
+    assert HOSTILE in widget_text(markup)
     json.loads(attribute(markup, "data-whos-online-text"))
 
 
 def test_renders_the_static_state_while_redis_is_down(redis_down):
     markup = render(LIVE)
 
-    assert text(markup) == "Who's online: nobody"
+    assert widget_text(markup) == "Who's online: nobody"
     assert attribute(markup, "data-whos-online-live") == "/online/counts.json"
 
 
@@ -227,7 +228,7 @@ def test_without_the_urls_production_shows_the_static_widget_and_logs_once(
     render(LIVE)
 
     assert "data-whos-online" not in first
-    assert text(first) == "Who's online: nobody"
+    assert widget_text(first) == "Who's online: nobody"
     assert len(caplog.records) == 1
     assert "whos_online.urls is not in the URLconf" in caplog.records[0].getMessage()
 
@@ -239,5 +240,5 @@ def test_without_the_urls_names_are_still_kept_from_those_not_allowed(backend, s
     markup = render(LIVE, request=lazy_request(session_cookie=False))
 
     assert "data-whos-online" not in markup
-    assert text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
+    assert widget_text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
     assert "alice" not in markup

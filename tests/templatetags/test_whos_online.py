@@ -1,42 +1,18 @@
 from __future__ import annotations
 
-import html
-import re
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import AnonymousUser, User
-from django.template import Context, Template, TemplateSyntaxError, engines
+from django.template import Context, Template, TemplateSyntaxError
 from django.test import RequestFactory
 
 import whos_online
-from tests.helpers import configure
-
-if TYPE_CHECKING:
-    from django.http import HttpRequest
+from tests.helpers import configure, render, widget_text
 
 TAG = "{% load whos_online %}{% whos_online %}"
-
-
-def _request() -> HttpRequest:
-    return RequestFactory().get("/")
-
-
-def render(source: str, context: dict[str, Any] | None = None, request: Any = None) -> str:
-    template = engines["django"].from_string(source)
-    return template.render(context or {}, request if request is not None else _request())
-
-
-def text(markup: str, *, peak: bool = False) -> str:
-    """What a visitor reads: tags stripped, entities decoded, whitespace collapsed.
-
-    The peak line is left out unless asked for; the tests of the sentence ignore it.
-    """
-    if not peak:
-        markup = re.sub(r'<span class="whos-online-peak"[^>]*>[^<]*</span>', "", markup)
-    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
 
 
 def _users(*names: str) -> list[User]:
@@ -61,7 +37,7 @@ def _guests(count: int, *, bot: bool = False) -> None:
 def test_nobody_online(backend):
     markup = render(TAG)
 
-    assert text(markup) == "Who's online: nobody"
+    assert widget_text(markup) == "Who's online: nobody"
     assert 'data-users="0" data-guests="0" data-bots="0" data-total="0"' in markup
 
 
@@ -71,7 +47,7 @@ def test_user_and_guests(backend, db):
 
     markup = render(TAG)
 
-    assert text(markup) == "Who's online: alice and 2 guests"
+    assert widget_text(markup) == "Who's online: alice and 2 guests"
     assert 'data-users="1" data-guests="2" data-bots="0" data-total="3"' in markup
     assert '<span class="whos-online-user">alice</span>' in markup
 
@@ -83,13 +59,13 @@ def test_user_and_guests(backend, db):
 def test_guests_only(backend, guests, expected):
     _guests(guests)
 
-    assert text(render(TAG)) == expected
+    assert widget_text(render(TAG)) == expected
 
 
 def test_names_newest_first(backend, db):
     _users("alice", "bob", "carol")
 
-    assert text(render(TAG)) == "Who's online: carol, bob and alice"
+    assert widget_text(render(TAG)) == "Who's online: carol, bob and alice"
 
 
 def test_names_guests_and_bots(backend, db):
@@ -97,7 +73,7 @@ def test_names_guests_and_bots(backend, db):
     _guests(2)
     _guests(1, bot=True)
 
-    assert text(render(TAG)) == "Who's online: bob, alice, 2 guests and 1 bot"
+    assert widget_text(render(TAG)) == "Who's online: bob, alice, 2 guests and 1 bot"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +84,7 @@ def test_bots_are_shown_apart(backend, bots, expected):
 
     markup = render(TAG)
 
-    assert text(markup) == expected
+    assert widget_text(markup) == expected
     assert f'data-bots="{bots}" data-total="0"' in markup
 
 
@@ -116,17 +92,17 @@ def test_display_limit_adds_n_more(backend, settings, db):
     configure(settings, DISPLAY_LIMIT=2)
     _users("alice", "bob", "carol", "dave")
 
-    assert text(render(TAG)) == "Who's online: dave, carol and 2 more"
+    assert widget_text(render(TAG)) == "Who's online: dave, carol and 2 more"
 
     _guests(1)
-    assert text(render(TAG)) == "Who's online: dave, carol, 2 more and 1 guest"
+    assert widget_text(render(TAG)) == "Who's online: dave, carol, 2 more and 1 guest"
 
 
 def test_display_limit_zero_names_nobody(backend, settings, db):
     configure(settings, DISPLAY_LIMIT=0)
     _users("alice", "bob")
 
-    assert text(render(TAG)) == "Who's online: 2 more"
+    assert widget_text(render(TAG)) == "Who's online: 2 more"
 
 
 def test_hidden_users_are_counted_not_named(backend, settings, db):
@@ -136,7 +112,7 @@ def test_hidden_users_are_counted_not_named(backend, settings, db):
 
     markup = render(TAG)
 
-    assert text(markup) == "Who's online: carol, 1 more and 1 guest"
+    assert widget_text(markup) == "Who's online: carol, 1 more and 1 guest"
     assert "bob" not in markup
     assert 'data-users="3" data-guests="1" data-bots="0" data-total="4"' in markup
 
@@ -151,7 +127,7 @@ def test_only_hidden_users(backend, settings, db, names, expected):
 
     markup = render(TAG)
 
-    assert text(markup) == expected
+    assert widget_text(markup) == expected
     assert f'data-total="{len(names)}"' in markup
 
 
@@ -163,7 +139,7 @@ def test_names_are_escaped(backend, alice):
 
     assert "<script>" not in markup
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in markup
-    assert text(markup) == "Who's online: <script>alert('x')</script> & co"
+    assert widget_text(markup) == "Who's online: <script>alert('x')</script> & co"
 
 
 def test_unicode_names_are_rendered_as_they_are(backend, alice, bob):
@@ -172,7 +148,7 @@ def test_unicode_names_are_rendered_as_they_are(backend, alice, bob):
     whos_online.record_user(alice, now=time.time() - 20)
     whos_online.record_user(bob, now=time.time() - 10)
 
-    assert text(render(TAG)) == "Who's online: مرحبا and Zoë 👩\u200d💻"
+    assert widget_text(render(TAG)) == "Who's online: مرحبا and Zoë 👩\u200d💻"
 
 
 def test_user_with_a_profile_gets_a_link(backend, monkeypatch, alice, bob):
@@ -223,7 +199,7 @@ def test_render_is_one_round_trip_and_no_query(backend, redis_calls, django_asse
         markup = render(TAG)
 
     assert redis_calls.trips == [["EVALSHA"]]
-    assert text(markup) == "Who's online: bob, alice and 1 guest"
+    assert widget_text(markup) == "Who's online: bob, alice and 1 guest"
 
 
 def test_tags_on_one_page_share_one_round_trip(backend, redis_calls, db):
@@ -240,12 +216,12 @@ def test_tags_on_one_page_share_one_round_trip(backend, redis_calls, db):
     markup = render(page)
 
     assert redis_calls.trips == [["EVALSHA"]]
-    assert text(markup) == "Who's online: alice, 2 guests and 1 bot |3|1|1"
+    assert widget_text(markup) == "Who's online: alice, 2 guests and 1 bot |3|1|1"
 
 
 def test_snapshot_is_kept_on_the_request(backend, redis_calls, db):
     _users("alice")
-    request = _request()
+    request = RequestFactory().get("/")
     render(TAG)
     redis_calls.clear()
 
@@ -256,7 +232,7 @@ def test_snapshot_is_kept_on_the_request(backend, redis_calls, db):
 
     second = render("{% load whos_online %}{% online_count %}", request=request)
 
-    assert text(first) == "Who's online: alice"
+    assert widget_text(first) == "Who's online: alice"
     assert second == "1"
     assert redis_calls.trips == []
     assert render("{% load whos_online %}{% online_count %}") == "2"
@@ -267,7 +243,7 @@ def test_render_without_request(backend, db):
 
     markup = Template(TAG).render(Context({}))
 
-    assert text(markup) == "Who's online: alice"
+    assert widget_text(markup) == "Who's online: alice"
 
 
 # {% online_count %}
@@ -374,5 +350,5 @@ def test_tags_fail_open_while_redis_is_down(redis_down, alice):
 
     markup = render(page, {"user": alice})
 
-    assert text(markup) == "Who's online: nobody |0|0|[]"
+    assert widget_text(markup) == "Who's online: nobody |0|0|[]"
     assert 'data-total="0"' in markup
