@@ -32,6 +32,9 @@ T = TypeVar("T")
 
 #: Long enough for any thread of the tests on a loaded machine; a deadlock would never end.
 JOIN_TIMEOUT = 30
+#: A name that is markup, an entity, quotes and a right-to-left override, for user and counter
+#: names that must come out as text.
+HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'
 #: The address of the test clients: the ``client`` fixture's and ``client_of``'s.
 GUEST_IP = "203.0.113.7"
 

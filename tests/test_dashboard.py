@@ -11,11 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 
 import whos_online
-from tests.helpers import client_of, configure, members
-from tests.test_middleware import COOKIE
-from tests.test_views import HOSTILE
+from tests.helpers import HOSTILE, client_of, configure, members
 from whos_online import counters, dashboard
 from whos_online.conf import get_config
+from whos_online.throttle import COOKIE_NAME
 
 if TYPE_CHECKING:
     from tests.helpers import RedisCalls
@@ -56,7 +55,7 @@ def test_refreshes_without_a_session_are_refused_and_count_nothing(backend, sett
     for _ in range(3):
         response = client.get(f"{REFRESH}?precision=60")
         assert response.status_code == 403
-        assert COOKIE not in response.cookies
+        assert COOKIE_NAME not in response.cookies
 
     assert whos_online.api.flush_hits() is True
     assert whos_online.get_counter("hits", 60) == []
@@ -134,11 +133,11 @@ def test_opening_the_page_records_the_staff_user_but_refreshing_does_not(
     response = client.get(REFRESH)
     assert [trip[0] for trip in redis_calls.trips] == ["EVALSHA", "ZRANGEBYLEX", "HMGET"]
     assert members(r, "users") == []
-    assert COOKIE not in response.cookies
+    assert COOKIE_NAME not in response.cookies
 
     response = client.get(URL)
     assert members(r, "users") == [str(staff.pk)]
-    assert COOKIE in response.cookies
+    assert COOKIE_NAME in response.cookies
 
 
 def test_the_refresh_is_the_body_of_the_page(backend, staff):

@@ -7,10 +7,10 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.test import AsyncClient
 
 from tests.helpers import client_of, configure, members
-from tests.test_middleware import COOKIE
 from tests.urls import async_poll, poll
 from whos_online import hits, middleware
 from whos_online.decorators import ATTRIBUTE, not_recorded
+from whos_online.throttle import COOKIE_NAME
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_a_poll_from_a_new_guest_touches_redis_not_at_all(r, counting, redis_cal
     assert response.status_code == 200
     assert redis_calls.trips == []
     assert hits.buffer.total() == 0
-    assert COOKIE not in response.cookies
+    assert COOKIE_NAME not in response.cookies
     assert members(r, "guests") == []
 
 
@@ -58,7 +58,7 @@ def test_an_async_poll_records_nobody(r, counting, redis_calls):
     assert response.content == b"async poll"
     assert redis_calls.trips == []
     assert hits.buffer.total() == 0
-    assert COOKIE not in response.cookies
+    assert COOKIE_NAME not in response.cookies
 
 
 def test_ordinary_views_around_a_poll_are_still_recorded_and_counted(r, counting):
@@ -78,7 +78,7 @@ def test_a_throttled_request_does_not_look_at_the_view(r, client, monkeypatch):
     """The fast path stays as it was: no look-up of the resolved view when there is nothing to
     count or record."""
     client.get("/plain/")
-    assert COOKIE in client.cookies
+    assert COOKIE_NAME in client.cookies
 
     def fail(request):
         raise AssertionError("looked at the view of a throttled request")

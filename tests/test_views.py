@@ -12,9 +12,9 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 import whos_online
-from tests.helpers import client_of, configure, members
-from tests.test_middleware import COOKIE
+from tests.helpers import HOSTILE, client_of, configure, members
 from whos_online import hits
+from whos_online.throttle import COOKIE_NAME
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from tests.helpers import RedisCalls
 
 URL = "/online/counts.json"
-HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'
 #: The document while nobody is online, for a viewer without names.
 NOBODY = {
     "ok": True,
@@ -212,7 +211,7 @@ def test_a_poll_is_one_round_trip_and_records_nobody(
     assert redis_calls.trips == [["EVALSHA"]]
     assert members(r, "guests") == guests_before
     assert hits.buffer.total() == 0
-    assert COOKIE not in response.cookies
+    assert COOKIE_NAME not in response.cookies
 
 
 def test_a_staff_poll_is_one_round_trip_too(backend, staff, redis_calls: RedisCalls):
@@ -220,7 +219,7 @@ def test_a_staff_poll_is_one_round_trip_too(backend, staff, redis_calls: RedisCa
 
     assert "names" in document
     assert redis_calls.trips == [["EVALSHA"]]
-    assert COOKIE not in response.cookies
+    assert COOKIE_NAME not in response.cookies
 
 
 def test_names_are_json_text_and_the_document_stays_inert_as_html(backend, settings, staff):
