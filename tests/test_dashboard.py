@@ -90,11 +90,11 @@ def test_post_is_not_allowed(backend, staff):
 
 
 def test_online_now_names_peak_and_visitors(backend, hiding_bob, staff, alice, bob):
-    now = time.time()
-    whos_online.record_user(alice, now=now - 30)
-    whos_online.record_user(bob, now=now - 20)
-    whos_online.record_guest("198.51.100.1", now=now - 10)
-    whos_online.record_guest("198.51.100.2", bot=True, now=now - 5)
+    now = time.time()  # visits milliseconds apart: ordered, and on one UTC day
+    whos_online.record_user(alice, now=now - 0.030)
+    whos_online.record_user(bob, now=now - 0.020)
+    whos_online.record_guest("198.51.100.1", now=now - 0.010)
+    whos_online.record_guest("198.51.100.2", bot=True, now=now - 0.005)
 
     markup = client_of(staff).get(URL).content.decode()
 

@@ -52,14 +52,18 @@ def get(client: Client) -> tuple[Any, dict[str, Any]]:
 
 
 def populate(alice: AbstractUser, bob: AbstractUser) -> float:
-    """alice (newest) and bob online, two guests and a bot; returns when alice was seen."""
+    """alice (newest) and bob online, two guests and a bot; returns when alice was seen.
+
+    The visits are milliseconds apart, which orders them, so that only a test run in the last
+    milliseconds of a UTC day sees them fall on two days.
+    """
     now = time.time()
-    whos_online.record_user(bob, now=now - 20)
-    whos_online.record_guest("198.51.100.1", now=now - 15)
-    whos_online.record_guest("198.51.100.2", now=now - 12)
-    whos_online.record_guest("198.51.100.3", bot=True, now=now - 11)
-    whos_online.record_user(alice, now=now - 10)
-    return now - 10
+    whos_online.record_user(bob, now=now - 0.020)
+    whos_online.record_guest("198.51.100.1", now=now - 0.015)
+    whos_online.record_guest("198.51.100.2", now=now - 0.012)
+    whos_online.record_guest("198.51.100.3", bot=True, now=now - 0.011)
+    whos_online.record_user(alice, now=now - 0.010)
+    return now - 0.010
 
 
 def test_the_url_is_named():

@@ -39,10 +39,11 @@ def attribute(markup: str, name: str) -> str:
 
 
 def populate(alice: AbstractUser) -> None:
+    """alice, then a guest and a bot: milliseconds apart, so that they fall on one UTC day."""
     now = time.time()
-    whos_online.record_user(alice, now=now - 10)
-    whos_online.record_guest("198.51.100.1", now=now - 5)
-    whos_online.record_guest("198.51.100.2", bot=True, now=now - 5)
+    whos_online.record_user(alice, now=now - 0.010)
+    whos_online.record_guest("198.51.100.1", now=now - 0.005)
+    whos_online.record_guest("198.51.100.2", bot=True, now=now - 0.005)
 
 
 def widget_on_page(user: AbstractUser | None) -> str:
