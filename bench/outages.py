@@ -44,6 +44,7 @@ import redis
 from django.conf import settings
 
 from bench import servers, stats
+from tests import redis_faults
 from tests.delaying_proxy import DelayingProxy
 
 if TYPE_CHECKING:
@@ -151,26 +152,9 @@ class Faults:
         self.primary = primary
         self.proxy = proxy
         self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
-        self.filled = 0
 
     def fill(self) -> None:
-        client = self.direct
-        client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) + 2**21)
-        try:
-            while True:
-                client.set(f"fill:{self.filled}", b"x" * 65536)
-                self.filled += 1
-        except redis.exceptions.OutOfMemoryError:
-            pass
-        # The last write failed partly on its own 64 KB; go below what is stored, so that
-        # small writes fail too.
-        client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 2**19)
-        try:
-            client.set("probe", "1")
-        except redis.exceptions.OutOfMemoryError:
-            return
-        raise RuntimeError("Redis still accepts writes")
+        redis_faults.fill_until_oom(self.direct)
 
     def unfill(self) -> None:
         self.direct.config_set("maxmemory", 0)
@@ -179,22 +163,7 @@ class Faults:
             self.direct.unlink(*keys)
 
     def demote(self) -> None:
-        client = self.direct
-        with redis.Redis.from_url(self.primary.url, socket_timeout=5) as primary:
-            # Redis 7+ syncs replicas diskless, after waiting 5 s for more of them by default.
-            primary.config_set("repl-diskless-sync-delay", 0)
-        client.config_set("replica-read-only", "yes")
-        client.replicaof("127.0.0.1", self.primary.port)
-        deadline = time.monotonic() + 10
-        while client.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError("the replica did not sync in time")
-            time.sleep(0.005)
-        try:
-            client.set("probe", "1")
-        except redis.exceptions.ReadOnlyError:
-            return
-        raise RuntimeError("the replica accepts writes")
+        redis_faults.demote(self.direct, self.primary)
 
     def promote(self) -> None:
         self.direct.replicaof("NO", "ONE")
