@@ -35,6 +35,8 @@ JOIN_TIMEOUT = 30
 #: A name that is markup, an entity, quotes and a right-to-left override, for user and counter
 #: names that must come out as text.
 HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'
+#: A user agent that the default BOT_USER_AGENTS counts as a bot.
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 #: The address of the test clients: the ``client`` fixture's and ``client_of``'s.
 GUEST_IP = "203.0.113.7"
 

@@ -20,7 +20,7 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.helpers import configure
+from tests.helpers import GOOGLEBOT, configure
 from tests.redis_server import free_port
 from whos_online import api, connection, hits, throttle
 from whos_online.conf import get_config
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 #: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
 T0 = 1_799_712_000
 PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 ROOT = Path(__file__).resolve().parent.parent
 
 _schedule = hits.FlushTimer.schedule

@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 
 import whos_online
 from tests.helpers import (
+    GOOGLEBOT,
     GUEST_IP,
     configure,
     guest,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
     import redis
     from django.http.response import HttpResponseBase
 
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 COOKIE = throttle.COOKIE_NAME
 TAG = "{% load whos_online %}{% whos_online %}"
 #: A guest's or bot's stored member in the default mode: 9 bytes of keyed hash, base64url.

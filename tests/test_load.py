@@ -26,6 +26,7 @@ import pytest
 
 import whos_online
 from tests import wsgi_server
+from tests.helpers import GOOGLEBOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,7 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 #: How long the clients keep requesting.
 DURATION = 3.0
 USERS, GUESTS_WITH_COOKIES, GUESTS_WITHOUT, BOTS = 10, 20, 15, 5
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:125.0) Gecko/20100101 Firefox/125.0"
 #: Run in the site's settings before gunicorn starts: the tables, and the users who log in.
 PREPARE = f"""

@@ -17,6 +17,7 @@ from redis.connection import Connection
 
 import whos_online
 from tests.helpers import (
+    GOOGLEBOT,
     GUEST_IP,
     configure,
     guest,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
     from django.http.response import HttpResponseBase
 
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 COOKIE = throttle.COOKIE_NAME
 
 
