@@ -22,10 +22,12 @@ from whos_online.middleware import WhosOnlineMiddleware
 if TYPE_CHECKING:
     from whos_online.conf import Config
 
-#: The settings table of SPEC.md, key by key, then those of the views (README).
+#: The settings table of SPEC.md, key by key, then those of the views (README), then those of
+#: scaling out.
 SPEC_DEFAULTS: dict[str, Any] = {
     "REDIS_ALIAS": "default",
     "REDIS_URL": None,
+    "REDIS_CLUSTER": False,
     "KEY_PREFIX": "whos_online",
     "WINDOW": 600,
     "THROTTLE": 120,
@@ -45,6 +47,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "SHOW_NAMES_TO": "staff",
     "REFRESH_INTERVAL": 30,
     "JSON_MAX_AGE": 10,
+    "SHARDS": 1,
+    "SNAPSHOT_MAX_AGE": 2,
 }
 
 

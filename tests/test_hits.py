@@ -80,6 +80,7 @@ class Outage:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.monkeypatch = monkeypatch
+        self.live = connection.request_client
         self.dead = redis.Redis.from_url(
             f"redis://127.0.0.1:{free_port()}/0",
             socket_connect_timeout=0.5,
@@ -88,11 +89,11 @@ class Outage:
         )
 
     def begin(self) -> None:
-        self.monkeypatch.setattr(api, "request_client", lambda: self.dead)
+        self.monkeypatch.setattr(connection, "request_client", lambda: self.dead)
 
     def end(self) -> None:
         """Redis answers again, and FAILURE_BACKOFF has passed since the failure."""
-        self.monkeypatch.setattr(api, "request_client", connection.request_client)
+        self.monkeypatch.setattr(connection, "request_client", self.live)
         later = time.monotonic() + get_config().failure_backoff + 1
         self.monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=lambda: later))
 

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from whos_online import counters, hits, identity, signals, store
+from whos_online import connection, counters, hits, identity, keyspace, signals, snapshots, store
 from whos_online.conf import Config, get_config
-from whos_online.connection import REDIS_ERRORS, breaker, request_client
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    import redis
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
+
+    from whos_online.connection import Client
 
 T = TypeVar("T")
 
@@ -68,20 +68,14 @@ class Peak(NamedTuple):
 NO_PEAK = Peak(0, None)
 
 
-def call_redis(default: T, operation: Callable[[redis.Redis, Config], T]) -> T:
+def call_redis(
+    default: T,
+    operation: Callable[[Client, Config], T],
+    *,
+    shard: keyspace.Shard | None = None,
+) -> T:
     """Run ``operation`` with the request client, or return ``default`` if Redis fails."""
-    config = get_config()
-    target = config.redis_target
-    if not breaker.allows(target):
-        return default
-    generation = breaker.generation(target)
-    try:
-        result = operation(request_client(), config)
-    except REDIS_ERRORS as error:
-        breaker.failed(target, error, config.failure_backoff)
-        return default
-    breaker.succeeded(target, generation)
-    return result
+    return connection.call(default, operation, shard=shard)
 
 
 def _now(now: float | datetime | None) -> float:
@@ -133,12 +127,41 @@ def online_users(limit: int | None = None) -> list[OnlineUser]:
     return [] if found is None else listed_users(found)
 
 
-def snapshot(limit: int | None) -> store.Snapshot | None:
-    """Counts and the newest ``limit`` visible users in one round trip; None if Redis failed."""
+def snapshot(limit: int | None, *, max_age: float = 0) -> store.Snapshot | None:
+    """Counts and the newest ``limit`` visible users; None if Redis could not be read.
+
+    One round trip on one Redis; on a cluster one per shard, and a shard whose node fails counts
+    as empty (its breaker logs the outage once) while the others are still shown. With
+    ``max_age``, the snapshot this process read last is reused while it is younger than that.
+    """
+    kept = snapshots.cache.get(limit, max_age)
+    if kept is not None:
+        return kept
     now = time.time()
-    return call_redis(
-        None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
-    )
+    config = get_config()
+    if config.redis_cluster and config.shards > 1:
+        found = _snapshot_by_shard(config, limit, now)
+    else:
+        found = call_redis(
+            None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
+        )
+    if found is not None and max_age > 0:
+        snapshots.cache.put(found)
+    return found
+
+
+def _snapshot_by_shard(config: Config, limit: int | None, now: float) -> store.Snapshot | None:
+    parts = []
+    for shard in keyspace.layout(config):
+        calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+
+        def read(client: Client, _config: Config, calls: list[store.ScriptCall] = calls) -> Any:
+            return store.run(client, calls)[0]
+
+        raw = call_redis(None, read, shard=shard)
+        if raw is not None:
+            parts.append(store.parse_snapshot(raw, limit))
+    return store.combine(parts, limit) if parts else None
 
 
 def listed_users(found: store.Snapshot) -> list[OnlineUser]:
@@ -187,7 +210,7 @@ _UNKNOWN_PRESENCE: tuple[float | None, float | None] = (None, None)
 
 def _presence(
     user: AbstractBaseUser | AnonymousUser,
-) -> Callable[[redis.Redis, Config], tuple[float | None, float | None]]:
+) -> Callable[[Client, Config], tuple[float | None, float | None]]:
     pk = _pk_text(user)
     return lambda client, config: store.user_presence(client, config, pk)
 
@@ -258,15 +281,20 @@ def _record_member(
 
 
 def _write_visit(config: Config, **visit: Any) -> bool:
-    """Write one visit, with any buffered page hits riding along in the same round trip."""
-    taken = hits.buffer.take() if config.count_hits else {}
+    """Write one visit, with any buffered page hits riding along in the same round trip when the
+    visit samples the counts (one shard); with several shards the flush timer writes them."""
+    riding = config.count_hits and config.shards == 1
+    taken = hits.buffer.take() if riding else {}
 
-    def write(client: redis.Redis, config: Config) -> bool:
+    def write(client: Client, config: Config) -> bool:
         store.record(client, config, hits=_hit_amounts(taken), **visit)
         return True
 
-    written = call_redis(False, write)
-    if not written and taken:
+    shard = store.member_shard(config, visit["kind"], visit["member"])
+    written = call_redis(False, write, shard=shard)
+    if written:
+        snapshots.cache.invalidate()
+    elif taken:
         hits.buffer.give_back(taken)
     return written
 
@@ -290,7 +318,7 @@ def flush_hits() -> bool:
     if not taken:
         return True
 
-    def write(client: redis.Redis, config: Config) -> bool:
+    def write(client: Client, config: Config) -> bool:
         counters.add(client, config, _hit_amounts(taken))
         return True
 
@@ -358,7 +386,12 @@ def user_logged_out(
     now = time.time()
     guest = None if request is None else _guest_of(request, config, now)
     if guest is None:
-        call_redis(None, lambda client, config: store.remove_user(client, config, pk))
+        call_redis(
+            None,
+            lambda client, config: store.remove_user(client, config, pk),
+            shard=store.user_shard(config, pk),
+        )
+        snapshots.cache.invalidate()
         return
     kind, member = guest
     _record_member(config, kind, member, now, former_user=pk)
@@ -373,10 +406,14 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     pk = _pk_text(user)
     recent.forget([f"u:{pk}"])
 
-    def erase(client: redis.Redis, config: Config) -> bool:
-        store.remove_user(client, config, pk, erase=True)
+    def erase(client: Client, config: Config) -> bool:
+        # Every layout the cleanup has seen: a user recorded before SHARDS changed has their
+        # last-seen record in the old one until it expires.
+        for shards in store.layouts_known(client, config):
+            store.remove_user(client, config, pk, erase=True, shards=shards)
         return True
 
+    snapshots.cache.invalidate()
     return call_redis(False, erase)
 
 
@@ -387,23 +424,80 @@ def prune(now: float | datetime | None = None) -> int:
     return sum(removed.values()) if removed else 0
 
 
-def prune_with(client: redis.Redis, config: Config, *, now: float) -> dict[str, int]:
+def prune_with(client: Client, config: Config, *, now: float) -> dict[str, int]:
     """Prune in chunks with ``client``, letting Redis errors propagate (used by the command).
 
     ``users_went_offline`` is sent once per chunk, so a huge prune never holds every id at once.
     """
     removed_by_kind = dict.fromkeys(store.KINDS, 0)
-    for kind in store.KINDS:
-        while True:
-            removed = store.prune_chunk(client, config, kind, now=now)
-            removed_by_kind[kind] += len(removed)
-            is_user = kind in {"users", "hidden"}
+    for shard in keyspace.layout(config):
+        for kind in store.KINDS:
+            _prune_set(client, config, shard, kind, now=now, removed_by_kind=removed_by_kind)
+    return removed_by_kind
+
+
+def _prune_set(
+    client: Client,
+    config: Config,
+    shard: keyspace.Shard,
+    kind: str,
+    *,
+    now: float,
+    removed_by_kind: dict[str, int],
+    current: bool = True,
+) -> None:
+    """Prune one set in chunks. Only the ``current`` layout's removals are news: a member left
+    in an old layout is online in the new one, or was already reported by the earlier runs."""
+    while True:
+        removed = store.prune_chunk(client, config, kind, now=now, shard=shard)
+        removed_by_kind[kind] += len(removed)
+        is_user = kind in {"users", "hidden"}
+        if current:
             recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
             if is_user and removed:
                 signals.users_went_offline.send(sender=prune, user_ids=_pk_values(removed))
-            if len(removed) < store.PRUNE_CHUNK_SIZE:
-                break
+        if len(removed) < store.PRUNE_CHUNK_SIZE:
+            break
+
+
+def prune_old_layouts(client: Client, config: Config, *, now: float) -> dict[str, int]:
+    """Prune what layouts of another ``SHARDS`` left (used by the command), and forget a layout
+    once none of its sets is left.
+
+    Nobody reads an old layout, so its members are not counted; they are pruned like the current
+    ones, once stale, rather than all at once, so that a process still running with the old
+    setting during a deploy loses nobody.
+    """
+    removed_by_kind = dict.fromkeys(store.KINDS, 0)
+    old = store.layouts_seen(client, config)[1:]
+    for shards in old:
+        for shard in keyspace.layout(config, shards):
+            for kind in store.KINDS:
+                _prune_set(
+                    client,
+                    config,
+                    shard,
+                    kind,
+                    now=now,
+                    removed_by_kind=removed_by_kind,
+                    current=False,
+                )
+        if store.layout_is_empty(client, config, shards):
+            store.forget_layout(client, config, shards)
+    if old and config.shards == 1 and store.layouts_known(client, config) == [1]:
+        # Back to the one-shard layout and the others emptied: keep no record, as before.
+        store.forget_layout(client, config, 1)
     return removed_by_kind
+
+
+def sample_counts(client: Client, config: Config, *, now: float) -> store.Snapshot | None:
+    """Raise the peak and sample the ``online:*`` counters from counts over every shard (used by
+    the command when ``SHARDS`` > 1, where a visit cannot count the whole site)."""
+    if config.shards == 1:
+        return None
+    found = store.snapshot(client, config, limit=0, now=now)
+    store.sample(client, config, found, now=now)
+    return found
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:
@@ -421,7 +515,7 @@ def update_counter(name: str, count: int = 1, now: float | datetime | None = Non
         raise ValueError(msg)
     timestamp = _now(now)
 
-    def write(client: redis.Redis, config: Config) -> bool:
+    def write(client: Client, config: Config) -> bool:
         counters.add(client, config, {(name, int(timestamp)): count})
         return True
 

@@ -42,6 +42,7 @@ DEFAULT_BOT_USER_AGENTS: Final = (
 DEFAULTS: Final[Mapping[str, Any]] = {
     "REDIS_ALIAS": "default",
     "REDIS_URL": None,
+    "REDIS_CLUSTER": False,
     "KEY_PREFIX": "whos_online",
     "WINDOW": 600,
     "THROTTLE": 120,
@@ -62,12 +63,18 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "SHOW_NAMES_TO": "staff",
     "REFRESH_INTERVAL": 30,
     "JSON_MAX_AGE": 10,
+    "SHARDS": 1,
+    "SNAPSHOT_MAX_AGE": 2,
 }
 
 GUEST_IDENTITIES: Final = ("hashed-ip", "ip")
 #: The named values of ``SHOW_NAMES_TO``; anything else is a dotted path or a callable.
 NAME_AUDIENCES: Final = ("staff", "authenticated", "everyone")
 REDIS_URL_SCHEMES: Final = ("redis", "rediss", "unix")
+CLUSTER_URL_SCHEMES: Final = ("redis", "rediss")
+#: Most shards a layout may have: choosing their hash tags costs about a millisecond per shard,
+#: once per process.
+MAX_SHARDS: Final = 128
 CACHE_BACKEND: Final = "django_redis.cache.RedisCache"
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
 AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -77,6 +84,7 @@ AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMidd
 class Config:
     redis_alias: str
     redis_url: str | None
+    redis_cluster: bool
     key_prefix: str
     window: int
     throttle: int
@@ -98,6 +106,9 @@ class Config:
     show_names_to: Callable[[AnyUser], bool] | None
     refresh_interval: int
     json_max_age: int
+    shards: int
+    #: Seconds a process may show the snapshot it last read; 0 reads Redis for every render.
+    snapshot_max_age: float
 
     @functools.cached_property
     def redis_target(self) -> str:
@@ -107,7 +118,8 @@ class Config:
         parses it. The Config is frozen, so the value cannot go stale.
         """
         if self.redis_url:
-            return _redact(self.redis_url)
+            where = _redact(self.redis_url)
+            return f"cluster {where}" if self.redis_cluster else where
         return f"cache alias {self.redis_alias!r}"
 
 
@@ -130,6 +142,7 @@ def get_config() -> Config:
     return Config(
         redis_alias=merged["REDIS_ALIAS"],
         redis_url=merged["REDIS_URL"] or None,
+        redis_cluster=merged["REDIS_CLUSTER"],
         key_prefix=merged["KEY_PREFIX"],
         window=merged["WINDOW"],
         throttle=merged["THROTTLE"],
@@ -151,6 +164,8 @@ def get_config() -> Config:
         show_names_to=_name_audience(merged["SHOW_NAMES_TO"]),
         refresh_interval=merged["REFRESH_INTERVAL"],
         json_max_age=merged["JSON_MAX_AGE"],
+        shards=merged["SHARDS"],
+        snapshot_max_age=float(merged["SNAPSHOT_MAX_AGE"]),
     )
 
 
@@ -255,6 +270,30 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
             )
     else:
         messages.extend(_check_alias(merged["REDIS_ALIAS"]))
+
+    cluster = merged["REDIS_CLUSTER"]
+    if not isinstance(cluster, bool):
+        messages.append(
+            _error(
+                25,
+                f"WHOS_ONLINE['REDIS_CLUSTER'] must be True or False, not {cluster!r}.",
+                "True when REDIS_URL names a node of a Redis Cluster.",
+            )
+        )
+    elif cluster and (
+        not isinstance(redis_url, str)
+        or urlsplit(redis_url).scheme not in CLUSTER_URL_SCHEMES
+        or urlsplit(redis_url).path.strip("/") not in ("", "0")
+    ):
+        messages.append(
+            _error(
+                25,
+                "WHOS_ONLINE['REDIS_CLUSTER'] is True, so REDIS_URL must be the redis:// or "
+                f"rediss:// URL of a cluster node, with no database but 0, not {redis_url!r}.",
+                "For example 'redis://10.0.0.5:7000'. Any node will do: the client finds the "
+                "others. A cluster has no databases besides 0, and no unix:// sockets.",
+            )
+        )
 
     prefix = merged["KEY_PREFIX"]
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} \r\n"):
@@ -401,6 +440,28 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
             )
         )
 
+    shards = merged["SHARDS"]
+    if not _is_int(shards) or not 1 <= shards <= MAX_SHARDS:
+        messages.append(
+            _error(
+                26,
+                f"WHOS_ONLINE['SHARDS'] must be an integer from 1 to {MAX_SHARDS}, not {shards!r}.",
+                "1 keeps every key in one slot; on a Redis Cluster, a few shards per master "
+                "spread the people online over the masters.",
+            )
+        )
+
+    snapshot_age = merged["SNAPSHOT_MAX_AGE"]
+    if not _is_number(snapshot_age) or snapshot_age < 0:
+        messages.append(
+            _error(
+                27,
+                f"WHOS_ONLINE['SNAPSHOT_MAX_AGE'] must be a non-negative number of seconds, "
+                f"not {snapshot_age!r}.",
+                "The default is 2; 0 reads Redis for every render.",
+            )
+        )
+
     for key, id_, minimum in (
         ("DISPLAY_LIMIT", 14, 0),
         ("COUNTER_SAMPLES", 16, 1),
@@ -528,7 +589,7 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 def reset() -> None:
     """Forget everything cached from settings: the config, Redis clients and derived keys."""
-    from whos_online import connection, hits, identity, keyspace, throttle
+    from whos_online import connection, hits, identity, keyspace, snapshots, throttle
 
     get_config.cache_clear()
     connection.reset()
@@ -536,3 +597,4 @@ def reset() -> None:
     keyspace.reset()
     throttle.reset()
     hits.reset()
+    snapshots.reset()

@@ -5,10 +5,13 @@ and the API: it has short timeouts and no retries, because redis-py's default re
 refused connection into seconds and a frozen server into a minute per call. The *admin* client
 serves the cleanup command, which may wait longer and should fail loudly instead.
 
-Both share the server settings of the django-redis cache named by ``REDIS_ALIAS`` (host,
-password, TLS, connection class…) or come from ``REDIS_URL``. The clients are cached for the life
-of the process, like django-redis caches its pools, because creating a pool per request would
-open a TCP connection per request; ``reset()`` drops them when settings change.
+Where the servers are comes from ``REDIS_URL`` (a node of a cluster with ``REDIS_CLUSTER``) or from
+the django-redis cache named by ``REDIS_ALIAS``: its host, password, TLS and connection class, or,
+for a Sentinel-managed alias, its Sentinels and service name. The clients are always built here,
+never taken from django-redis as they are, so that every kind of deployment keeps the timeouts
+and the no-retry policy above. They are cached for the life of the process, like django-redis
+caches its pools, because creating a pool per request would open a TCP connection per request;
+``reset()`` drops them when settings change.
 """
 
 from __future__ import annotations
@@ -16,38 +19,61 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from whos_online.conf import Config, get_config
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from whos_online.keyspace import Shard
+
 logger = logging.getLogger("whos_online")
+
+T = TypeVar("T")
+
+#: A client of one Redis (plain or Sentinel-managed) or of a Redis Cluster.
+Client: TypeAlias = "redis.Redis | RedisCluster"
 
 #: Seconds to connect and to wait for a reply on the request path. A healthy Redis on the same
 #: network answers in well under a millisecond; anything slower than this is treated as an outage.
 REQUEST_TIMEOUT: Final = 0.25
 #: The cleanup command prunes in chunks that each take milliseconds; give it room on a busy server.
 ADMIN_TIMEOUT: Final = 10.0
+#: Seconds between two questions to the Sentinels about which server is the master. Sentinel
+#: leaves a demoted master writable for seconds after a failover, and redis-py's Sentinel pool
+#: asks only when it opens a connection: without asking again, pooled connections would go on
+#: writing to the old master, and those writes are lost when it turns into a replica.
+MASTER_CHECK_INTERVAL: Final = 1.0
 
 #: Errors that mean "Redis is unavailable or refused the write"; everything else is a bug.
-REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError)
+#: redis-py raises RedisClusterException (not a RedisError) when no node of a cluster answers.
+REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError, RedisClusterException)
 
-_clients: dict[tuple[str, bool], redis.Redis] = {}
+_clients: dict[tuple[str, bool], Client] = {}
 _clients_lock = threading.Lock()
 
 
-def request_client() -> redis.Redis:
+def request_client() -> Client:
     return _client(get_config(), admin=False)
 
 
-def admin_client() -> redis.Redis:
+def admin_client() -> Client:
     return _client(get_config(), admin=True)
 
 
-def _client(config: Config, *, admin: bool) -> redis.Redis:
+def is_cluster(client: Client) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def _client(config: Config, *, admin: bool) -> Client:
     key = (config.redis_target, admin)
     client = _clients.get(key)
     if client is None:
@@ -58,14 +84,23 @@ def _client(config: Config, *, admin: bool) -> redis.Redis:
     return client
 
 
-def _make_client(config: Config, *, admin: bool) -> redis.Redis:
-    timeout = ADMIN_TIMEOUT if admin else REQUEST_TIMEOUT
-    overrides: dict[str, Any] = {
+def _no_retry(timeout: float) -> dict[str, Any]:
+    """What every client of this module gets: its timeouts, no retries, no health checks."""
+    return {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),
         "health_check_interval": 0,
     }
+
+
+def _make_client(config: Config, *, admin: bool) -> Client:
+    overrides = _no_retry(ADMIN_TIMEOUT if admin else REQUEST_TIMEOUT)
+    if config.redis_url and config.redis_cluster:
+        # The cluster client follows MOVED and ASK replies itself; Retry(…, 0) stops it from
+        # retrying a failed node, and the timeouts reach every node's connections.
+        retry = overrides.pop("retry")
+        return RedisCluster.from_url(config.redis_url, retry=retry, **overrides)
     if config.redis_url:
         return redis.Redis.from_url(config.redis_url, **overrides)
 
@@ -73,14 +108,15 @@ def _make_client(config: Config, *, admin: bool) -> redis.Redis:
 
     base = get_redis_connection(config.redis_alias, write=True)
     pool = getattr(base, "connection_pool", None)
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        # Sentinel, cluster or custom pools know how to find their servers; use them as they are.
+    if isinstance(pool, SentinelConnectionPool):
+        return _sentinel_client(pool, overrides)
+    if not isinstance(pool, redis.ConnectionPool):
+        # A pool of a kind this module cannot copy: use it as the site configured it.
         return base  # type: ignore [no-any-return]
-    assert isinstance(pool, redis.ConnectionPool)
     kwargs = {**pool.connection_kwargs, **overrides}
-    # retry_on_timeout would retry despite Retry(…, 0) in older redis-py; never wanted here.
-    kwargs.pop("retry_on_timeout", None)
-    kwargs.pop("retry_on_error", None)
+    _drop_retry_options(kwargs)
+    # A BlockingConnectionPool would make a request wait for a free connection; a plain pool
+    # with the same limit raises at once instead, which the breaker treats like an outage.
     new_pool = redis.ConnectionPool(
         connection_class=pool.connection_class,
         max_connections=pool.max_connections,
@@ -89,13 +125,147 @@ def _make_client(config: Config, *, admin: bool) -> redis.Redis:
     return redis.Redis(connection_pool=new_pool)
 
 
+def _drop_retry_options(kwargs: dict[str, Any]) -> None:
+    # retry_on_timeout would retry despite Retry(…, 0) in older redis-py; never wanted here.
+    kwargs.pop("retry_on_timeout", None)
+    kwargs.pop("retry_on_error", None)
+
+
+def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) -> redis.Redis:
+    """A client of the master that ``pool``'s Sentinels name, with our timeouts and no retries.
+
+    The Sentinels themselves are asked with the same timeouts, so that a Sentinel that does not
+    answer costs a request no more than a Redis that does not.
+    """
+    manager = pool.sentinel_manager
+    sentinels = [
+        (
+            sentinel.connection_pool.connection_kwargs.get("host", "localhost"),
+            sentinel.connection_pool.connection_kwargs.get("port", 26379),
+        )
+        for sentinel in manager.sentinels
+    ]
+    sentinel_kwargs = {**(manager.sentinel_kwargs or {}), **overrides}
+    _drop_retry_options(sentinel_kwargs)
+    connection_kwargs = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name not in {"service_name", "sentinel_manager", "is_master", "check_connection"}
+    }
+    connection_kwargs.update(overrides)
+    _drop_retry_options(connection_kwargs)
+    connection_kwargs.pop("connection_class", None)
+    sentinel = Sentinel(  # type: ignore [no-untyped-call]
+        sentinels,
+        min_other_sentinels=manager.min_other_sentinels,
+        sentinel_kwargs=sentinel_kwargs,
+        **connection_kwargs,
+    )
+    client: redis.Redis = sentinel.master_for(pool.service_name)  # type: ignore [no-untyped-call]
+    return client
+
+
+class MasterWatch:
+    """Asks the Sentinels which server is the master at most once per ``MASTER_CHECK_INTERVAL``.
+
+    When the answer changes, redis-py's Sentinel pool drops its idle connections, so the next
+    call goes to the new master. A call refused by a read-only replica (the old master, once
+    Sentinel has turned it) or cut off asks at once, so that the caller may try the new master.
+    """
+
+    def __init__(self) -> None:
+        self._checked: dict[int, float] = {}
+
+    def before_call(self, client: Client, now: float | None = None) -> None:
+        pool = getattr(client, "connection_pool", None)
+        if not isinstance(pool, SentinelConnectionPool):
+            return
+        now = time.monotonic() if now is None else now
+        if now - self._checked.get(id(pool), float("-inf")) >= MASTER_CHECK_INTERVAL:
+            self._checked[id(pool)] = now
+            pool.get_master_address()  # type: ignore [no-untyped-call]
+
+    def moved_after(self, client: Client, error: BaseException) -> bool:
+        """Whether ``error`` came from a master that the Sentinels no longer name."""
+        pool = getattr(client, "connection_pool", None)
+        if not isinstance(pool, SentinelConnectionPool):
+            return False
+        if not isinstance(error, (ReadOnlyError, redis.exceptions.ConnectionError)):
+            return False
+        before = pool.master_address
+        try:
+            after = pool.get_master_address()  # type: ignore [no-untyped-call]
+        except REDIS_ERRORS:
+            return False
+        self._checked[id(pool)] = time.monotonic()
+        return bool(after != before)
+
+    def reset(self) -> None:
+        self._checked.clear()
+
+
+masters: Final = MasterWatch()
+
+
+def breaker_target(config: Config, client_is_cluster: bool, shard: Shard | None) -> str:
+    """What the breaker keys on: the whole target, or on a cluster each shard's slot, so that a
+    master that is down takes only its own shards out."""
+    if shard is None or not client_is_cluster:
+        return config.redis_target
+    return f"{config.redis_target} {{{shard.tag}}}"
+
+
+def call(
+    default: T,
+    operation: Callable[[Client, Config], T],
+    *,
+    shard: Shard | None = None,
+) -> T:
+    """Run ``operation`` with the request client, or return ``default`` if Redis fails.
+
+    Redis errors open the breaker of the target (of ``shard``'s slot on a cluster); a call to a
+    target whose breaker is open returns ``default`` at once. On a Sentinel-managed master that
+    has just been replaced, the call is made once more, on the new master.
+    """
+    config = get_config()
+    target = config.redis_target
+    if shard is not None and config.redis_cluster:
+        target = breaker_target(config, True, shard)
+    if not breaker.allows(target):
+        return default
+    generation = breaker.generation(target)
+    try:
+        client = request_client()
+        masters.before_call(client)
+        try:
+            result = operation(client, config)
+        except REDIS_ERRORS as error:
+            if not masters.moved_after(client, error):
+                raise
+            result = operation(client, config)
+    except REDIS_ERRORS as error:
+        breaker.failed(target, error, config.failure_backoff)
+        return default
+    breaker.succeeded(target, generation)
+    return result
+
+
+def close(client: Client) -> None:
+    """Close every connection ``client`` holds, whatever kind of client it is."""
+    if isinstance(client, RedisCluster):
+        client.close()
+    else:
+        client.connection_pool.disconnect()
+
+
 def reset() -> None:
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
     for client in clients:
-        client.connection_pool.disconnect()
+        close(client)
     breaker.reset()
+    masters.reset()
 
 
 class CircuitBreaker:

@@ -26,9 +26,8 @@ from whos_online import keyspace
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    import redis
-
     from whos_online.conf import Config
+    from whos_online.connection import Client
 
 #: Longest counter name accepted; names become part of Redis keys.
 MAX_NAME_LENGTH: Final = 200
@@ -166,7 +165,7 @@ def increment_args(amounts: Mapping[tuple[str, int], int]) -> list[str | int]:
     return args
 
 
-def add(client: redis.Redis, config: Config, amounts: Mapping[tuple[str, int], int]) -> None:
+def add(client: Client, config: Config, amounts: Mapping[tuple[str, int], int]) -> None:
     """Add each amount, keyed by (counter name, Unix second), at every precision in one call."""
     args = increment_args(amounts)
     if args[0]:
@@ -176,13 +175,13 @@ def add(client: redis.Redis, config: Config, amounts: Mapping[tuple[str, int], i
         )
 
 
-def get(client: redis.Redis, config: Config, name: str, precision: int) -> list[tuple[int, int]]:
+def get(client: Client, config: Config, name: str, precision: int) -> list[tuple[int, int]]:
     stored = client.hgetall(counter_key(config, name, precision))
     return sorted((int(start), int(count)) for start, count in stored.items())
 
 
 def names(
-    client: redis.Redis,
+    client: Client,
     config: Config,
     precision: int,
     *,
@@ -208,7 +207,7 @@ def names(
 
 
 def samples(
-    client: redis.Redis,
+    client: Client,
     config: Config,
     counter_names: Sequence[str],
     precision: int,
@@ -239,7 +238,7 @@ class Cleaned:
 
 
 def clean(
-    client: redis.Redis,
+    client: Client,
     config: Config,
     *,
     now: float,
@@ -274,7 +273,7 @@ def clean(
     )
 
 
-def _known_pages(client: redis.Redis, config: Config) -> Iterator[list[str]]:
+def _known_pages(client: Client, config: Config) -> Iterator[list[str]]:
     # Paging by name rather than by rank: members removed behind the cursor shift no page.
     after = "-"
     while True:
@@ -297,7 +296,7 @@ def _precision_of(name_member: str) -> int | None:
 
 
 def _delete(
-    client: redis.Redis, config: Config, name_member: str, stale: list[bytes], *, dry_run: bool
+    client: Client, config: Config, name_member: str, stale: list[bytes], *, dry_run: bool
 ) -> int:
     if dry_run:
         return len(stale)
@@ -311,9 +310,7 @@ def _delete(
     return removed
 
 
-def _drop(
-    client: redis.Redis, config: Config, name_member: str, size: int, *, dry_run: bool
-) -> int:
+def _drop(client: Client, config: Config, name_member: str, size: int, *, dry_run: bool) -> int:
     if dry_run:
         return size
     return int(
@@ -323,7 +320,7 @@ def _drop(
     )
 
 
-def cleaning_due(client: redis.Redis, config: Config, *, now: float) -> list[int]:
+def cleaning_due(client: Client, config: Config, *, now: float) -> list[int]:
     """The precisions whose cleaning is due: each is cleaned every max(precision, 60) seconds."""
     last = client.hmget(_cleaned_key(config), [str(p) for p in config.counter_precisions])
     return [
@@ -333,9 +330,7 @@ def cleaning_due(client: redis.Redis, config: Config, *, now: float) -> list[int
     ]
 
 
-def mark_cleaned(
-    client: redis.Redis, config: Config, precisions: Sequence[int], now: float
-) -> None:
+def mark_cleaned(client: Client, config: Config, precisions: Sequence[int], now: float) -> None:
     key = _cleaned_key(config)
     pipe = client.pipeline(transaction=False)
     if precisions:

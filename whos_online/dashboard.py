@@ -25,11 +25,11 @@ from whos_online.conf import get_config
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    import redis
     from django.utils.functional import _StrPromise
     from django.utils.safestring import SafeString
 
     from whos_online.conf import Config
+    from whos_online.connection import Client
 
 #: Users listed by name; the rest are "N more".
 NAMES_SHOWN: Final = 100
@@ -175,7 +175,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
     starts = slice_starts(now, precision, min(config.counter_samples, MAX_POINTS))
     standard = [name for name, _title in STANDARD if is_gauge(name) or config.count_hits]
 
-    def read(client: redis.Redis, config: Config) -> _Read:
+    def read(client: Client, config: Config) -> _Read:
         kept, total, standard_kept = counters.names(
             client, config, precision, limit=MAX_CHARTS, among=standard
         )

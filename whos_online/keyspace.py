@@ -1,31 +1,119 @@
 """Where whos_online's keys live in Redis, and how its Lua scripts are loaded.
 
-All keys sit under ``{KEY_PREFIX}:`` — the braces make the prefix a Redis Cluster hash tag, so all
-keys share one slot and every script and transaction works on a cluster as well.
+Every key starts with a Redis Cluster hash tag, ``{…}``, so that the keys one script or
+transaction touches always share a slot. The site-wide keys (the peak, the counters, the cleanup
+lock) use the *base* tag ``{KEY_PREFIX}``. The people online are split into ``SHARDS`` shards, each
+with a tag of its own; with one shard (the default) that tag is the base tag, so everything sits
+in the one slot ``{KEY_PREFIX}``.
+
+With several shards the tags are chosen so that their slots spread evenly over the cluster's
+16384 slots, starting at the base tag's slot: shard 0 shares the base tag's slot (so that the read
+of shard 0 can carry the peak), and shard *i* lies about *i*/N of the way round from it. A cluster
+whose masters own equal, contiguous ranges of slots (as ``redis-cli --cluster create`` assigns
+them) thus holds about N / masters shards on each master. The tags carry the shard count
+(``{whos_online:2/4}``), so that a change of ``SHARDS`` starts a layout of its own instead of
+mixing two layouts in one set.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Generic, TypeVar
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import redis
     from redis.commands.core import Script
 
     from whos_online.conf import Config
+    from whos_online.connection import Client
 
 T = TypeVar("T")
 
 
 def key(config: Config, suffix: str) -> str:
+    """A site-wide key, under the base tag."""
     return f"{{{config.key_prefix}}}:{suffix}"
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One of the ``SHARDS`` parts of the people online, and the hash tag of its keys."""
+
+    index: int
+    tag: str
+
+    def key(self, suffix: str) -> str:
+        return f"{{{self.tag}}}:{suffix}"
+
+    @property
+    def is_base(self) -> bool:
+        """Whether this shard's keys share a slot with the site-wide keys (shard 0 always does)."""
+        return self.index == 0
+
+
+def slot(tag: str) -> int:
+    return key_slot(tag.encode())
+
+
+@functools.lru_cache(maxsize=16)
+def shard_tags(prefix: str, count: int) -> tuple[str, ...]:
+    """The hash tags of a layout of ``count`` shards; one shard keeps the base tag itself.
+
+    Shard *i* gets the first tag ``prefix:i/count``, ``prefix:i/count~1``, … whose slot falls in
+    its band: exactly the base tag's slot for shard 0, and a quarter of the slots between two
+    shards for the others, so that the chosen slots stay near evenly spaced points.
+    """
+    if count == 1:
+        return (prefix,)
+    base = slot(prefix)
+    spacing = REDIS_CLUSTER_HASH_SLOTS / count
+    width = max(int(spacing) // 4, 1)
+    tags = []
+    for index in range(count):
+        start = (base + round(index * spacing)) % REDIS_CLUSTER_HASH_SLOTS
+        band = 1 if index == 0 else width
+        attempt = 0
+        while True:
+            tag = f"{prefix}:{index}/{count}" + (f"~{attempt}" if attempt else "")
+            if (slot(tag) - start) % REDIS_CLUSTER_HASH_SLOTS < band:
+                break
+            attempt += 1
+        tags.append(tag)
+    return tuple(tags)
+
+
+def layout(config: Config, count: int | None = None) -> tuple[Shard, ...]:
+    """The shards of the configured layout, or of a layout of ``count`` shards."""
+    tags = shard_tags(config.key_prefix, config.shards if count is None else count)
+    return tuple(Shard(index, tag) for index, tag in enumerate(tags))
+
+
+def shard_of(config: Config, identity: str) -> Shard:
+    """The shard a person belongs to, by a stable hash of who they are (``u:<pk>`` for a user,
+    the stored member for a guest or bot), the same in every process."""
+    shards = _layout_of(config)
+    if len(shards) == 1:
+        return shards[0]
+    return shards[bucket(identity, len(shards))]
+
+
+@functools.lru_cache(maxsize=8192)
+def bucket(identity: str, count: int) -> int:
+    digest = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def user_identity(pk: str) -> str:
+    return f"u:{pk}"
+
+
 @functools.lru_cache(maxsize=64)
-def script(client: redis.Redis, source: str) -> Script:
+def script(client: Client, source: str) -> Script:
     # One Script per client and source keeps the SHA1 from being recomputed on every request.
     return client.register_script(source)
 
@@ -49,6 +137,9 @@ class PerConfig(Generic[T]):
         value = self._build(config)
         self._last = (config, value)
         return value
+
+
+_layout_of: Final = PerConfig(layout)
 
 
 def text(value: bytes | str) -> str:

@@ -1,6 +1,7 @@
 """The Redis keys and commands of presence: who is online, the peak and the daily visitors.
 
-Keys are made by ``keyspace`` (one cluster hash tag for all); the counters have their own module.
+Keys are made by ``keyspace``: the people online under the hash tag of their shard, the site-wide
+keys under the base tag; the counters have their own module.
 
 Writes that belong together go out in one round trip: a Lua script where the work must be atomic
 or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
@@ -14,71 +15,41 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from redis.exceptions import NoScriptError
+
 from whos_online import counters, identity, keyspace
+from whos_online.connection import is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    import redis
-
     from whos_online.conf import Config
+    from whos_online.connection import Client
 
 #: The sorted sets of people and bots, by kind. ``hidden`` holds users who are counted, not named.
 KINDS: Final = ("users", "hidden", "guests", "bots")
 
-# One recorded visit, in one round trip: join the kind's set (for a user, also leave the other
-# user set and refresh the display HASH), leave the sets of the identity the visitor had until
-# now (ARGV[8]: the guest's or bot's member on login, the user's pk on logout), add the visitor
-# to the day's HyperLogLog, raise the all-time peak, and sample the online counts into their
-# counters (each slice keeps the largest count seen in it). Buffered page hits ride along.
+# Lua shared by the scripts that sample the online counts: ``raise_peak`` keeps the most people
+# ever online, ``sample`` keeps the largest count seen in each slice of an ``online:*`` counter.
 #
 # Sampling walks the precisions from the finest up and stops at the first slice that already
 # holds at least the count, when every coarser precision is a multiple of that one (a '1' in the
 # may-stop flags): its slices then contain this one, and the write that filled it filled them
-# too. Most requests thus read one field per counter instead of writing every precision.
-#
-# The arguments are few and mostly the same from one visit to the next: the slices are worked out
-# here from the precisions and the second, since every argument costs packing, parsing and a Lua
-# string on every recorded request.
-_RECORD: Final = (
+# too. Most calls thus read one field per counter instead of writing every precision.
+_LUA_SAMPLING: Final = (
     counters.LUA_ADD_INCREMENTS
     + """
-local kind = tonumber(ARGV[1])
-local member = ARGV[2]
-local now = ARGV[3]
-redis.call('ZADD', KEYS[kind], now, member)
-if kind <= 2 then
-  redis.call('ZREM', KEYS[3 - kind], member)
-  redis.call('HSET', KEYS[5], 'name', ARGV[6], 'url', ARGV[7], 'seen', now)
-  redis.call('EXPIRE', KEYS[5], ARGV[5])
-  if ARGV[8] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[8])
-    redis.call('ZREM', KEYS[4], ARGV[8])
+local function raise_peak(peak, people, now)
+  if people > tonumber(redis.call('HGET', peak, 'count') or '0') then
+    redis.call('HSET', peak, 'count', people, 'at', now)
   end
-elseif ARGV[8] ~= '' then
-  redis.call('ZREM', KEYS[1], ARGV[8])
-  redis.call('ZREM', KEYS[2], ARGV[8])
 end
-if ARGV[9] ~= '' and redis.call('PFADD', KEYS[7], ARGV[9]) == 1 then
-  redis.call('EXPIREAT', KEYS[7], ARGV[10])
-end
-local min = ARGV[4]
-local users = redis.call('ZCOUNT', KEYS[1], min, '+inf')
-users = users + redis.call('ZCOUNT', KEYS[2], min, '+inf')
-local guests = redis.call('ZCOUNT', KEYS[3], min, '+inf')
-local bots = redis.call('ZCOUNT', KEYS[4], min, '+inf')
-if users + guests > tonumber(redis.call('HGET', KEYS[6], 'count') or '0') then
-  redis.call('HSET', KEYS[6], 'count', users + guests, 'at', now)
-end
-local prefix = ARGV[11]
-local precisions = parse_precisions(ARGV[12])
-local may_stop = ARGV[13]
-local second = tonumber(ARGV[14])
-local function sample(name, value)
+
+local function sample(known, prefix, precisions, may_stop, second, name, value)
   for i, precision in ipairs(precisions) do
     local counter = precision .. ':' .. name
     local slice = second - second % precision
@@ -88,21 +59,100 @@ local function sample(name, value)
         return
       end
     elseif redis.call('HSET', prefix .. counter, slice, value) == 1 then
-      redis.call('ZADD', KEYS[8], 0, counter)
+      redis.call('ZADD', known, 0, counter)
     end
   end
 end
-sample('online:users', users)
-sample('online:guests', guests)
-sample('online:bots', bots)
-add_increments(prefix, KEYS[8], precisions, 15)
+
+local function sample_all(known, prefix, precisions, may_stop, second, users, guests, bots)
+  sample(known, prefix, precisions, may_stop, second, 'online:users', users)
+  sample(known, prefix, precisions, may_stop, second, 'online:guests', guests)
+  sample(known, prefix, precisions, may_stop, second, 'online:bots', bots)
+end
+"""
+)
+
+# One recorded visit, in one round trip to the visitor's shard: join the kind's set (for a user,
+# also leave the other user set and refresh the display HASH), leave the sets of the identity the
+# visitor had until now when they are in this shard (ARGV[8]: the guest's or bot's member on
+# login, the user's pk on logout), and add the visitor to the shard's HyperLogLog of the day.
+# With one shard (ARGV[9] = '1') the same call also raises the all-time peak and samples the
+# online counts into their counters, and buffered page hits ride along; with several shards a
+# shard cannot count the whole site, and the cleanup command samples instead.
+#
+# Only the keys the call touches are declared, in this order: the set joined; the day's visitors
+# (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's two
+# sets (when ARGV[8] names one); when sampling, the four sets, the peak and the known counters.
+# The counter HASHes are named in Lua from ARGV[11]: they share the base tag, so their slot.
+_RECORD: Final = (
+    _LUA_SAMPLING
+    + """
+local n = 1
+local function take()
+  n = n + 1
+  return KEYS[n]
+end
+local member, now = ARGV[1], ARGV[2]
+redis.call('ZADD', KEYS[1], now, member)
+if ARGV[3] ~= '' then
+  local visitors = take()
+  if redis.call('PFADD', visitors, ARGV[3]) == 1 then
+    redis.call('EXPIREAT', visitors, ARGV[4])
+  end
+end
+if ARGV[5] ~= '' then
+  redis.call('ZREM', take(), member)
+  local hash = take()
+  redis.call('HSET', hash, 'name', ARGV[6], 'url', ARGV[7], 'seen', now)
+  redis.call('EXPIRE', hash, ARGV[5])
+end
+if ARGV[8] ~= '' then
+  redis.call('ZREM', take(), ARGV[8])
+  redis.call('ZREM', take(), ARGV[8])
+end
+if ARGV[9] == '1' then
+  local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
+  local min = ARGV[10]
+  local online_users = redis.call('ZCOUNT', users, min, '+inf')
+    + redis.call('ZCOUNT', hidden, min, '+inf')
+  local online_guests = redis.call('ZCOUNT', guests, min, '+inf')
+  local online_bots = redis.call('ZCOUNT', bots, min, '+inf')
+  raise_peak(peak, online_users + online_guests, now)
+  local prefix, precisions = ARGV[11], parse_precisions(ARGV[12])
+  sample_all(known, prefix, precisions, ARGV[13], tonumber(ARGV[14]),
+    online_users, online_guests, online_bots)
+  add_increments(prefix, known, precisions, 15)
+end
 return 1
 """
 )
 
-# Counts of every kind, the newest LIMIT visible users with their display data, the peak and the
-# day's visitors, in one round trip. The per-user HASHes are not in KEYS because their names are
-# only known once the range is read; they share the hash tag, so they live in the same slot.
+# Takes a person off the two sets of their former identity, in the shard that identity belongs to
+# (a login or logout whose two identities fall in different shards).
+_LEAVE: Final = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
+"""
+
+# The site-wide counts, as the cleanup command reads them from every shard, into the peak and the
+# online counters. KEYS: the peak, the known counters; ARGV: the time, the counter prefix,
+# precisions, may-stop flags, the second, and the users, guests and bots online.
+_SAMPLE: Final = (
+    _LUA_SAMPLING
+    + """
+local users, guests, bots = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+raise_peak(KEYS[1], users + guests, ARGV[1])
+sample_all(KEYS[2], ARGV[2], parse_precisions(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
+  users, guests, bots)
+return 1
+"""
+)
+
+# One shard's counts of every kind, its newest LIMIT visible users with their display data, and
+# its visitors of the day, in one round trip; shard 0 also reads the peak (KEYS[6]), which shares
+# its slot. The per-user HASHes are not in KEYS because their names are only known once the range
+# is read; they share the shard's hash tag, so they live in the same slot.
 _SNAPSHOT: Final = """
 local min = ARGV[1]
 local result = {}
@@ -125,8 +175,12 @@ if limit ~= 0 then
   end
 end
 result[5] = listed
-result[6] = redis.call('HMGET', KEYS[5], 'count', 'at')
-result[7] = redis.call('PFCOUNT', KEYS[6])
+if #KEYS >= 6 then
+  result[6] = redis.call('HMGET', KEYS[6], 'count', 'at')
+else
+  result[6] = {}
+end
+result[7] = redis.call('PFCOUNT', KEYS[5])
 return result
 """
 
@@ -145,15 +199,17 @@ PRUNE_CHUNK_SIZE: Final = 1000
 
 
 def key(config: Config, suffix: str) -> str:
+    """A site-wide key (under the base tag)."""
     return keyspace.key(config, suffix)
 
 
-def user_key(config: Config, pk: str) -> str:
-    return key(config, f"user:{pk}")
+def user_key(shard: keyspace.Shard, pk: str) -> str:
+    return shard.key(f"user:{pk}")
 
 
-def visitors_key(config: Config, day: date) -> str:
-    return key(config, f"visitors:{day.isoformat()}")
+def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
+    text = day if isinstance(day, str) else day.isoformat()
+    return shard.key(f"visitors:{text}")
 
 
 def utc_day(now: float) -> date:
@@ -162,6 +218,17 @@ def utc_day(now: float) -> date:
 
 def _score(now: float) -> str:
     return f"{now:.3f}"
+
+
+def user_shard(config: Config, pk: str) -> keyspace.Shard:
+    return keyspace.shard_of(config, keyspace.user_identity(pk))
+
+
+def member_shard(config: Config, kind: str, member: str) -> keyspace.Shard:
+    """The shard of a member of ``kind``'s set: users by their pk, guests and bots by member."""
+    if kind in {"users", "hidden"}:
+        return user_shard(config, member)
+    return keyspace.shard_of(config, member)
 
 
 class ListedUser(NamedTuple):
@@ -186,6 +253,9 @@ class Snapshot:
     peak_at: float | None = None
     #: Approximate distinct users and guests of the snapshot's UTC day.
     visitors: int = 0
+    #: How many names were asked for (None: everyone), so that a kept snapshot can tell whether
+    #: it answers a later read.
+    limit: int | None = 0
 
     @functools.cached_property
     def listed(self) -> list[ListedUser]:
@@ -197,6 +267,18 @@ class Snapshot:
             ListedUser(text(pk), float(seen), text(name), text(url))
             for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
         ]
+
+    def answers(self, limit: int | None) -> bool:
+        """Whether this snapshot holds everything a read of ``limit`` names would."""
+        if self.limit is None:
+            return True
+        return limit is not None and limit <= self.limit
+
+    def cut(self, limit: int | None) -> Snapshot:
+        """This snapshot with at most ``limit`` listed users (one that ``answers`` it)."""
+        if limit is None or 4 * limit >= len(self.rows):
+            return self
+        return replace(self, rows=self.rows[: 4 * limit], limit=limit)
 
 
 #: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
@@ -213,45 +295,91 @@ class UserDetails:
     url: str
 
 
-#: The sorted set each kind of visit joins, by its position in ``KINDS`` (Lua counts from 1).
+@dataclass(frozen=True)
+class ScriptCall:
+    """One script to run on one shard: what ``run`` sends, in one pipeline or one by one."""
+
+    source: str
+    keys: list[str]
+    args: list[str | int | float]
+
+
+def run(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run ``calls`` and return their replies, in one round trip where the client allows.
+
+    On one Redis (plain or Sentinel-managed) several calls go out in one pipeline of EVALSHAs;
+    scripts the server does not know yet are loaded and the pipeline is sent once more. A cluster
+    client runs each call on its own (redis-py refuses EVALSHA in cluster pipelines), following
+    MOVED and ASK replies, so a call costs one round trip to the node of its shard.
+    """
+    if len(calls) == 1 or is_cluster(client):
+        return [
+            keyspace.script(client, call.source)(keys=call.keys, args=call.args) for call in calls
+        ]
+    scripts = [keyspace.script(client, call.source) for call in calls]
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        for script, call in zip(scripts, calls, strict=True):
+            pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        replies = pipe.execute(raise_on_error=False)
+        missing = [
+            script
+            for script, reply in zip(scripts, replies, strict=True)
+            if isinstance(reply, NoScriptError)
+        ]
+        if not missing or attempt:
+            break
+        for script in {script.sha: script for script in missing}.values():
+            client.script_load(script.script)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return list(replies)
+
+
+#: The sorted set each kind of visit joins, by its position in ``KINDS``.
 KIND_INDEX: Final = {kind: index for index, kind in enumerate(KINDS, start=1)}
+#: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
+#: member both anonymous sets.
+_FORMER_SETS: Final = {
+    "users": ("guests", "bots"),
+    "hidden": ("guests", "bots"),
+    "guests": ("users", "hidden"),
+    "bots": ("users", "hidden"),
+}
 
 
 @dataclass(frozen=True)
 class _Recording:
     """What every recorded visit under one Config sends alike."""
 
-    kind_keys: tuple[str, ...]
-    user_prefix: str
     peak: str
-    visitors_prefix: str
     known: str
     counter_prefix: str
     precisions: str
     may_stop: str
     last_seen: int
+    #: Whether a visit samples the online counts itself: only when one shard holds everybody.
+    samples: bool
 
 
 def _recording(config: Config) -> _Recording:
     precisions = config.counter_precisions
     return _Recording(
-        kind_keys=tuple(key(config, kind) for kind in KINDS),
-        user_prefix=key(config, "user:"),
         peak=peak_key(config),
-        visitors_prefix=key(config, "visitors:"),
         known=counters.known_key(config),
         counter_prefix=counters.counter_prefix(config),
         precisions=counters.precisions_arg(precisions),
         may_stop="".join("1" if flag else "0" for flag in _may_stop(precisions)),
         last_seen=config.last_seen_days * 86400,
+        samples=config.shards == 1,
     )
 
 
 _recording_of: Final = keyspace.PerConfig(_recording)
 
 
-def record(
-    client: redis.Redis,
+def record_calls(
     config: Config,
     *,
     kind: str,
@@ -261,45 +389,68 @@ def record(
     former: str = "",
     visitor: str = "",
     hits: Mapping[tuple[str, int], int] | None = None,
-) -> None:
-    """Record one visit of ``kind`` ("users", "guests" or "bots"; a user passes ``user``).
+) -> list[ScriptCall]:
+    """The calls that record one visit of ``kind`` ("users", "guests" or "bots"; a user passes
+    ``user``): one, to the visitor's shard, unless ``former`` lives in another shard.
 
     ``former`` is who the visitor was until this visit, taken off the online sets in the same
     step: the guest's (or bot's) member when a user logs in, the user's pk when they log out
-    ("" for none).
-    ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds nothing).
+    ("" for none). ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds
+    nothing). ``hits`` ride along only when the visit samples (one shard); the caller keeps
+    them otherwise.
     """
     if user is not None:
         kind = "hidden" if user.hidden else "users"
     fixed = _recording_of(config)
+    shard = member_shard(config, kind, member)
+    keys = [shard.key(kind)]
     day_number = int(now // 86400)
-    keyspace.script(client, _RECORD)(
-        keys=[
-            *fixed.kind_keys,
-            fixed.user_prefix + member if user is not None else fixed.user_prefix,
-            fixed.peak,
-            fixed.visitors_prefix + identity.utc_day(now),
-            fixed.known,
-        ],
-        args=[
-            KIND_INDEX[kind],
-            member,
-            _score(now),
+    args: list[str | int | float] = [
+        member,
+        _score(now),
+        visitor,
+        # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
+        (day_number + 1) * 86400 + fixed.last_seen,
+    ]
+    if visitor:
+        keys.append(visitors_key(shard, identity.utc_day(now)))
+    if user is not None:
+        keys += [shard.key("hidden" if kind == "users" else "users"), user_key(shard, member)]
+        args += [fixed.last_seen, user.name, user.url]
+    else:
+        args += ["", "", ""]
+    calls = []
+    if former:
+        former_sets = _FORMER_SETS[kind]
+        former_shard = member_shard(config, former_sets[0], former)
+        former_keys = [former_shard.key(name) for name in former_sets]
+        if former_shard == shard:
+            keys += former_keys
+            args.append(former)
+        else:
+            args.append("")
+            calls.append(ScriptCall(_LEAVE, former_keys, [former]))
+    else:
+        args.append("")
+    if fixed.samples:
+        keys += [shard.key(name) for name in KINDS] + [fixed.peak, fixed.known]
+        args += [
+            "1",
             _score(now - config.window),
-            fixed.last_seen,
-            user.name if user else "",
-            user.url if user else "",
-            former,
-            visitor,
-            # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
-            (day_number + 1) * 86400 + fixed.last_seen,
             fixed.counter_prefix,
             fixed.precisions,
             fixed.may_stop,
             int(now),
             *counters.increment_args(hits or {}),
-        ],
-    )
+        ]
+    else:
+        args.append("0")
+    return [ScriptCall(_RECORD, keys, args), *calls]
+
+
+def record(client: Client, config: Config, **visit: Any) -> None:
+    """Record one visit (see ``record_calls``)."""
+    run(client, record_calls(config, **visit))
 
 
 @functools.lru_cache(maxsize=8)
@@ -315,30 +466,46 @@ def peak_key(config: Config) -> str:
     return key(config, "peak")
 
 
-def remove_user(client: redis.Redis, config: Config, pk: str, *, erase: bool = False) -> None:
-    """Take a user off the online list; with ``erase``, also drop their last-seen record."""
-    pipe = client.pipeline(transaction=True)
-    pipe.zrem(key(config, "users"), pk)
-    pipe.zrem(key(config, "hidden"), pk)
+def remove_user(
+    client: Client, config: Config, pk: str, *, erase: bool = False, shards: int | None = None
+) -> None:
+    """Take a user off the online list; with ``erase``, also drop their last-seen record.
+
+    ``shards`` names another layout than the configured one (the cleanup's old layouts).
+    """
+    shard = _shard_in(config, keyspace.user_identity(pk), shards)
+    pipe = client.pipeline(transaction=False)
+    pipe.zrem(shard.key("users"), pk)
+    pipe.zrem(shard.key("hidden"), pk)
     if erase:
-        pipe.delete(user_key(config, pk))
+        pipe.delete(user_key(shard, pk))
     pipe.execute()
 
 
-def snapshot(client: redis.Redis, config: Config, *, limit: int | None, now: float) -> Snapshot:
-    raw: Sequence[Any] = keyspace.script(client, _SNAPSHOT)(
-        keys=[
-            *(key(config, kind) for kind in KINDS),
-            peak_key(config),
-            visitors_key(config, utc_day(now)),
-        ],
-        args=[
-            _score(now - config.window),
-            -1 if limit is None else limit,
-            key(config, "user:"),
-        ],
-    )
-    visible, hidden, guests, bots, rows, (peak, peak_at), visitors = raw
+def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
+    if shards is None or shards == config.shards:
+        return keyspace.shard_of(config, person)
+    layout = keyspace.layout(config, shards)
+    return layout[keyspace.bucket(person, len(layout))]
+
+
+def snapshot_call(
+    config: Config, shard: keyspace.Shard, *, limit: int | None, now: float
+) -> ScriptCall:
+    keys = [shard.key(kind) for kind in KINDS] + [visitors_key(shard, identity.utc_day(now))]
+    if shard.is_base:
+        keys.append(peak_key(config))
+    args: list[str | int | float] = [
+        _score(now - config.window),
+        -1 if limit is None else limit,
+        shard.key("user:"),
+    ]
+    return ScriptCall(_SNAPSHOT, keys, args)
+
+
+def parse_snapshot(raw: Sequence[Any], limit: int | None) -> Snapshot:
+    visible, hidden, guests, bots, rows, peak_fields, visitors = raw
+    peak, peak_at = peak_fields if peak_fields else (None, None)
     return Snapshot(
         visible=int(visible),
         hidden=int(hidden),
@@ -348,46 +515,148 @@ def snapshot(client: redis.Redis, config: Config, *, limit: int | None, now: flo
         peak=int(peak or 0),
         peak_at=float(peak_at) if peak_at is not None else None,
         visitors=int(visitors),
+        limit=limit,
     )
 
 
-def user_presence(
-    client: redis.Redis, config: Config, pk: str
-) -> tuple[float | None, float | None]:
+def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
+    """One snapshot of the whole site from one per shard: counts and visitors add up (the shards
+    hold different people), the names are the newest ``limit`` of all, the peak is shard 0's."""
+    if len(parts) == 1:
+        return parts[0]
+    listed = sorted((row for part in parts for row in part.listed), key=lambda row: -row.seen)
+    if limit is not None:
+        listed = listed[:limit]
+    peak = max(parts, key=lambda part: part.peak)
+    return Snapshot(
+        visible=sum(part.visible for part in parts),
+        hidden=sum(part.hidden for part in parts),
+        guests=sum(part.guests for part in parts),
+        bots=sum(part.bots for part in parts),
+        rows=[field for row in listed for field in (row.pk, repr(row.seen), row.name, row.url)],
+        peak=peak.peak,
+        peak_at=peak.peak_at,
+        visitors=sum(part.visitors for part in parts),
+        limit=limit,
+    )
+
+
+def snapshot(client: Client, config: Config, *, limit: int | None, now: float) -> Snapshot:
+    """Counts, the newest ``limit`` visible users, the peak and the day's visitors of the whole
+    site: one call per shard, in one round trip on one Redis."""
+    shards = keyspace.layout(config)
+    calls = [snapshot_call(config, shard, limit=limit, now=now) for shard in shards]
+    return combine([parse_snapshot(raw, limit) for raw in run(client, calls)], limit)
+
+
+def user_presence(client: Client, config: Config, pk: str) -> tuple[float | None, float | None]:
     """Return (score in the online sets, last seen from the HASH) for one user."""
+    shard = user_shard(config, pk)
     pipe = client.pipeline(transaction=False)
-    pipe.zscore(key(config, "users"), pk)
-    pipe.zscore(key(config, "hidden"), pk)
-    pipe.hget(user_key(config, pk), "seen")
+    pipe.zscore(shard.key("users"), pk)
+    pipe.zscore(shard.key("hidden"), pk)
+    pipe.hget(user_key(shard, pk), "seen")
     visible, hidden, seen = pipe.execute()
     score = visible if visible is not None else hidden
     return score, (float(seen) if seen is not None else None)
 
 
-def count_stale(client: redis.Redis, config: Config, *, now: float) -> dict[str, int]:
+def count_stale(
+    client: Client, config: Config, *, now: float, shards: int | None = None
+) -> dict[str, int]:
     cutoff = "(" + _score(now - config.window)
+    layout = keyspace.layout(config, shards)
     pipe = client.pipeline(transaction=False)
-    for kind in KINDS:
-        pipe.zcount(key(config, kind), "-inf", cutoff)
-    return dict(zip(KINDS, map(int, pipe.execute()), strict=True))
+    for shard in layout:
+        for kind in KINDS:
+            pipe.zcount(shard.key(kind), "-inf", cutoff)
+    found = [int(count) for count in pipe.execute()]
+    return {kind: sum(found[index :: len(KINDS)]) for index, kind in enumerate(KINDS)}
 
 
-def prune_chunk(client: redis.Redis, config: Config, kind: str, *, now: float) -> list[str]:
-    """Remove up to ``PRUNE_CHUNK_SIZE`` members of ``kind`` last seen before the window."""
+def prune_chunk(
+    client: Client,
+    config: Config,
+    kind: str,
+    *,
+    now: float,
+    shard: keyspace.Shard | None = None,
+) -> list[str]:
+    """Remove up to ``PRUNE_CHUNK_SIZE`` members of ``kind`` last seen before the window, from
+    ``shard`` (by default the first of the configured layout)."""
+    shard = keyspace.layout(config)[0] if shard is None else shard
     removed = keyspace.script(client, _PRUNE_CHUNK)(
-        keys=[key(config, kind)], args=[_score(now - config.window), PRUNE_CHUNK_SIZE]
+        keys=[shard.key(kind)], args=[_score(now - config.window), PRUNE_CHUNK_SIZE]
     )
     return [keyspace.text(member) for member in removed]
 
 
-def read_peak(client: redis.Redis, config: Config) -> tuple[int, float | None]:
+def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) -> None:
+    """Raise the peak and sample the online counters from ``snapshot``, counted over every
+    shard (the cleanup command does so when a visit cannot: with several shards)."""
+    fixed = _recording_of(config)
+    users = snapshot.visible + snapshot.hidden
+    keyspace.script(client, _SAMPLE)(
+        keys=[fixed.peak, fixed.known],
+        args=[
+            _score(now),
+            fixed.counter_prefix,
+            fixed.precisions,
+            fixed.may_stop,
+            int(now),
+            users,
+            snapshot.guests,
+            snapshot.bots,
+        ],
+    )
+
+
+#: The shard counts of the layouts the cleanup command has seen, so that it can empty an old one.
+def layouts_key(config: Config) -> str:
+    return key(config, "layouts")
+
+
+def layouts_seen(client: Client, config: Config) -> list[int]:
+    """Register the configured layout and return every layout seen, the configured one first.
+
+    The one-shard layout counts as seen: it is where every site starts. A site that never
+    changed ``SHARDS`` from 1 keeps no record at all.
+    """
+    if config.shards != 1:
+        client.sadd(layouts_key(config), 1, config.shards)
+    seen = {int(each) for each in client.smembers(layouts_key(config))}
+    return [config.shards, *sorted(seen - {config.shards})]
+
+
+def layouts_known(client: Client, config: Config) -> list[int]:
+    """Every layout that may hold data: the configured one and those the cleanup has seen."""
+    seen = {int(each) for each in client.smembers(layouts_key(config))}
+    return [config.shards, *sorted(seen - {config.shards})]
+
+
+def layout_is_empty(client: Client, config: Config, shards: int) -> bool:
+    """Whether no sorted set of people is left in the layout of ``shards`` shards."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config, shards):
+        for kind in KINDS:
+            pipe.exists(shard.key(kind))
+    return not any(pipe.execute())
+
+
+def forget_layout(client: Client, config: Config, shards: int) -> None:
+    client.srem(layouts_key(config), shards)
+
+
+def read_peak(client: Client, config: Config) -> tuple[int, float | None]:
     count, at = client.hmget(peak_key(config), ["count", "at"])
     return int(count or 0), (float(at) if at is not None else None)
 
 
-def reset_peak(client: redis.Redis, config: Config) -> None:
+def reset_peak(client: Client, config: Config) -> None:
     client.delete(peak_key(config))
 
 
-def unique_visitors(client: redis.Redis, config: Config, day: date) -> int:
-    return int(client.pfcount(visitors_key(config, day)))
+def unique_visitors(client: Client, config: Config, day: date) -> int:
+    """The day's visitors: the shards' HyperLogLogs hold different people, so their estimates
+    add up. One PFCOUNT per shard (redis-py keeps PFCOUNT out of cluster pipelines)."""
+    return sum(int(client.pfcount(visitors_key(shard, day))) for shard in keyspace.layout(config))

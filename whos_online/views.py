@@ -74,7 +74,7 @@ def counts(request: HttpRequest) -> HttpResponse:
     config = get_config()
     names = may_see_names(request, config)
     # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-    found = api.snapshot(config.display_limit if names else 0)
+    found = api.snapshot(config.display_limit if names else 0, max_age=config.snapshot_max_age)
     body = json.dumps(counts_document(found, names=names), cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
     if names and not shows_names_to_everyone(config):

@@ -50,7 +50,8 @@ def _snapshot(context: template.Context) -> store.Snapshot:
     cached = getattr(request, _SNAPSHOT_ATTRIBUTE, None)
     if isinstance(cached, store.Snapshot):
         return cached
-    found = api.snapshot(get_config().display_limit)
+    config = get_config()
+    found = api.snapshot(config.display_limit, max_age=config.snapshot_max_age)
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
         return store.EMPTY_SNAPSHOT

@@ -15,7 +15,7 @@ from whos_online.connection import REDIS_ERRORS, admin_client
 if TYPE_CHECKING:
     from argparse import ArgumentParser
 
-    import redis
+    from whos_online.connection import Client
 
 #: Seconds the cleanup lock lives if a run dies without releasing it.
 LOCK_TIMEOUT = 120
@@ -99,6 +99,16 @@ class Command(BaseCommand):
             try:
                 removed = api.prune_with(client, config, now=now)
                 self.report(removed, now, "Removed")
+                left = api.prune_old_layouts(client, config, now=now)
+                if any(left.values()):
+                    self.report(left, now, "Removed from layouts of another SHARDS")
+                found = api.sample_counts(client, config, now=now)
+                if found is not None:
+                    self.log(
+                        f"Sampled {found.visible + found.hidden} users, {found.guests} guests "
+                        f"and {found.bots} bots online over {config.shards} shards.",
+                        level=2,
+                    )
                 self.clean_counters(client, config, now=now, dry_run=False)
             finally:
                 try:
@@ -110,9 +120,7 @@ class Command(BaseCommand):
             msg = f"Cannot clean up: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error
 
-    def clean_counters(
-        self, client: redis.Redis, config: Config, *, now: float, dry_run: bool
-    ) -> None:
+    def clean_counters(self, client: Client, config: Config, *, now: float, dry_run: bool) -> None:
         """Clean the precisions that are due: each every max(precision, 60) seconds."""
         due = counters.cleaning_due(client, config, now=now)
         cleaned = counters.clean(client, config, now=now, precisions=due, dry_run=dry_run)
