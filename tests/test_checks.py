@@ -564,3 +564,53 @@ def test_a_callable_whose_module_fails_to_import_is_reported(settings, tmp_path,
     [message] = checks.check_settings()
     assert message.id == "whos_online.E012"
     assert "boom" in message.msg
+
+
+# Scaling out
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_redis_cluster_must_be_a_bool(settings, value):
+    settings.WHOS_ONLINE = {"REDIS_CLUSTER": value}
+    assert check_error_codes() == ["whos_online.E025"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [None, "unix:///run/redis.sock", "redis://10.0.0.5:7000/3", "http://10.0.0.5:7000"],
+)
+def test_redis_cluster_needs_the_url_of_a_node(settings, url):
+    settings.WHOS_ONLINE = {"REDIS_CLUSTER": True, "REDIS_URL": url}
+    assert "whos_online.E025" in check_error_codes()
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://10.0.0.5:7000", "redis://10.0.0.5:7000/0", "rediss://:pw@node-1:6380/"]
+)
+def test_redis_cluster_takes_a_node_url(settings, url):
+    settings.WHOS_ONLINE = {"REDIS_CLUSTER": True, "REDIS_URL": url}
+    assert check_error_codes() == []
+
+
+@pytest.mark.parametrize("value", [0, -1, 129, True, "4", 4.0, None])
+def test_shards_must_be_an_integer_from_1_to_128(settings, value):
+    settings.WHOS_ONLINE = {"SHARDS": value}
+    assert check_error_codes() == ["whos_online.E026"]
+
+
+@pytest.mark.parametrize("value", [1, 3, 128])
+def test_shards_accepted(settings, value):
+    settings.WHOS_ONLINE = {"SHARDS": value}
+    assert check_error_codes() == []
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, True, "2", None])
+def test_snapshot_max_age_must_be_a_non_negative_number(settings, value):
+    settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": value}
+    assert check_error_codes() == ["whos_online.E027"]
+
+
+@pytest.mark.parametrize("value", [0, 0.5, 2, 30.0])
+def test_snapshot_max_age_accepted(settings, value):
+    settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": value}
+    assert check_error_codes() == []

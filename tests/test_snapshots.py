@@ -1,0 +1,92 @@
+"""SNAPSHOT_MAX_AGE: the tags and the JSON view show the process's last snapshot for a while."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import whos_online
+from tests.helpers import BreakerClock, configure, render, widget_text
+from whos_online import api, snapshots
+
+TAG = "{% load whos_online %}{% whos_online %}"
+
+
+@pytest.fixture
+def clock(monkeypatch) -> BreakerClock:
+    clock = BreakerClock()
+    monkeypatch.setattr(snapshots, "time", SimpleNamespace(monotonic=clock))
+    return clock
+
+
+@pytest.fixture
+def kept(settings, backend) -> None:
+    configure(settings, SNAPSHOT_MAX_AGE=2)
+
+
+def test_renders_within_the_max_age_read_redis_once(kept, clock, redis_calls, alice, r):
+    whos_online.record_user(alice)
+    render(TAG)
+    r.zadd("{whos_online}:guests", {"someone": 9_999_999_999})  # another process's visit
+    redis_calls.clear()
+
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    clock.advance(1.9)
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    assert redis_calls.trips == []
+
+    clock.advance(0.1)
+    assert widget_text(render(TAG)) == "Who's online: alice and 1 guest"
+    assert redis_calls.trips == [["EVALSHA"]]
+
+
+def test_a_visit_this_process_records_makes_the_next_render_fresh(kept, clock, alice, bob):
+    whos_online.record_user(alice)
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    whos_online.record_user(bob)
+    assert widget_text(render(TAG)) == "Who's online: bob and alice"
+
+
+def test_a_logout_this_process_makes_the_next_render_fresh(kept, clock, client, alice):
+    client.get(f"/login/{alice.username}/")
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    client.get("/logout/")
+    assert widget_text(render(TAG)) == "Who's online: 1 guest"
+
+
+def test_a_snapshot_with_names_answers_a_read_of_counts(kept, clock, redis_calls, client, alice):
+    whos_online.record_user(alice)
+    render(TAG)
+    redis_calls.clear()
+    assert client.get("/online/counts.json").json()["users"] == 1
+    assert redis_calls.trips == []
+
+
+def test_a_snapshot_of_counts_does_not_answer_a_read_of_names(kept, clock, redis_calls, alice):
+    whos_online.record_user(alice)
+    api.snapshot(0, max_age=2)  # as the JSON view reads for those who may not see names
+    redis_calls.clear()
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    assert redis_calls.trips == [["EVALSHA"]]
+
+
+def test_the_python_api_always_reads_afresh(kept, clock, alice, bob, r):
+    whos_online.record_user(alice)
+    render(TAG)
+    r.zadd("{whos_online}:users", {str(bob.pk): 9_999_999_999})
+    assert whos_online.online_counts().users == 2
+
+
+def test_zero_reads_redis_for_every_render(settings, backend, redis_calls, alice):
+    configure(settings, SNAPSHOT_MAX_AGE=0)
+    whos_online.record_user(alice)
+    redis_calls.clear()
+    render(TAG)
+    render(TAG)
+    assert redis_calls.trips == [["EVALSHA"], ["EVALSHA"]]
+
+
+def test_a_failed_read_is_not_kept(kept, clock, redis_down, alice):
+    assert widget_text(render(TAG)) == "Who's online: nobody"
+    assert snapshots.cache.get(50, 2) is None
