@@ -25,7 +25,7 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import conf, store
+from whos_online import conf, keyspace, store
 
 if TYPE_CHECKING:
     from whos_online.conf import Config
@@ -63,7 +63,7 @@ def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
         pipe.hset(
-            store.user_key(config, str(n)),
+            store.user_key(keyspace.layout(config)[0], str(n)),
             mapping={"name": f"user {n}", "url": f"/people/{n}/", "seen": now},
         )
     pipe.execute()

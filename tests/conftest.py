@@ -9,7 +9,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from tests.helpers import BreakerClock, RedisCalls, configure, counting_redis_calls
+from tests.helpers import (
+    BreakerClock,
+    RedisCalls,
+    configure,
+    counting_redis_calls,
+    single_redis,
+)
 from tests.redis_server import RedisServer, free_port
 from whos_online import conf, connection, counters, store
 from whos_online.connection import admin_client
@@ -61,7 +67,7 @@ def backend(request, settings) -> str:
 @pytest.fixture
 def r(backend) -> redis.Redis:
     """A client on whichever Redis the test runs against, for looking at what was stored."""
-    return admin_client()
+    return single_redis()
 
 
 @pytest.fixture

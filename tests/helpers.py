@@ -14,6 +14,7 @@ from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.template import engines
 from django.test import Client, RequestFactory
+from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
 
 from whos_online import throttle
@@ -48,6 +49,15 @@ def configure(settings: Any, **values: object) -> None:
     configure first.
     """
     settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
+
+
+def single_redis() -> redis.Redis:
+    """The admin client, on the one Redis (fakeredis or real) that most tests run against."""
+    from whos_online.connection import admin_client
+
+    client = admin_client()
+    assert not isinstance(client, RedisCluster)
+    return client
 
 
 def hide_bob(user: AbstractBaseUser) -> bool:

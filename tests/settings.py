@@ -47,7 +47,7 @@ TEMPLATES = [
 
 # Every render reads Redis, so that a test sees what it just stored however it stored it; the
 # tests of the kept snapshot (tests/test_snapshots.py) turn it on.
-WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0}
+WHOS_ONLINE: dict[str, object] = {"SNAPSHOT_MAX_AGE": 0}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STATIC_URL = "/static/"

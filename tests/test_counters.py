@@ -14,7 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
-from tests.helpers import configure
+from tests.helpers import configure, single_redis
 from tests.redis_server import free_port
 from whos_online import counters
 from whos_online.conf import get_config
@@ -825,7 +825,7 @@ operations = st.lists(
 @given(samples=st.integers(min_value=1, max_value=4), steps=operations)
 def test_updates_and_cleans_match_the_seed(settings, samples, steps):
     configure(settings, COUNTER_PRECISIONS=list(MODEL_PRECISIONS), COUNTER_SAMPLES=samples)
-    r = admin_client()
+    r = single_redis()
     r.flushdb()
     model = SeedModel(MODEL_PRECISIONS, samples)
 

@@ -50,13 +50,13 @@ from tests.helpers import (
     keyspace_text,
     latin1,
     members,
+    single_redis,
     text,
     valid_cookie,
 )
 from whos_online import api, throttle
 from whos_online.api import MAX_NAME_LENGTH
 from whos_online.conf import get_config
-from whos_online.connection import admin_client
 from whos_online.identity import client_ip
 
 if TYPE_CHECKING:
@@ -528,7 +528,7 @@ def test_any_headers_give_a_page_and_at_most_the_clients_member(
 ):
     headers = {"HTTP_X_FORWARDED_FOR": forwarded, "HTTP_USER_AGENT": agent, "HTTP_COOKIE": cookie}
     headers = {name: value for name, value in headers.items() if value is not None}
-    r = admin_client()
+    r = single_redis()
     r.flushdb()
     throttle.recent.clear()
     with override_settings(WHOS_ONLINE={"TRUSTED_PROXY_COUNT": proxies}):

@@ -11,6 +11,7 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
 from django.core.management import call_command
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
@@ -28,9 +29,11 @@ def sharded(settings, backend) -> None:
     configure(settings, SHARDS=SHARDS)
 
 
-def make_users(count: int) -> list:
+def make_users(count: int) -> list[AbstractUser]:
     model = get_user_model()
-    return [model.objects.create_user(f"user{number:02d}") for number in range(count)]
+    users = [model.objects.create_user(f"user{number:02d}") for number in range(count)]
+    assert all(isinstance(user, AbstractUser) for user in users)
+    return users  # type: ignore [return-value]
 
 
 def tags_holding(r, kind: str) -> set[str]:

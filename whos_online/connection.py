@@ -100,6 +100,10 @@ def _make_client(config: Config, *, admin: bool) -> Client:
         # The cluster client follows MOVED and ASK replies itself; Retry(…, 0) stops it from
         # retrying a failed node, and the timeouts reach every node's connections.
         retry = overrides.pop("retry")
+        if not hasattr(Retry, "get_retries"):
+            # redis-py 5 retries a failed cluster call three times whatever ``retry`` says; the
+            # argument that stops it warns of its deprecation from redis-py 6 on.
+            overrides["cluster_error_retry_attempts"] = 0
         return RedisCluster.from_url(config.redis_url, retry=retry, **overrides)
     if config.redis_url:
         return redis.Redis.from_url(config.redis_url, **overrides)
