@@ -144,7 +144,8 @@ def ensure_venv(venv: Path, *, python: str | None, group: str, django: str | Non
     run_or_fail([*pip, "--upgrade", "pip"], env=env)
     # The Django requirement goes into the same resolution as the project, so that pip reports a
     # conflict (with django-stubs, say) instead of installing a mismatched pair.
-    run_or_fail([*pip, "--editable", ".", "--group", group, *([django] if django else [])], env=env)
+    extra = django.split() if django else []
+    run_or_fail([*pip, "--editable", ".", "--group", group, *extra], env=env)
 
     groups = sorted((installed_groups(stamp) if same_project else set()) | {group})
     new_stamp = {"pyproject_sha256": digest, "groups": groups, "django": django}
@@ -354,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--django",
         default=os.environ.get("WHOS_ONLINE_DJANGO") or None,
         metavar="SPEC",
-        help='Django requirement, e.g. "django>=5.2,<6" (env WHOS_ONLINE_DJANGO)',
+        help='Django requirement, e.g. "django>=5.2,<6", and any other pins after it, separated '
+        'by spaces (env WHOS_ONLINE_DJANGO)',
     )
     parser.add_argument("command", choices=COMMANDS)
     return parser

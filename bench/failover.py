@@ -1,0 +1,113 @@
+"""How many visits a planned Sentinel failover loses, with and without asking the Sentinels again.
+
+Starts a master, a replica and a Sentinel (tests/topologies.py), points a Django site's
+whos_online at them through a django-redis Sentinel alias, and records a new guest every few
+milliseconds while ``SENTINEL FAILOVER`` runs. After the failover Sentinel leaves the old master
+writable for about ten seconds before turning it into a replica, which drops what it was sent:
+a visit is *lost* when ``record_guest`` reported it written and the new master does not have it.
+
+Each variant runs the same way; "without" stops whos_online from asking the Sentinels again
+(the behaviour of redis-py's Sentinel pool alone, which asks only when it opens a connection).
+Run from the repository root:
+
+    .venv/bin/python bench/failover.py
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import django
+from django.conf import settings
+
+from tests.topologies import SentinelGroup
+
+#: Seconds of recording, the failover starting one second in.
+DURATION = 30.0
+#: Seconds between two recorded visits.
+INTERVAL = 0.005
+
+
+def configure(group: SentinelGroup) -> None:
+    settings.configure(
+        SECRET_KEY="bench-failover",  # noqa: S106 (a throw-away site)
+        INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", "whos_online"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        CACHES={
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": f"redis://{group.service_name}/0",
+                "OPTIONS": {
+                    "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                    "SENTINELS": [("127.0.0.1", group.sentinel_port)],
+                },
+            }
+        },
+        WHOS_ONLINE={"FAILURE_BACKOFF": 1},
+    )
+    django.setup()
+
+
+def run(group: SentinelGroup, *, ask_again: bool) -> tuple[int, int, int]:
+    """Returns (visits attempted, reported written, written but missing on the new master)."""
+    import whos_online
+    from whos_online import conf, connection, store
+    from whos_online.conf import get_config
+
+    conf.reset()
+    interval = connection.MASTER_CHECK_INTERVAL if ask_again else float("inf")
+    connection.MASTER_CHECK_INTERVAL = interval  # type: ignore [misc]
+    if not ask_again:
+        connection.masters.moved_after = lambda client, error: False  # type: ignore [method-assign]
+    group.current_master().command("FLUSHALL")
+    written: list[str] = []
+    attempted = 0
+    failing = threading.Thread(target=group.failover, kwargs={"timeout": 40})
+    start = time.monotonic()
+    number = 0
+    while time.monotonic() - start < DURATION:
+        if number == int(1 / INTERVAL):
+            failing.start()
+        number += 1
+        address = f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"
+        attempted += 1
+        if whos_online.record_guest(address):
+            written.append(address)
+        time.sleep(INTERVAL)
+    failing.join()
+    group.wait_until_replicating(timeout=40)
+    config = get_config()
+    stored = group.current_master().client()
+    members = {str(member) for member in stored.zrange(store.key(config, "guests"), 0, -1)}
+    from whos_online.identity import guest_id
+
+    missing = sum(guest_id(address, config, time.time()) not in members for address in written)
+    return attempted, len(written), missing
+
+
+def main() -> None:
+    group = SentinelGroup()
+    group.start()
+    try:
+        configure(group)
+        print(f"{DURATION:g} s of visits every {INTERVAL * 1000:g} ms, a failover 1 s in")
+        print(f"{'variant':<40} {'attempted':>9} {'written':>8} {'lost':>6} {'lost %':>7}")
+        for label, ask_again in (
+            ("asking the Sentinels again (whos_online)", True),
+            ("redis-py's Sentinel pool alone", False),
+        ):
+            attempted, written, missing = run(group, ask_again=ask_again)
+            share = 100 * missing / written if written else 0.0
+            print(f"{label:<40} {attempted:>9} {written:>8} {missing:>6} {share:>6.2f}%")
+    finally:
+        group.close()
+
+
+if __name__ == "__main__":
+    main()
