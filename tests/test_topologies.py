@@ -106,7 +106,7 @@ def test_cluster_client_reads_and_writes_keys_on_every_node(cluster: ClusterServ
         assert node.command("GET", key) == key.upper()
         for other in cluster.nodes:
             if other is not node:
-                with pytest.raises(redis.exceptions.ResponseError, match="^MOVED"):
+                with pytest.raises(redis.exceptions.ResponseError, match=r"^MOVED"):
                     other.command("GET", key)
     cluster.flush()
     assert all(node.command("DBSIZE") == 0 for node in cluster.nodes)
