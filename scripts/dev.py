@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("WHOS_ONLINE_DJANGO") or None,
         metavar="SPEC",
         help='Django requirement, e.g. "django>=5.2,<6", and any other pins after it, separated '
-        'by spaces (env WHOS_ONLINE_DJANGO)',
+        "by spaces (env WHOS_ONLINE_DJANGO)",
     )
     parser.add_argument("command", choices=COMMANDS)
     return parser
