@@ -118,6 +118,18 @@ def test_a_frozen_master_costs_one_short_timeout_and_the_page_renders(on_sentine
         master.resume()
 
 
+def test_a_sentinel_that_does_not_answer_does_not_stop_recording(on_sentinel, breaker_clock):
+    assert whos_online.record_guest("198.51.100.1") is True  # the master is known now
+    breaker_clock.advance(connection.MASTER_CHECK_INTERVAL)  # time to ask again
+    on_sentinel.sentinel.freeze()
+    try:
+        assert whos_online.record_guest("198.51.100.2") is True
+        assert whos_online.record_guest("198.51.100.3") is True
+    finally:
+        on_sentinel.sentinel.resume()
+    assert stored_guests(on_sentinel.current_master()) == 3
+
+
 def test_after_a_failover_visits_go_to_the_new_master(on_sentinel, breaker_clock, monkeypatch):
     assert whos_online.record_guest("198.51.100.1") is True
     former = on_sentinel.current_master()

@@ -181,13 +181,18 @@ class MasterWatch:
         self._checked: dict[int, float] = {}
 
     def before_call(self, client: Client, now: float | None = None) -> None:
+        """Ask the Sentinels if it is time to. A Sentinel that fails to answer does not fail the
+        call, which goes to the master known so far; the next question waits FAILURE_BACKOFF."""
         pool = getattr(client, "connection_pool", None)
-        if not isinstance(pool, SentinelConnectionPool):
+        if not isinstance(pool, SentinelConnectionPool) or pool.master_address is None:
             return
         now = time.monotonic() if now is None else now
         if now - self._checked.get(id(pool), float("-inf")) >= MASTER_CHECK_INTERVAL:
             self._checked[id(pool)] = now
-            pool.get_master_address()  # type: ignore [no-untyped-call]
+            try:
+                pool.get_master_address()  # type: ignore [no-untyped-call]
+            except REDIS_ERRORS:
+                self._checked[id(pool)] = now + get_config().failure_backoff
 
     def moved_after(self, client: Client, error: BaseException) -> bool:
         """Whether ``error`` came from a master that the Sentinels no longer name."""
