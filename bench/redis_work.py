@@ -45,6 +45,9 @@ class Scenario:
     authenticated: bool
     #: Send the throttle cookie that the previous, recorded visit of the same client got.
     with_cookie: bool = False
+    #: Every request from the same address: the visitor is online already, as they are on most
+    #: recorded visits of a site (one per THROTTLE seconds per person).
+    returning: bool = False
 
 
 SCENARIOS: Final = (
@@ -54,6 +57,20 @@ SCENARIOS: Final = (
     Scenario("throttled user (cookie present)", WHOS_ONLINE_MIDDLEWARE, {}, True, True),
     Scenario("recorded guest, first visit (defaults)", WHOS_ONLINE_MIDDLEWARE, {}, False),
     Scenario("recorded user, first visit (defaults)", WHOS_ONLINE_MIDDLEWARE, {}, True),
+    Scenario(
+        "recorded guest, online already (defaults)",
+        WHOS_ONLINE_MIDDLEWARE,
+        {},
+        False,
+        returning=True,
+    ),
+    Scenario(
+        "recorded user, online already (defaults)",
+        WHOS_ONLINE_MIDDLEWARE,
+        {},
+        True,
+        returning=True,
+    ),
     Scenario(
         "recorded guest (`THROTTLE=0`, `COUNT_HITS=True`)",
         WHOS_ONLINE_MIDDLEWARE,
@@ -100,6 +117,8 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
         visit: Callable[[int], Any] = lambda n: client.get(  # noqa: E731
             "/", HTTP_X_FORWARDED_FOR=f"198.18.{n // 250}.{n % 250 + 1}"
         )
+        if scenario.returning:
+            visit = lambda n: client.get("/", HTTP_X_FORWARDED_FOR="198.18.9.9")  # noqa: E731
         visit(REQUESTS + 1)  # connects and loads the scripts
         round_trips: list[int] = []
         commands: list[int] = []

@@ -589,7 +589,7 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 def reset() -> None:
     """Forget everything cached from settings: the config, Redis clients and derived keys."""
-    from whos_online import connection, hits, identity, keyspace, snapshots, throttle
+    from whos_online import connection, hits, identity, keyspace, snapshots, store, throttle
 
     get_config.cache_clear()
     connection.reset()
@@ -598,3 +598,4 @@ def reset() -> None:
     throttle.reset()
     hits.reset()
     snapshots.reset()
+    store.reset()

@@ -76,14 +76,21 @@ end
 # also leave the other user set and refresh the display HASH), leave the sets of the identity the
 # visitor had until now when they are in this shard (ARGV[8]: the guest's or bot's member on
 # login, the user's pk on logout), and add the visitor to the shard's HyperLogLog of the day.
-# With one shard (ARGV[9] = '1') the same call also raises the all-time peak and samples the
-# online counts into their counters, and buffered page hits ride along; with several shards a
-# shard cannot count the whole site, and the cleanup command samples instead.
 #
-# Only the keys the call touches are declared, in this order: the set joined; the day's visitors
-# (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's two
-# sets (when ARGV[8] names one); when sampling, the four sets, the peak and the known counters.
-# The counter HASHes are named in Lua from ARGV[11]: they share the base tag, so their slot.
+# With one shard the same call keeps the site-wide numbers (with several, a shard cannot count
+# the whole site, and the cleanup command does it): buffered page hits ride along, and the visit
+# raises the all-time peak and samples the online counts into their counters when ARGV[9] says
+# so: '1' always (this process's first visit of the second), '?' only if the visit added someone
+# to the set. The counts rise when someone joins a set, so the peak and the largest count of a
+# slice follow every rise at once; the one other rise, someone stale but not pruned yet coming
+# back, is sampled by the process's next first visit of a second. A returning visitor, the
+# common case, thus runs no count at all, and the per-second samples keep the counters following
+# the counts down.
+#
+# Only keys the call may touch are declared, in this order: the set joined; the day's visitors
+# (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's
+# two sets (when ARGV[8] names one); with one shard, the four sets, the peak and the known
+# counters. The counter HASHes are named in Lua from ARGV[11]: they share the base tag.
 _RECORD: Final = (
     _LUA_SAMPLING
     + """
@@ -93,7 +100,7 @@ local function take()
   return KEYS[n]
 end
 local member, now = ARGV[1], ARGV[2]
-redis.call('ZADD', KEYS[1], now, member)
+local added = redis.call('ZADD', KEYS[1], now, member)
 if ARGV[3] ~= '' then
   local visitors = take()
   if redis.call('PFADD', visitors, ARGV[3]) == 1 then
@@ -110,17 +117,19 @@ if ARGV[8] ~= '' then
   redis.call('ZREM', take(), ARGV[8])
   redis.call('ZREM', take(), ARGV[8])
 end
-if ARGV[9] == '1' then
+if ARGV[9] ~= '0' then
   local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
   local min = ARGV[10]
-  local online_users = redis.call('ZCOUNT', users, min, '+inf')
-    + redis.call('ZCOUNT', hidden, min, '+inf')
-  local online_guests = redis.call('ZCOUNT', guests, min, '+inf')
-  local online_bots = redis.call('ZCOUNT', bots, min, '+inf')
-  raise_peak(peak, online_users + online_guests, now)
   local prefix, precisions = ARGV[11], parse_precisions(ARGV[12])
-  sample_all(known, prefix, precisions, ARGV[13], tonumber(ARGV[14]),
-    online_users, online_guests, online_bots)
+  if ARGV[9] == '1' or added == 1 then
+    local online_users = redis.call('ZCOUNT', users, min, '+inf')
+      + redis.call('ZCOUNT', hidden, min, '+inf')
+    local online_guests = redis.call('ZCOUNT', guests, min, '+inf')
+    local online_bots = redis.call('ZCOUNT', bots, min, '+inf')
+    raise_peak(peak, online_users + online_guests, now)
+    sample_all(known, prefix, precisions, ARGV[13], tonumber(ARGV[14]),
+      online_users, online_guests, online_bots)
+  end
   add_increments(prefix, known, precisions, 15)
 end
 return 1
@@ -435,7 +444,7 @@ def record_calls(
     if fixed.samples:
         keys += [shard.key(name) for name in KINDS] + [fixed.peak, fixed.known]
         args += [
-            "1",
+            _sampling.flag(int(now)),
             _score(now - config.window),
             fixed.counter_prefix,
             fixed.precisions,
@@ -451,6 +460,31 @@ def record_calls(
 def record(client: Client, config: Config, **visit: Any) -> None:
     """Record one visit (see ``record_calls``)."""
     run(client, record_calls(config, **visit))
+
+
+class _SamplingSeconds:
+    """Which second this process last sampled the counts in, so that its first visit of each
+    second samples them whoever the visitor is ('1'), and the others only for someone new ('?').
+
+    Two threads may both take the same second as their first: they sample twice, which is
+    harmless (each slice keeps the largest count).
+    """
+
+    def __init__(self) -> None:
+        self.last = -1
+
+    def flag(self, second: int) -> str:
+        if second == self.last:
+            return "?"
+        self.last = second
+        return "1"
+
+
+_sampling: Final = _SamplingSeconds()
+
+
+def reset() -> None:
+    _sampling.last = -1
 
 
 @functools.lru_cache(maxsize=8)
