@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
+from django_redis.pool import ConnectionFactory
 from redis.sentinel import SentinelConnectionPool
 
 import whos_online
@@ -25,7 +26,13 @@ TAG = "{% load whos_online %}{% whos_online %}"
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[SentinelGroup]:
-    servers = SentinelGroup()
+    # django-redis keeps a Sentinel pool per LOCATION for the life of the process, with the
+    # Sentinels it was first made with: a service name of this module's own, and no pool left
+    # from another run in this process, keep it from asking a group that is gone.
+    servers = SentinelGroup(service_name="whos-online-sentinel-tests")
+    for location in list(ConnectionFactory._pools):
+        if servers.service_name in location:
+            del ConnectionFactory._pools[location]
     try:
         servers.start()
         yield servers
