@@ -80,12 +80,11 @@ end
 # With one shard the same call keeps the site-wide numbers (with several, a shard cannot count
 # the whole site, and the cleanup command does it): buffered page hits ride along, and the visit
 # raises the all-time peak and samples the online counts into their counters when ARGV[9] says
-# so: '1' always (this process's first visit of the second), '?' only if the visit added someone
-# to the set. The counts rise when someone joins a set, so the peak and the largest count of a
-# slice follow every rise at once; the one other rise, someone stale but not pruned yet coming
-# back, is sampled by the process's next first visit of a second. A returning visitor, the
-# common case, thus runs no count at all, and the per-second samples keep the counters following
-# the counts down.
+# so: '1' always (this process's first visit of the second), '?' only if the visitor was not
+# online until now (not in the set, or stale there and not pruned yet: one ZSCORE tells). The
+# counts rise only when someone comes online, so the peak and the largest count of every slice
+# follow every rise at once, while a visitor online already, the common case, runs no count at
+# all; the per-second samples keep the counters following the counts down.
 #
 # Only keys the call may touch are declared, in this order: the set joined; the day's visitors
 # (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's
@@ -100,6 +99,7 @@ local function take()
   return KEYS[n]
 end
 local member, now = ARGV[1], ARGV[2]
+local before = ARGV[9] == '?' and redis.call('ZSCORE', KEYS[1], member)
 local added = redis.call('ZADD', KEYS[1], now, member)
 if ARGV[3] ~= '' then
   local visitors = take()
@@ -108,7 +108,11 @@ if ARGV[3] ~= '' then
   end
 end
 if ARGV[5] ~= '' then
-  redis.call('ZREM', take(), member)
+  -- A user is in one user set at most: only one who just joined this one can be in the other.
+  local other = take()
+  if added == 1 then
+    redis.call('ZREM', other, member)
+  end
   local hash = take()
   redis.call('HSET', hash, 'name', ARGV[6], 'url', ARGV[7], 'seen', now)
   redis.call('EXPIRE', hash, ARGV[5])
@@ -121,7 +125,7 @@ if ARGV[9] ~= '0' then
   local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
   local min = ARGV[10]
   local prefix, precisions = ARGV[11], parse_precisions(ARGV[12])
-  if ARGV[9] == '1' or added == 1 then
+  if ARGV[9] == '1' or added == 1 or tonumber(before) < tonumber(min) then
     local online_users = redis.call('ZCOUNT', users, min, '+inf')
       + redis.call('ZCOUNT', hidden, min, '+inf')
     local online_guests = redis.call('ZCOUNT', guests, min, '+inf')
