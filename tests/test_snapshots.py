@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,8 +16,14 @@ TAG = "{% load whos_online %}{% whos_online %}"
 
 @pytest.fixture
 def clock(monkeypatch) -> BreakerClock:
+    """The kept snapshot's age passes when the test says; Unix time is ``time.time``, looked up
+    at each call so that a test may set it too."""
     clock = BreakerClock()
-    monkeypatch.setattr(snapshots, "time", SimpleNamespace(monotonic=clock))
+
+    def unix_time() -> float:
+        return time.time()
+
+    monkeypatch.setattr(snapshots, "time", SimpleNamespace(monotonic=clock, time=unix_time))
     return clock
 
 
@@ -41,11 +48,38 @@ def test_renders_within_the_max_age_read_redis_once(kept, clock, redis_calls, al
     assert redis_calls.trips == [["EVALSHA"]]
 
 
-def test_a_visit_this_process_records_makes_the_next_render_fresh(kept, clock, alice, bob):
+def test_a_browser_recorded_after_the_kept_snapshot_was_read_gets_a_fresh_one(
+    kept, clock, client, alice, *, redis_calls, monkeypatch
+):
     whos_online.record_user(alice)
-    assert widget_text(render(TAG)) == "Who's online: alice"
+    render(TAG)  # kept: alice alone
+    read_at = snapshots.cache._kept[1]  # type: ignore [index]
+    wall = [read_at + 1.5]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    client.get("/plain/")  # this browser is recorded in the second after the read
+    wall[0] = read_at + 2.7
+    redis_calls.clear()
+
+    assert "alice and 1 guest" in widget_text(client.get("/").content.decode())
+    assert redis_calls.trips == [["EVALSHA"]]
+    # Its next page, and anybody else's, use what that read kept.
+    wall[0] = read_at + 2.8
+    assert "alice and 1 guest" in widget_text(client.get("/").content.decode())
+    assert widget_text(render(TAG)) == "Who's online: alice and 1 guest"
+    assert redis_calls.trips == [["EVALSHA"]]
+
+
+def test_a_visit_recorded_does_not_drop_the_kept_snapshot_for_others(
+    kept, clock, redis_calls, alice, bob
+):
+    """Every process records visits all the time on a busy site: dropping the kept snapshot on
+    each would make nearly every render read Redis again."""
+    whos_online.record_user(alice)
+    render(TAG)
+    redis_calls.clear()
     whos_online.record_user(bob)
-    assert widget_text(render(TAG)) == "Who's online: bob and alice"
+    assert widget_text(render(TAG)) == "Who's online: alice"
+    assert redis_calls.trips == [["EVALSHA"]]  # bob's visit, no read
 
 
 def test_a_logout_this_process_makes_the_next_render_fresh(kept, clock, client, alice):

@@ -127,14 +127,17 @@ def online_users(limit: int | None = None) -> list[OnlineUser]:
     return [] if found is None else listed_users(found)
 
 
-def snapshot(limit: int | None, *, max_age: float = 0) -> store.Snapshot | None:
+def snapshot(
+    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None
+) -> store.Snapshot | None:
     """Counts and the newest ``limit`` visible users; None if Redis could not be read.
 
     One round trip on one Redis; on a cluster one per shard, and a shard whose node fails counts
     as empty (its breaker logs the outage once) while the others are still shown. With
-    ``max_age``, the snapshot this process read last is reused while it is younger than that.
+    ``max_age``, the snapshot this process read last is reused while it is younger than that,
+    unless it was read before the end of the second ``fresh_after`` (see ``snapshots``).
     """
-    kept = snapshots.cache.get(limit, max_age)
+    kept = snapshots.cache.get(limit, max_age, fresh_after=fresh_after)
     if kept is not None:
         return kept
     now = time.time()
@@ -292,9 +295,7 @@ def _write_visit(config: Config, **visit: Any) -> bool:
 
     shard = store.member_shard(config, visit["kind"], visit["member"])
     written = call_redis(False, write, shard=shard)
-    if written:
-        snapshots.cache.invalidate()
-    elif taken:
+    if not written and taken:
         hits.buffer.give_back(taken)
     return written
 
@@ -395,6 +396,7 @@ def user_logged_out(
         return
     kind, member = guest
     _record_member(config, kind, member, now, former_user=pk)
+    snapshots.cache.invalidate()
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 
-from whos_online import api, identity, throttle
+from whos_online import api, identity, snapshots, throttle
 from whos_online.conf import Config, get_config
 from whos_online.decorators import is_not_recorded
 
@@ -88,7 +88,11 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     cookie = request.COOKIES.get(throttle.COOKIE_NAME)
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
     binding = throttle.binding(session_cookie, _address(request, config))
-    return fallback if throttle.is_fresh(cookie, binding, now, config.throttle) else RECORD
+    expiry = throttle.fresh_expiry(cookie, binding, now, config.throttle)
+    if expiry is None:
+        return RECORD
+    snapshots.note_recorded(request, expiry - config.throttle)
+    return fallback
 
 
 def after_view(request: HttpRequest, config: Config, now: float, decision: int) -> bool:

@@ -68,17 +68,25 @@ def make_cookie(binding: str, now: float, throttle: int) -> str:
 
 def is_fresh(value: str | None, binding: str, now: float, throttle: int) -> bool:
     """True when ``value`` is a cookie this site issued for ``binding`` and it has not expired."""
+    return fresh_expiry(value, binding, now, throttle) is not None
+
+
+def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> int | None:
+    """The expiry of ``value`` if it is a cookie this site issued for ``binding`` and it has not
+    expired, else None. It was issued, and its browser recorded, ``throttle`` seconds before."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
-        return False
+        return None
     expiry_text, dot, mac = value.partition(".")
     if not dot or not expiry_text.isascii() or not expiry_text.isdigit():
-        return False
+        return None
     expiry = int(expiry_text)
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
     if not now < expiry <= now + throttle:
-        return False
+        return None
     # compare_digest raises TypeError on non-ASCII text, which a client can send.
-    return mac.isascii() and hmac.compare_digest(mac, _mac(expiry, binding))
+    if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, binding)):
+        return expiry
+    return None
 
 
 class RecentIdentities:

@@ -30,7 +30,7 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from whos_online import api, dashboard, store
+from whos_online import api, dashboard, snapshots, store
 from whos_online.conf import get_config, is_staff
 from whos_online.decorators import not_recorded
 from whos_online.visibility import may_see_names, shows_names_to_everyone
@@ -74,7 +74,11 @@ def counts(request: HttpRequest) -> HttpResponse:
     config = get_config()
     names = may_see_names(request, config)
     # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-    found = api.snapshot(config.display_limit if names else 0, max_age=config.snapshot_max_age)
+    found = api.snapshot(
+        config.display_limit if names else 0,
+        max_age=config.snapshot_max_age,
+        fresh_after=snapshots.recorded_at(request),
+    )
     body = json.dumps(counts_document(found, names=names), cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
     if names and not shows_names_to_everyone(config):

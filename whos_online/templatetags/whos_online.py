@@ -29,7 +29,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, store
+from whos_online import api, snapshots, store
 from whos_online.conf import get_config
 from whos_online.visibility import may_see_names
 
@@ -51,7 +51,11 @@ def _snapshot(context: template.Context) -> store.Snapshot:
     if isinstance(cached, store.Snapshot):
         return cached
     config = get_config()
-    found = api.snapshot(config.display_limit, max_age=config.snapshot_max_age)
+    found = api.snapshot(
+        config.display_limit,
+        max_age=config.snapshot_max_age,
+        fresh_after=snapshots.recorded_at(request),
+    )
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
         return store.EMPTY_SNAPSHOT
