@@ -232,3 +232,36 @@ def test_forget_user_reaches_the_layouts_the_cleanup_has_seen(settings, backend,
     whos_online.forget_user(alice)
 
     assert list(r.scan_iter(match=f"*:user:{alice.pk}")) == []
+
+
+def test_the_newest_names_all_in_one_shard_are_read_in_full(sharded, redis_calls, db):
+    """Each shard is asked for about twice its share of the names; a shard that may hold more of
+    the newest is asked again, so the list is the newest of all whatever the spread."""
+    config = get_config()
+    users = make_users(80)
+    shard_of = {user.pk: store.user_shard(config, str(user.pk)) for user in users}
+    crowded = Counter(shard_of.values()).most_common(1)[0][0]
+    in_crowded = [user for user in users if shard_of[user.pk] == crowded]
+    elsewhere = [user for user in users if shard_of[user.pk] != crowded][:6]
+    assert len(in_crowded) >= 8
+    now = time.time()
+    for number, user in enumerate(elsewhere):
+        whos_online.record_user(user, now=now - 300 + number)  # older
+    for number, user in enumerate(in_crowded):
+        whos_online.record_user(user, now=now - 100 + number)  # the newest, in one shard
+    assert store.shard_limit(8, SHARDS) == 6
+    redis_calls.clear()
+
+    listed = whos_online.online_users(limit=8)
+
+    assert [user.pk for user in listed] == [user.pk for user in reversed(in_crowded)][:8]
+    assert redis_calls.trips == [["EVALSHA"] * SHARDS, ["EVALSHA"]]
+
+
+def test_names_spread_over_the_shards_take_one_round_trip(sharded, redis_calls, db):
+    now = time.time()
+    for number, user in enumerate(make_users(40)):
+        whos_online.record_user(user, now=now - 100 + number)
+    redis_calls.clear()
+    assert len(whos_online.online_users(limit=8)) == 8
+    assert redis_calls.trips == [["EVALSHA"] * SHARDS]

@@ -154,17 +154,30 @@ def snapshot(
 
 
 def _snapshot_by_shard(config: Config, limit: int | None, now: float) -> store.Snapshot | None:
-    parts = []
-    for shard in keyspace.layout(config):
-        calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+    """One call per shard, each behind the breaker of its shard: a shard that fails counts as
+    empty. A shard that ``store.unfinished`` names is asked again for ``limit`` names."""
+    shards = keyspace.layout(config)
+    asked = store.shard_limit(limit, len(shards))
+    parts: dict[int, store.Snapshot] = {}
+    for index, shard in enumerate(shards):
+        found = _read_shard(config, shard, asked, now)
+        if found is not None:
+            parts[index] = found
+    indexes = list(parts)
+    for position in store.unfinished([parts[index] for index in indexes], limit, asked):
+        index = indexes[position]
+        found = _read_shard(config, shards[index], limit, now)
+        if found is not None:
+            parts[index] = found
+    return store.combine(list(parts.values()), limit) if parts else None
 
-        def read(client: Client, _config: Config, calls: list[store.ScriptCall] = calls) -> Any:
-            return store.run(client, calls)[0]
 
-        raw = call_redis(None, read, shard=shard)
-        if raw is not None:
-            parts.append(store.parse_snapshot(raw, limit))
-    return store.combine(parts, limit) if parts else None
+def _read_shard(
+    config: Config, shard: keyspace.Shard, limit: int | None, now: float
+) -> store.Snapshot | None:
+    calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+    raw = call_redis(None, lambda client, _config: store.run(client, calls)[0], shard=shard)
+    return None if raw is None else store.parse_snapshot(raw, limit)
 
 
 def listed_users(found: store.Snapshot) -> list[OnlineUser]:
