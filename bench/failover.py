@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import django
 from django.conf import settings
 
-from tests.topologies import SentinelGroup
+from tests.topologies import SentinelGroup, sentinel_cache
 
 #: Seconds of recording, the failover starting one second in.
 DURATION = 30.0
@@ -38,17 +38,7 @@ def configure(group: SentinelGroup) -> None:
         SECRET_KEY="bench-failover",  # noqa: S106 (a throw-away site)
         INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", "whos_online"],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={
-            "default": {
-                "BACKEND": "django_redis.cache.RedisCache",
-                "LOCATION": f"redis://{group.service_name}/0",
-                "OPTIONS": {
-                    "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                    "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                    "SENTINELS": [("127.0.0.1", group.sentinel_port)],
-                },
-            }
-        },
+        CACHES={"default": sentinel_cache(group)},
         WHOS_ONLINE={"FAILURE_BACKOFF": 1},
     )
     django.setup()

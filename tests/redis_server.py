@@ -41,21 +41,25 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def argv(self) -> list[str]:
+        """On loopback, in its own directory, saving nothing."""
+        return [
+            server_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.directory,
+        ]
+
     def start(self, timeout: float = 10.0) -> None:
         self.process = subprocess.Popen(
-            [
-                server_binary(),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.directory,
-            ],
+            self.argv(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -14,7 +14,7 @@ from redis.sentinel import SentinelConnectionPool
 
 import whos_online
 from tests.helpers import configure, render, widget_text
-from tests.topologies import SentinelGroup
+from tests.topologies import SentinelGroup, sentinel_cache
 from whos_online import connection
 from whos_online.connection import REQUEST_TIMEOUT, request_client
 
@@ -42,22 +42,10 @@ def group() -> Iterator[SentinelGroup]:
 
 @pytest.fixture
 def on_sentinel(settings, group) -> SentinelGroup:
-    """The app on a django-redis alias configured for Sentinel, as the README shows, with no
-    SOCKET_TIMEOUT: django-redis's own client would wait redis-py's default on a frozen master."""
+    """The app on a django-redis alias configured for Sentinel (``sentinel_cache``)."""
     settle(group)
     group.current_master().command("FLUSHALL")
-    settings.CACHES = {
-        **settings.CACHES,
-        "sentinel": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://{group.service_name}/0",
-            "OPTIONS": {
-                "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": [("127.0.0.1", group.sentinel_port)],
-            },
-        },
-    }
+    settings.CACHES = {**settings.CACHES, "sentinel": sentinel_cache(group)}
     configure(settings, REDIS_ALIAS="sentinel", FAILURE_BACKOFF=0)
     return group  # type: ignore [no-any-return]
 

@@ -108,20 +108,7 @@ class ServerProcess(RedisServer):
         return Path(self.directory) / "redis.log"
 
     def argv(self) -> list[str]:
-        return [
-            server_binary(),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            self.directory,
-            *self.extra_args,
-        ]
+        return [*super().argv(), *self.extra_args]
 
     def start(self, timeout: float = 10.0) -> None:
         # Redis logs to stdout unless told otherwise; stderr has the errors of a bad argument,
@@ -592,3 +579,17 @@ class SentinelGroup:
 
     def close(self) -> None:
         _close_all((self.sentinel, self.master, self.replica))
+
+
+def sentinel_cache(group: SentinelGroup) -> dict[str, Any]:
+    """A django-redis cache on ``group``, configured for Sentinel as the README shows, with no
+    SOCKET_TIMEOUT: django-redis's own client would wait redis-py's default on a frozen master."""
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": f"redis://{group.service_name}/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+            "SENTINELS": [("127.0.0.1", group.sentinel_port)],
+        },
+    }
