@@ -9,7 +9,7 @@ import pytest
 
 import whos_online
 from tests.helpers import BreakerClock, configure, render, widget_text
-from whos_online import api, snapshots
+from whos_online import api, snapshots, throttle
 
 TAG = "{% load whos_online %}{% whos_online %}"
 
@@ -124,3 +124,39 @@ def test_zero_reads_redis_for_every_render(settings, backend, redis_calls, alice
 def test_a_failed_read_is_not_kept(kept, clock, redis_down, alice):
     assert widget_text(render(TAG)) == "Who's online: nobody"
     assert snapshots.cache.get(50, 2) is None
+
+
+def test_only_a_visitor_who_was_not_online_gets_the_flag_for_a_fresh_read(kept, clock, client):
+    client.get("/plain/")  # a guest arrives
+    assert throttle.arrived(client.cookies[throttle.COOKIE_NAME].value)
+    client.cookies.pop(throttle.COOKIE_NAME)
+    throttle.recent.clear()
+    client.get("/plain/")  # the same guest, online already, recorded again
+    assert not throttle.arrived(client.cookies[throttle.COOKIE_NAME].value)
+
+
+def test_a_visitor_online_already_is_shown_the_kept_snapshot(
+    kept, clock, client, *, redis_calls, monkeypatch
+):
+    client.get("/plain/")
+    client.cookies.pop(throttle.COOKIE_NAME)
+    throttle.recent.clear()
+    render(TAG)  # kept, with the guest counted
+    read_at = snapshots.cache._kept[1]  # type: ignore [index]
+    wall = [read_at + 1.5]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    client.get("/plain/")  # recorded again after the read, but online already
+    wall[0] = read_at + 2.7
+    redis_calls.clear()
+    assert "1 guest" in widget_text(client.get("/").content.decode())
+    assert redis_calls.trips == []
+
+
+def test_a_forged_flag_costs_one_read_at_most(kept, clock, client, *, redis_calls):
+    client.get("/plain/")
+    cookie = client.cookies[throttle.COOKIE_NAME].value.removesuffix(throttle.ARRIVED_SUFFIX)
+    client.cookies[throttle.COOKIE_NAME] = cookie + throttle.ARRIVED_SUFFIX
+    redis_calls.clear()
+    for _ in range(3):
+        client.get("/")
+    assert len(redis_calls.trips) <= 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -135,7 +135,7 @@ def snapshot(
     One round trip on one Redis; on a cluster one per shard, and a shard whose node fails counts
     as empty (its breaker logs the outage once) while the others are still shown. With
     ``max_age``, the snapshot this process read last is reused while it is younger than that,
-    unless it was read before the end of the second ``fresh_after`` (see ``snapshots``).
+    unless it was read before the second ``fresh_after`` (see ``snapshots``).
     """
     kept = snapshots.cache.get(limit, max_age, fresh_after=fresh_after)
     if kept is not None:
@@ -246,8 +246,13 @@ def record_user(
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
+    return bool(_record_user(user, _now(now), former_guest=former_guest))
+
+
+def _record_user(
+    user: AbstractBaseUser | AnonymousUser, timestamp: float, *, former_guest: str = ""
+) -> int:
     config = get_config()
-    timestamp = _now(now)
     pk = _pk_text(user)
     details = store.UserDetails(
         pk=pk,
@@ -280,12 +285,12 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
     config = get_config()
     timestamp = _now(now)
     member = identity.guest_id(address, config, timestamp)
-    return _record_member(config, "bots" if bot else "guests", member, timestamp)
+    return bool(_record_member(config, "bots" if bot else "guests", member, timestamp))
 
 
 def _record_member(
     config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
-) -> bool:
+) -> int:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
     written = _write_visit(
@@ -296,18 +301,26 @@ def _record_member(
     return written
 
 
-def _write_visit(config: Config, **visit: Any) -> bool:
+#: What recording a visit came to: nothing written, written for someone online already, or
+#: written for someone who was not online (whose next page must not show a snapshot from before).
+FAILED: Final = 0
+WRITTEN: Final = 1
+ARRIVED: Final = 2
+
+
+def _write_visit(config: Config, **visit: Any) -> int:
     """Write one visit, with any buffered page hits riding along in the same round trip when the
-    visit samples the counts (one shard); with several shards the flush timer writes them."""
+    visit samples the counts (one shard); with several shards the flush timer writes them.
+    Returns FAILED, WRITTEN or ARRIVED."""
     riding = config.count_hits and config.shards == 1
     taken = hits.buffer.take() if riding else {}
 
-    def write(client: Client, config: Config) -> bool:
-        store.record(client, config, hits=_hit_amounts(taken), **visit)
-        return True
+    def write(client: Client, config: Config) -> int:
+        reply = store.record(client, config, hits=_hit_amounts(taken), **visit)
+        return WRITTEN if reply == 0 else ARRIVED
 
     shard = store.member_shard(config, visit["kind"], visit["member"])
-    written = call_redis(False, write, shard=shard)
+    written = call_redis(FAILED, write, shard=shard)
     if not written and taken:
         hits.buffer.give_back(taken)
     return written
@@ -344,23 +357,25 @@ def flush_hits() -> bool:
     return written
 
 
-def record_request(request: HttpRequest, config: Config, now: float) -> bool:
+def record_request(request: HttpRequest, config: Config, now: float) -> int:
     """Record whoever made ``request``, unless this process did so within THROTTLE seconds.
 
-    Returns False only when Redis could not be written, so that the caller does not hand out a
-    throttle cookie for a visit that was not stored.
+    Returns FAILED only when Redis could not be written, so that the caller does not hand out a
+    throttle cookie for a visit that was not stored; ARRIVED when the visitor was not online, or
+    this process recorded them moments ago (a login records the user at once), so that their
+    next page reads afresh; WRITTEN otherwise.
     """
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now):
-            return True
-        return record_user(user, now=now)
+            return ARRIVED
+        return _record_user(user, now)
     guest = _guest_of(request, config, now)
     if guest is None:
-        return True
+        return WRITTEN
     kind, member = guest
     if config.throttle and recent.seen_recently(f"{kind}:{member}", now):
-        return True
+        return ARRIVED
     return _record_member(config, kind, member, now)
 
 

@@ -89,9 +89,10 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
     binding = throttle.binding(session_cookie, _address(request, config))
     expiry = throttle.fresh_expiry(cookie, binding, now, config.throttle)
-    if expiry is None:
+    if expiry is None or cookie is None:
         return RECORD
-    snapshots.note_recorded(request, expiry - config.throttle)
+    if throttle.arrived(cookie):
+        snapshots.note_recorded(request, expiry - config.throttle)
     return fallback
 
 
@@ -106,11 +107,17 @@ def after_view(request: HttpRequest, config: Config, now: float, decision: int) 
 
 
 def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
-    if not api.record_request(request, config, now) or not config.throttle:
+    recorded = api.record_request(request, config, now)
+    if recorded == api.FAILED or not config.throttle:
         return
     response.set_cookie(
         throttle.COOKIE_NAME,
-        throttle.make_cookie(_binding_after_view(request, config), now, config.throttle),
+        throttle.make_cookie(
+            _binding_after_view(request, config),
+            now,
+            config.throttle,
+            arrived=recorded == api.ARRIVED,
+        ),
         max_age=config.throttle,
         httponly=True,
         samesite="Lax",

@@ -5,12 +5,15 @@ limit of one Redis long before recording is. Keeping the last snapshot for a cou
 makes the read load grow with the number of processes instead of the number of page views.
 
 The person who was just recorded still sees the list with themselves in it on their next page,
-whichever process serves it: their throttle cookie says in which second they were recorded, the
-middleware notes it on the request, and a kept snapshot read before the end of that second is
-not used for them. Dropping the kept snapshot whenever a process records a visit would do the
-same for that process only, and at scale, where every process records visits all the time, it
-would make nearly every render read Redis again. A logout or an erasure this process handles
-does drop it, so that the person gone is not shown to the next pages it serves.
+whichever process serves it: when they were not online before, their throttle cookie says so and
+in which second they were recorded, the middleware notes it on the request, and a kept snapshot
+read before that second is not used for them. Someone online already is in the kept snapshot's
+counts anyway, so recording them again (most recorded visits) costs no read.
+
+Dropping the kept snapshot whenever a process records a visit would do the same for that process
+only, and at scale, where every process records visits all the time, it would make nearly every
+render read Redis again. A logout or an erasure this process handles does drop it, so that the
+person gone is not shown to the next pages it serves.
 
 Only the template tags and the JSON view use it; the Python API and the dashboard read afresh.
 """
@@ -51,15 +54,17 @@ class SnapshotCache:
         self, limit: int | None, max_age: float, *, fresh_after: int | None = None
     ) -> Snapshot | None:
         """The kept snapshot, cut to ``limit`` names, if it is younger than ``max_age`` seconds,
-        was read with at least ``limit`` names, and was read after the second ``fresh_after``
-        ended (the viewer was recorded then); None otherwise."""
+        was read with at least ``limit`` names, and was read in or after the second
+        ``fresh_after`` (when the viewer was recorded: the cookie knows no finer time, and a read
+        later in that same second must count, or every page of that second would read again);
+        None otherwise."""
         kept = self._kept
         if kept is None or max_age <= 0:
             return None
         read_at, read_at_unix, found = kept
         if time.monotonic() - read_at >= max_age or not found.answers(limit):
             return None
-        if fresh_after is not None and read_at_unix < fresh_after + 1:
+        if fresh_after is not None and read_at_unix < fresh_after:
             return None
         return found.cut(limit)
 

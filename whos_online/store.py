@@ -136,7 +136,12 @@ if ARGV[9] ~= '0' then
   end
   add_increments(prefix, known, precisions, 15)
 end
-return 1
+-- Whether the visitor was not online until now: their next page should not be shown a kept
+-- snapshot read before this visit (see ``snapshots``).
+if added == 1 or (before and tonumber(before) < tonumber(ARGV[10])) then
+  return 1
+end
+return 0
 """
 )
 
@@ -461,9 +466,10 @@ def record_calls(
     return [ScriptCall(_RECORD, keys, args), *calls]
 
 
-def record(client: Client, config: Config, **visit: Any) -> None:
-    """Record one visit (see ``record_calls``)."""
-    run(client, record_calls(config, **visit))
+def record(client: Client, config: Config, **visit: Any) -> Any:
+    """Record one visit (see ``record_calls``); returns 1 if the visitor was not online until
+    now, else 0."""
+    return run(client, record_calls(config, **visit))[0]
 
 
 class _SamplingSeconds:

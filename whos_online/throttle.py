@@ -61,9 +61,19 @@ def binding(session_key: str, address: str) -> str:
     return f"{session_key}|{address}"
 
 
-def make_cookie(binding: str, now: float, throttle: int) -> str:
+#: Ends the cookie of a browser whose visitor was not online before they were recorded, so that
+#: their next page is not shown a snapshot read before then (``snapshots``). It is outside the
+#: MAC: a client that adds it gets at most one fresh read of its own.
+ARRIVED_SUFFIX: Final = ".n"
+
+
+def make_cookie(binding: str, now: float, throttle: int, *, arrived: bool = False) -> str:
     expiry = int(now) + throttle
-    return f"{expiry}.{_mac(expiry, binding)}"
+    return f"{expiry}.{_mac(expiry, binding)}{ARRIVED_SUFFIX if arrived else ''}"
+
+
+def arrived(value: str) -> bool:
+    return value.endswith(ARRIVED_SUFFIX)
 
 
 def is_fresh(value: str | None, binding: str, now: float, throttle: int) -> bool:
@@ -76,7 +86,7 @@ def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> 
     expired, else None. It was issued, and its browser recorded, ``throttle`` seconds before."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
         return None
-    expiry_text, dot, mac = value.partition(".")
+    expiry_text, dot, mac = value.removesuffix(ARRIVED_SUFFIX).partition(".")
     if not dot or not expiry_text.isascii() or not expiry_text.isdigit():
         return None
     expiry = int(expiry_text)
