@@ -17,10 +17,12 @@ One Redis process is full when those µs add up to a second per second. The mode
 calls a site makes: each person online is recorded once per ``THROTTLE`` and views a page with the
 tag every ``--page-every`` seconds. Every page view reads a snapshot when ``SNAPSHOT_MAX_AGE`` is
 0. With the default of 2 s each of ``--processes`` web processes reads at most every 2 s, and a
-page reads afresh for a visitor recorded after its process's kept snapshot was read (so that they
-see themselves): with a page every ``--page-every`` seconds, a recorded visitor's next page comes
-within the snapshot's age (and the second of the recording) for a share (2 + 1) / page-every of
-them. Reads are processes / 2 s plus that share of the recorded visits, per second.
+page reads afresh for a visitor who was not online before and was recorded after its process's
+kept snapshot was read (so that they see themselves). Visitors arrive at people / ``--stay`` a
+second (``--stay``: how long a person stays online, the window included); with a page every
+``--page-every`` seconds, an arrival's next page comes within the snapshot's age (and the second
+of the recording) for a share (2 + 1) / page-every of them. Reads are processes / 2 s plus that
+share of the arrivals, per second.
 
 The cluster part starts three masters (tests/topologies.py) with ``SHARDS = 6``, records visits of
 people spread over the shards through the API, and reads each master's ``INFO commandstats``: the
@@ -348,6 +350,8 @@ class Model:
     page_every: float
     processes: int
     max_age: float
+    #: Seconds a person stays online, WINDOW included: people / stay arrive every second.
+    stay: float
 
 
 #: How snapshot reads come, by scenario of the capacity table.
@@ -361,12 +365,12 @@ def reads_per_second(model: Model, scenario: str, people: float) -> float:
         return 0.0
     if scenario == "no cache":
         return page_views
-    return min(page_views, kept + people / model.throttle * fresh_share(model))
+    return min(page_views, kept + people / model.stay * fresh_share(model))
 
 
 def fresh_share(model: Model) -> float:
-    """Share of recorded visitors whose next page finds the kept snapshot older than their
-    recording: those whose next page comes within its age and the second of the recording."""
+    """Share of arrivals whose next page finds the kept snapshot older than their recording:
+    those whose next page comes within its age and the second of the recording."""
     return min(1.0, (model.max_age + 1) / model.page_every)
 
 
@@ -505,9 +509,9 @@ def report(
     reads_text = {
         "recording alone": "none (no tag on the pages)",
         "no cache": f"every page view: people / {model.page_every:g} s (`SNAPSHOT_MAX_AGE = 0`)",
-        "cache": f"{kept} + {fresh_share(model):.0%} of recorded visits (`SNAPSHOT_MAX_AGE = "
-        f"{model.max_age:g}`, the default: a visitor's page reads afresh within "
-        f"{model.max_age + 1:g} s of their recording)",
+        "cache": f"{kept} + {fresh_share(model):.0%} of arrivals, people / {model.stay:g} s "
+        f"(`SNAPSHOT_MAX_AGE = {model.max_age:g}`, the default: an arrival's page reads afresh "
+        f"within {model.max_age + 1:g} s of their recording)",
     }
     rows = []
     for scenario in SCENARIOS:
@@ -530,8 +534,9 @@ def report(
         )
     lines += [
         f"People online when Redis CPU reaches 100 %: each person recorded once per THROTTLE "
-        f"({model.throttle:g} s) and viewing a page with the tag every {model.page_every:g} s, "
-        f"{model.processes} web processes. Cost per call by Lua time, or by process CPU.",
+        f"({model.throttle:g} s), staying {model.stay:g} s (WINDOW included) and viewing a page "
+        f"with the tag every {model.page_every:g} s, {model.processes} web processes. Cost per "
+        "call by Lua time, or by process CPU.",
         "",
         stats.table(
             [
@@ -588,12 +593,12 @@ def report(
         f"Recording alone, {MASTERS} masters ≈ {MASTERS} × one master when the shards spread "
         f"evenly: the busiest master takes {100 * busiest:.0f} % of the visits' Lua time "
         f"(even: {100 / MASTERS:.0f} %), so {people_label(alone_3)} against "
-        f"{MASTERS} × {people_label(alone_1)} = {people_label(MASTERS * alone_1)}; the rest of "
-        f"the gap is the visit's cost in cluster mode, {total_visit:.1f} µs of Lua against "
-        f"{visit_1[0]:.1f} (its visits sample no counts, the cleanup command does, but in "
-        "cluster mode Redis checks the slot of every command a script runs). Reads do not "
-        f"spread: each master pays for every read, {CLUSTER_SHARDS // MASTERS} shards' worth "
-        f"({NAMES} names each)."
+        f"{MASTERS} × {people_label(alone_1)} = {people_label(MASTERS * alone_1)}; a visit costs "
+        f"{total_visit:.1f} µs of Lua in cluster mode against {visit_1[0]:.1f} on one Redis (with "
+        "several shards a visit samples no counts, the cleanup command does; in cluster mode "
+        "Redis checks the slot of every command a script runs). Reads do not spread: each master "
+        f"pays for part of every read, {CLUSTER_SHARDS // MASTERS} shards' worth (each asked "
+        f"for about twice its share of the {NAMES} names)."
     )
     shard_read = (
         sum(r[0] for r in read_m) / CLUSTER_SHARDS,
@@ -625,6 +630,12 @@ def main(argv: list[str] | None = None) -> int:
         "--page-every", type=float, default=30.0, help="seconds between page views of a person"
     )
     parser.add_argument("--processes", type=int, default=100, help="web processes of the site")
+    parser.add_argument(
+        "--stay",
+        type=float,
+        default=900.0,
+        help="seconds a person stays online, WINDOW included (default: 5 min of visit + 10)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="repetitions of each phase")
     parser.add_argument("--visits", type=int, default=2000, help="recorded visits per phase")
     parser.add_argument("--reads", type=int, default=2000, help="snapshot reads per phase")
@@ -647,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
         page_every=options.page_every,
         processes=options.processes,
         max_age=defaults["SNAPSHOT_MAX_AGE"],
+        stay=options.stay,
     )
     print(
         report(
