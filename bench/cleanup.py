@@ -3,7 +3,7 @@
 A probe process (``bench.probe``) PINGs Redis every millisecond while one of these runs:
 
 * nothing (the baseline of the probe's own noise);
-* the seeds' prune, one ZREMRANGEBYSCORE per sorted set, for comparison;
+* the naive prune, one ZREMRANGEBYSCORE per sorted set, for comparison;
 * ``api.prune_with``, what ``whos_online_cleanup`` runs, on 1 000 000 stale members (half users,
   half guests) with some people still online who must stay;
 * ``counters.clean``, what the command runs next, on every counter (the online counts and page
@@ -154,7 +154,7 @@ def run() -> Section:
     idle = stalls["idle"]
     labels = {
         "idle": "nothing (the probe's own noise: the baseline)",
-        "naive": f"the seeds' prune: one ZREMRANGEBYSCORE per set, {stats.number(STALE)} stale",
+        "naive": f"the naive prune: one ZREMRANGEBYSCORE per set, {stats.number(STALE)} stale",
         "prune": f"`prune_with` (the command's prune), {stats.number(STALE)} stale, "
         f"chunks of {store.PRUNE_CHUNK_SIZE}",
         "counters": f"`counters.clean`, {len(COUNTERS)} counters × "

@@ -3,9 +3,9 @@
 Each figure is measured on an empty throw-away redis-server:
 
 * the sorted sets of people online, 1 000 000 members each, as the app writes them: users by
-  primary key, guests by the day's pseudonym of their address. The baseline is what the seeds
-  stored for a guest, the raw IPv4 address. Bytes per member are the growth of ``used_memory``
-  divided by the members; ``MEMORY USAGE`` of the key agrees within a few bytes.
+  primary key, guests by the day's pseudonym of their address. The baseline is what a naive
+  middleware stores for a guest, the raw IPv4 address. Bytes per member are the growth of
+  ``used_memory`` divided by the members; ``MEMORY USAGE`` of the key agrees within a few bytes.
 * the display HASH of a user (name, profile URL, last seen), written by the real record script.
   It is kept ``LAST_SEEN_DAYS`` after the user's last visit, so it counts per user who visited in
   that time, not per member online.
@@ -106,7 +106,7 @@ def run() -> Section:
         first = int(ipaddress.IPv4Address("10.0.0.0"))
         address: Callable[[int], str] = lambda n: str(ipaddress.IPv4Address(first + n))  # noqa: E731
         sets: list[tuple[str, Callable[[int], str]]] = [
-            ("guests as raw IPv4 addresses (the seeds' way; baseline)", address),
+            ("guests as raw IPv4 addresses (the naive way; baseline)", address),
             ("users, by primary key", str),
             (
                 "guests, by the day's pseudonym (`GUEST_IDENTITY='hashed-ip'`)",

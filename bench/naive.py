@@ -1,4 +1,4 @@
-"""The seeds' approach, as a baseline: one plain ZADD on every request, nothing else.
+"""The naive approach, as a baseline: one plain ZADD on every request, nothing else.
 
 Users are stored by primary key and guests by the client address from ``X-Forwarded-For`` (the
 rightmost entry, written by the one trusted proxy), scored by the time; there is no throttle, no

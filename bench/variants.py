@@ -69,7 +69,7 @@ VARIANTS: Final = (
     ),
     Variant(
         "naive",
-        "one plain ZADD per request (the seeds' middleware)",
+        "one plain ZADD per request (the naive middleware)",
         middleware=(NAIVE_MIDDLEWARE,),
     ),
     Variant(

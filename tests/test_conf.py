@@ -22,8 +22,8 @@ from whos_online.middleware import WhosOnlineMiddleware
 if TYPE_CHECKING:
     from whos_online.conf import Config
 
-#: The settings table of SPEC.md, key by key, then those of the views (README), then those of
-#: scaling out.
+#: The settings table of the product's contract, key by key, then those of the views (README),
+#: then those of scaling out.
 SPEC_DEFAULTS: dict[str, Any] = {
     "REDIS_ALIAS": "default",
     "REDIS_URL": None,

@@ -171,7 +171,7 @@ def test_update_accepts_an_aware_datetime(r):
 
 
 def test_zero_count_writes_nothing(r, redis_calls):
-    # The seed's HINCRBY 0 would store a 0 sample; adding nothing is not worth a round trip.
+    # A plain HINCRBY 0 would store a 0 sample; adding nothing is not worth a round trip.
     assert whos_online.update_counter("c", 0, now=T0) is True
 
     assert redis_calls.trips == []
@@ -754,7 +754,7 @@ def test_counters_fail_open_while_redis_is_down(settings, backoff):
         whos_online.update_counter("c", 1.5)  # type: ignore [arg-type]
 
 
-# --- property: the seed's semantics ---------------------------------------------------------------
+# --- property: the reference semantics -----------------------------------------------------------
 
 
 class SeedModel:
