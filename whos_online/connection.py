@@ -216,10 +216,10 @@ class MasterWatch:
 masters: Final = MasterWatch()
 
 
-def breaker_target(config: Config, client_is_cluster: bool, shard: Shard | None) -> str:
+def breaker_target(config: Config, shard: Shard | None) -> str:
     """What the breaker keys on: the whole target, or on a cluster each shard's slot, so that a
     master that is down takes only its own shards out."""
-    if shard is None or not client_is_cluster:
+    if shard is None or not config.redis_cluster:
         return config.redis_target
     return f"{config.redis_target} {{{shard.tag}}}"
 
@@ -237,9 +237,7 @@ def call(
     has just been replaced, the call is made once more, on the new master.
     """
     config = get_config()
-    target = config.redis_target
-    if shard is not None and config.redis_cluster:
-        target = breaker_target(config, True, shard)
+    target = breaker_target(config, shard)
     if not breaker.allows(target):
         return default
     generation = breaker.generation(target)

@@ -704,8 +704,7 @@ def layouts_seen(client: Client, config: Config) -> list[int]:
     """
     if config.shards != 1:
         client.sadd(layouts_key(config), 1, config.shards)
-    seen = {int(each) for each in client.smembers(layouts_key(config))}
-    return [config.shards, *sorted(seen - {config.shards})]
+    return layouts_known(client, config)
 
 
 def layouts_known(client: Client, config: Config) -> list[int]:
