@@ -4,7 +4,9 @@ pip-installed redis-server: tests/topologies.py), reached through a django-redis
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,13 +15,14 @@ from django_redis.pool import ConnectionFactory
 from redis.sentinel import SentinelConnectionPool
 
 import whos_online
-from tests.helpers import configure, render, widget_text
+from tests.helpers import JOIN_TIMEOUT, configure, render, widget_text
 from tests.topologies import SentinelGroup, sentinel_cache
-from whos_online import connection
+from whos_online import connection, sentinels
 from whos_online.connection import REQUEST_TIMEOUT, request_client
+from whos_online.sentinels import FollowingSentinel, SentinelListener
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 TAG = "{% load whos_online %}{% whos_online %}"
 
@@ -142,10 +145,14 @@ def test_after_a_failover_visits_go_to_the_new_master(on_sentinel, breaker_clock
     assert sentinel_pool().master_address[1] == promoted.port
 
 
-def test_a_refused_write_asks_the_sentinel_and_goes_to_the_new_master(on_sentinel, breaker_clock):
+def test_a_refused_write_asks_the_sentinel_and_goes_to_the_new_master(
+    on_sentinel, breaker_clock, monkeypatch
+):
     """A pooled connection to a master that Sentinel has since turned into a replica gets
     READONLY: the write is tried once more on the master the Sentinel names, at once, without
-    waiting for the next scheduled question (the clock does not move here)."""
+    waiting for the next scheduled question (the clock does not move here). The listeners,
+    which would have moved the connection already, are off."""
+    monkeypatch.setattr(FollowingSentinel, "listen", lambda self, pool: None)
     assert whos_online.record_guest("198.51.100.1") is True  # a pooled connection to the master
     former = on_sentinel.current_master()
     on_sentinel.failover(timeout=40)
@@ -157,3 +164,159 @@ def test_a_refused_write_asks_the_sentinel_and_goes_to_the_new_master(on_sentine
     assert stored_guests(promoted) >= 1
     assert sentinel_pool().master_address[1] == promoted.port
     assert former is not promoted
+
+
+def manager() -> FollowingSentinel:
+    pool = sentinel_pool()
+    assert isinstance(pool.sentinel_manager, FollowingSentinel)
+    return pool.sentinel_manager
+
+
+def wait_for(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def test_a_promotion_is_followed_as_announced_before_the_sentinel_names_it(
+    on_sentinel, breaker_clock
+):
+    """The clock does not move, so the Sentinels are not asked again on the request path: only
+    the announcement can move the visit after it to the promoted replica."""
+    assert whos_online.record_guest("198.51.100.1") is True  # listening from the first call on
+    former, promoted = on_sentinel.master, on_sentinel.replica
+    failing = threading.Thread(target=on_sentinel.failover, kwargs={"timeout": 40})
+    failing.start()
+    try:
+        wait_for(lambda: manager().promotions, "the announcement of the promotion")
+        assert whos_online.record_guest("198.51.100.2") is True
+    finally:
+        failing.join(JOIN_TIMEOUT + 40)
+    guests = "{whos_online}:guests"
+    assert promoted.client().zcard(guests) == 2
+    assert former.client().zcard(guests) in {1, 2}  # 2 once it replicates the new master
+    assert sentinel_pool().master_address[1] == promoted.port
+
+
+def listener_on(group: SentinelGroup) -> tuple[SentinelListener, FollowingSentinel]:
+    """A listener of the group's Sentinel that is not started: the tests hand it messages."""
+    following = FollowingSentinel(
+        [("127.0.0.1", group.sentinel_port)], sentinel_kwargs={"socket_timeout": 1}
+    )
+    pool = following.master_for(group.service_name).connection_pool  # type: ignore [no-untyped-call]
+    pool.get_master_address()
+    return SentinelListener(following, following.sentinels[0], pool), following
+
+
+def promotion_message(group: SentinelGroup, service_name: str | None = None) -> str:
+    replica, master = group.replica.port, group.master.port
+    return (
+        f"slave 127.0.0.1:{replica} 127.0.0.1 {replica} "
+        f"@ {service_name or group.service_name} 127.0.0.1 {master}"
+    )
+
+
+def test_an_announced_promotion_repoints_the_pool_until_the_failover_is_aborted(on_sentinel):
+    listener, following = listener_on(on_sentinel)
+    pool = listener.pool
+    assert pool.master_address == ("127.0.0.1", on_sentinel.master.port)
+
+    listener.handle(sentinels.PROMOTED, promotion_message(on_sentinel))
+    assert pool.master_address == ("127.0.0.1", on_sentinel.replica.port)
+    assert pool.get_master_address() == ("127.0.0.1", on_sentinel.replica.port)  # type: ignore [no-untyped-call]
+
+    listener.handle(sentinels.ABORTED, f"master {on_sentinel.service_name} 127.0.0.1 1")
+    assert pool.master_address == ("127.0.0.1", on_sentinel.master.port)
+    assert following.promotions == {}
+
+
+def test_a_switch_of_master_is_followed_like_a_promotion(on_sentinel):
+    listener, _following = listener_on(on_sentinel)
+    master, replica = on_sentinel.master.port, on_sentinel.replica.port
+    listener.handle(
+        sentinels.SWITCHED, f"{on_sentinel.service_name} 127.0.0.1 {master} 127.0.0.1 {replica}"
+    )
+    assert listener.pool.master_address == ("127.0.0.1", replica)
+
+
+@pytest.mark.parametrize(
+    ("channel", "data"),
+    [
+        (sentinels.PROMOTED, "another service"),
+        (sentinels.PROMOTED, "slave 127.0.0.1:1 127.0.0.1 port @ {service} 127.0.0.1 1"),
+        (sentinels.PROMOTED, "slave 127.0.0.1:1 127.0.0.1"),
+        (sentinels.SWITCHED, "another-service 127.0.0.1 1 127.0.0.1 2"),
+        ("+sdown", "master {service} 127.0.0.1 1"),
+    ],
+)
+def test_messages_of_other_services_or_unreadable_ones_change_nothing(on_sentinel, channel, data):
+    listener, following = listener_on(on_sentinel)
+    message = data.format(service=on_sentinel.service_name)
+    if message == "another service":
+        message = promotion_message(on_sentinel, "another-service")
+    listener.handle(channel, message)
+    assert following.promotions == {}
+    assert listener.pool.master_address == ("127.0.0.1", on_sentinel.master.port)
+
+
+def test_the_sentinels_answer_wins_once_it_names_another_master_or_the_trust_runs_out(
+    on_sentinel, monkeypatch
+):
+    _listener, following = listener_on(on_sentinel)
+    service, master = on_sentinel.service_name, ("127.0.0.1", on_sentinel.master.port)
+    following.promote(service, ("127.0.0.1", 1), ("127.0.0.1", 2))  # replaces another master
+    assert following.discover_master(service) == master
+    assert following.promotions == {}
+
+    following.promote(service, ("127.0.0.1", on_sentinel.replica.port), master)
+    later = time.monotonic() + sentinels.PROMOTION_TRUST
+    monkeypatch.setattr(sentinels, "time", SimpleNamespace(monotonic=lambda: later))
+    assert following.discover_master(service) == master
+
+
+def test_a_promotion_stands_while_no_sentinel_answers(on_sentinel):
+    _listener, following = listener_on(on_sentinel)
+    replica = ("127.0.0.1", on_sentinel.replica.port)
+    following.promote(on_sentinel.service_name, replica, ("127.0.0.1", on_sentinel.master.port))
+    on_sentinel.sentinel.freeze()
+    try:
+        assert following.discover_master(on_sentinel.service_name) == replica
+    finally:
+        on_sentinel.sentinel.resume()
+
+
+def test_each_process_listens_once_and_reset_stops_the_listeners(on_sentinel, monkeypatch):
+    assert whos_online.record_guest("198.51.100.1") is True
+    assert whos_online.record_guest("198.51.100.2") is True
+    listening = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
+    assert len(listening) == 1
+
+    # A forked worker inherits the manager but none of its threads: it starts its own.
+    monkeypatch.setattr("os.getpid", lambda: -1)
+    assert whos_online.record_guest("198.51.100.3") is True
+    started = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
+
+    assert len(set(started) - set(listening)) == 1
+    for inherited in listening:
+        inherited.stop()  # it would not exist in a real child; the parent keeps its own
+
+    connection.reset()
+    for thread in started:
+        thread.join(JOIN_TIMEOUT)
+        assert not thread.is_alive()
+
+
+def test_a_refusal_by_a_replica_just_announced_as_promoted_is_tried_again(on_sentinel, monkeypatch):
+    """The announcement can overtake the promotion it announces by a moment: READONLY from the
+    promoted replica then means "try again", but only within ``PROMOTION_GRACE``."""
+    listener, _following = listener_on(on_sentinel)
+    client = redis.Redis(connection_pool=listener.pool)
+    listener.handle(sentinels.PROMOTED, promotion_message(on_sentinel))
+    refused = redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
+    assert connection.masters.moved_after(client, refused) is True
+
+    later = time.monotonic() + sentinels.PROMOTION_GRACE
+    monkeypatch.setattr(sentinels, "time", SimpleNamespace(monotonic=lambda: later))
+    assert connection.masters.moved_after(client, refused) is False

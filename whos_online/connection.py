@@ -26,9 +26,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import SentinelConnectionPool
 
 from whos_online.conf import Config, get_config
+from whos_online.sentinels import FollowingSentinel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -159,7 +160,7 @@ def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) ->
     connection_kwargs.update(overrides)
     _drop_retry_options(connection_kwargs)
     connection_kwargs.pop("connection_class", None)
-    sentinel = Sentinel(  # type: ignore [no-untyped-call]
+    sentinel = FollowingSentinel(
         sentinels,
         min_other_sentinels=manager.min_other_sentinels,
         sentinel_kwargs=sentinel_kwargs,
@@ -175,6 +176,8 @@ class MasterWatch:
     When the answer changes, redis-py's Sentinel pool drops its idle connections, so the next
     call goes to the new master. A call refused by a read-only replica (the old master, once
     Sentinel has turned it) or cut off asks at once, so that the caller may try the new master.
+    The first call also starts the process's listeners (``whos_online.sentinels``), which learn
+    of a promotion as it happens, before the Sentinels name the new master.
     """
 
     def __init__(self) -> None:
@@ -184,7 +187,11 @@ class MasterWatch:
         """Ask the Sentinels if it is time to. A Sentinel that fails to answer does not fail the
         call, which goes to the master known so far; the next question waits FAILURE_BACKOFF."""
         pool = getattr(client, "connection_pool", None)
-        if not isinstance(pool, SentinelConnectionPool) or pool.master_address is None:
+        if not isinstance(pool, SentinelConnectionPool):
+            return
+        if isinstance(pool.sentinel_manager, FollowingSentinel):
+            pool.sentinel_manager.listen(pool)
+        if pool.master_address is None:
             return
         now = time.monotonic() if now is None else now
         if now - self._checked.get(id(pool), float("-inf")) >= MASTER_CHECK_INTERVAL:
@@ -202,6 +209,13 @@ class MasterWatch:
         if not isinstance(error, (ReadOnlyError, redis.exceptions.ConnectionError)):
             return False
         before = pool.master_address
+        manager = pool.sentinel_manager
+        if (
+            isinstance(error, ReadOnlyError)
+            and isinstance(manager, FollowingSentinel)
+            and manager.just_promoted(pool.service_name, before)
+        ):
+            return True  # the announcement overtook the promotion by a moment
         try:
             after = pool.get_master_address()  # type: ignore [no-untyped-call]
         except REDIS_ERRORS:
@@ -261,8 +275,13 @@ def close(client: Client) -> None:
     """Close every connection ``client`` holds, whatever kind of client it is."""
     if isinstance(client, RedisCluster):
         client.close()
-    else:
-        client.connection_pool.disconnect()
+        return
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool) and isinstance(
+        pool.sentinel_manager, FollowingSentinel
+    ):
+        pool.sentinel_manager.stop_listening()
+    pool.disconnect()
 
 
 def reset() -> None:
