@@ -1,4 +1,5 @@
-"""How many visits a planned Sentinel failover loses, with and without asking the Sentinels again.
+"""How many visits a planned Sentinel failover loses: following the Sentinels' announcements, asking
+them once a second only, and neither.
 
 Starts a master, a replica and a Sentinel (tests/topologies.py), points a Django site's
 whos_online at them through a django-redis Sentinel alias, and records a new guest every few
@@ -6,8 +7,10 @@ milliseconds while ``SENTINEL FAILOVER`` runs. After the failover Sentinel leave
 writable for about ten seconds before turning it into a replica, which drops what it was sent:
 a visit is *lost* when ``record_guest`` reported it written and the new master does not have it.
 
-Each variant runs the same way; "without" stops whos_online from asking the Sentinels again
-(the behaviour of redis-py's Sentinel pool alone, which asks only when it opens a connection).
+Each variant runs the same way. "Asking once a second" turns off the listeners of
+``whos_online.sentinels``, which act on the leading Sentinel's announcement of the promotion;
+"redis-py alone" also stops whos_online from asking the Sentinels again (the behaviour of redis-py's
+Sentinel pool alone, which asks only when it opens a connection).
 Run from the repository root:
 
     .venv/bin/python bench/failover.py
@@ -44,13 +47,15 @@ def configure(group: SentinelGroup) -> None:
     django.setup()
 
 
-def run(group: SentinelGroup, *, ask_again: bool) -> tuple[int, int, int]:
+def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, int, int]:
     """Returns (visits attempted, reported written, written but missing on the new master)."""
     import whos_online
-    from whos_online import conf, connection, store
+    from whos_online import conf, connection, sentinels, store
     from whos_online.conf import get_config
 
     conf.reset()
+    if not listen:
+        sentinels.FollowingSentinel.listen = lambda self, pool: None  # type: ignore [method-assign]
     interval = connection.MASTER_CHECK_INTERVAL if ask_again else float("inf")
     connection.MASTER_CHECK_INTERVAL = interval  # type: ignore [misc]
     if not ask_again:
@@ -87,14 +92,15 @@ def main() -> None:
     try:
         configure(group)
         print(f"{DURATION:g} s of visits every {INTERVAL * 1000:g} ms, a failover 1 s in")
-        print(f"{'variant':<40} {'attempted':>9} {'written':>8} {'lost':>6} {'lost %':>7}")
-        for label, ask_again in (
-            ("asking the Sentinels again (whos_online)", True),
-            ("redis-py's Sentinel pool alone", False),
+        print(f"{'variant':<44} {'attempted':>9} {'written':>8} {'lost':>6} {'lost %':>7}")
+        for label, listen, ask_again in (
+            ("following announcements (whos_online)", True, True),
+            ("asking the Sentinels once a second only", False, True),
+            ("redis-py's Sentinel pool alone", False, False),
         ):
-            attempted, written, missing = run(group, ask_again=ask_again)
+            attempted, written, missing = run(group, listen=listen, ask_again=ask_again)
             share = 100 * missing / written if written else 0.0
-            print(f"{label:<40} {attempted:>9} {written:>8} {missing:>6} {share:>6.2f}%")
+            print(f"{label:<44} {attempted:>9} {written:>8} {missing:>6} {share:>6.2f}%")
     finally:
         group.close()
 
