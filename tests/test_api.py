@@ -144,18 +144,41 @@ def test_display_name_setting(backend, settings, alice):
         "Zoë 👩\u200d💻 ✨ 名前",
         "مرحبا بالعالم",
         "\u202eevil\u202c name",
-        "tab\tnew\nline\x00nul",
+        "\u2067\u05e9\u05dc\u05d5\u05dd\u2069 \u202bנ\u202c",  # closed isolates and embeddings
+        "e\u0301\u0302\u0303\u0304 Vie\u0323\u0302t",  # four combining marks are kept
         "é" * 150,
         "🦄" * 150,
     ],
 )
 def test_any_name_round_trips_exactly(backend, r, alice, name):
+    """Any text that cannot disturb the page around it is kept as it is."""
     alice.username = name
 
     whos_online.record_user(alice)
 
     assert [u.name for u in whos_online.online_users()] == [name]
     assert r.hget(f"{{whos_online}}:user:{alice.pk}", "name") == name.encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        pytest.param("tab\tnew\nline\x00nul\x1b[31m", "tab new linenul[31m", id="controls"),
+        pytest.param("evil\u202e name", "evil name", id="override-never-closed"),
+        pytest.param("\u2067isolate", "isolate", id="isolate-never-closed"),
+        pytest.param("a\u202cb\u2069c", "abc", id="closers-of-nothing"),
+        pytest.param("\u202b\u2066x\u202c\u2069", "\u2066x\u2069", id="crossed-pairs"),
+        pytest.param("Z" + "\u0336" * 100 + "algo", "Z" + "\u0336" * 4 + "algo", id="100-marks"),
+        pytest.param("a\u20dd\u20dd\u20dd\u20dd\u20dd", "a" + "\u20dd" * 4, id="enclosing-marks"),
+    ],
+)
+def test_names_lose_what_would_disturb_the_page(backend, r, alice, name, kept):
+    alice.username = name
+
+    whos_online.record_user(alice)
+
+    assert [u.name for u in whos_online.online_users()] == [kept]
+    assert r.hget(f"{{whos_online}}:user:{alice.pk}", "name") == kept.encode()
 
 
 @pytest.mark.parametrize("name", ["x" * 1000, "🦄" * 1000, "ab" * 500])

@@ -151,6 +151,10 @@ def test_two_users_see_each_other_online(site, open_page, alice, bob):
     expect(widget_list(bobs)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
     expect(widget_list(alices)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
     expect(alices.locator(".whos-online")).to_have_attribute("data-users", "2")
+    # Names the widget wrote itself are isolated like the server's, so that no name can
+    # reverse the sentence around it.
+    for name in alices.locator(".whos-online-user").all():
+        expect(name).to_have_attribute("dir", "auto")
     assert_not_reloaded(alices)
 
 

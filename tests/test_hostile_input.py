@@ -45,6 +45,7 @@ import whos_online
 from tests.helpers import (
     GOOGLEBOT,
     GUEST_IP,
+    client_of,
     configure,
     guest,
     keyspace_text,
@@ -362,6 +363,8 @@ HOSTILE_NAME = (
     "Zoë 👩\u200d💻 名前 مرحبا \u202eevil\u202c\x00"
 )
 HOSTILE_NAME += "é" * (150 - len(HOSTILE_NAME))
+#: What is kept of it: all but the NUL (the override is closed, so it stays).
+KEPT_NAME = HOSTILE_NAME.replace("\x00", "")
 
 
 def test_a_150_character_hostile_name_is_rendered_escaped(r, client, db):
@@ -373,12 +376,13 @@ def test_a_150_character_hostile_name_is_rendered_escaped(r, client, db):
 
     assert_page(response)
     content = response.content.decode()
-    assert escape(HOSTILE_NAME) in content
+    assert f'<span class="whos-online-user" dir="auto">{escape(KEPT_NAME)}</span>' in content
     assert "&amp;amp;" in content
+    assert "\x00" not in content
     for raw in ("<script>", "<img", "{{ secret }}", '{% now "Y" %}'):
-        assert raw not in content.replace(escape(HOSTILE_NAME), "")
+        assert raw not in content.replace(escape(KEPT_NAME), "")
     assert str(datetime.now(tz=timezone.utc).year) + "Zo" not in content
-    assert [u.name for u in whos_online.online_users()] == [HOSTILE_NAME]
+    assert [u.name for u in whos_online.online_users()] == [KEPT_NAME]
     assert_no_garbage(r)
 
 
@@ -400,8 +404,55 @@ def test_display_name_of_any_length_or_type_is_cut_and_escaped(
     response = client.get("/")
 
     assert_page(response)
-    assert f'<span class="whos-online-user">{shown}</span>' in response.content.decode()
+    assert f'<span class="whos-online-user" dir="auto">{shown}</span>' in response.content.decode()
     assert_no_garbage(r)
+
+
+@pytest.mark.parametrize(
+    ("url", "linked"),
+    [
+        pytest.param("/people/7/", True, id="site-path"),
+        pytest.param("https://example.com/u/7", True, id="https"),
+        pytest.param("HTTP://example.com/u/7", True, id="http-upper-case"),
+        pytest.param("javascript:alert(1)", False, id="javascript"),
+        pytest.param("JavaScript:alert(1)", False, id="javascript-mixed-case"),
+        pytest.param("java\tscript:alert(1)", False, id="javascript-with-a-tab"),
+        pytest.param(" javascript:alert(1)", False, id="javascript-after-a-space"),
+        pytest.param("data:text/html,<script>alert(1)</script>", False, id="data"),
+        pytest.param("vbscript:msgbox(1)", False, id="vbscript"),
+        pytest.param("//evil.example/", False, id="another-host-without-a-scheme"),
+        pytest.param("/\\evil.example/", False, id="backslash-read-as-another-host"),
+        pytest.param("https:evil", False, id="https-without-a-host"),
+        pytest.param("people/7/", False, id="relative-to-the-page"),
+    ],
+)
+def test_profile_urls_are_linked_only_when_they_cannot_run_script(
+    r, settings, monkeypatch, alice, staff, *, url, linked
+):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    monkeypatch.setattr(type(alice), "get_absolute_url", lambda self: url, raising=False)
+    whos_online.record_user(alice)
+    link = f'href="{escape(url)}"'
+
+    tag = engines["django"].from_string("{% load whos_online %}{% whos_online %}").render({})
+    document = Client().get("/online/counts.json").json()
+    dashboard = client_of(staff).get("/online/").content.decode()
+
+    assert (link in tag) is linked
+    assert document["names"] == [{"name": "alice", "url": url if linked else ""}]
+    assert (link in dashboard) is linked
+    # The staff user's visit to the dashboard listed them too, with the same URL.
+    assert {u.url for u in whos_online.online_users()} == {url if linked else ""}
+
+
+def test_a_url_stored_before_it_was_checked_is_not_linked(r, alice):
+    whos_online.record_user(alice)
+    r.hset(f"{{whos_online}}:user:{alice.pk}", "url", "javascript:alert(1)")
+
+    tag = engines["django"].from_string("{% load whos_online %}{% whos_online %}").render({})
+
+    assert "javascript" not in tag
+    assert [u.url for u in whos_online.online_users()] == [""]
 
 
 # Users deleted while online ---------------------------------------------------------------------

@@ -233,7 +233,8 @@ def test_names_are_json_text_and_the_document_stays_inert_as_html(backend, setti
 
     response, document = get(client_of())
 
-    assert document["names"] == [{"name": HOSTILE, "url": ""}]
+    # The right-to-left override at its end is dropped: nothing closes it.
+    assert document["names"] == [{"name": HOSTILE.removesuffix("\u202e"), "url": ""}]
     assert b"<" not in response.content
     assert b">" not in response.content
     assert b"&" not in response.content

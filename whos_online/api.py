@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 
 from whos_online import connection, counters, hits, identity, keyspace, signals, snapshots, store
 from whos_online.conf import Config, get_config
+from whos_online.text import clean_name, linkable_url
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
@@ -110,12 +111,14 @@ def _pk_values(texts: Iterable[str]) -> list[object]:
 def display_name(user: AbstractBaseUser | AnonymousUser, config: Config) -> str:
     name = config.display_name(user) if config.display_name else user.get_username()
     # A lone surrogate cannot be sent to Redis; replace it rather than fail the request.
-    return str(name)[:MAX_NAME_LENGTH].encode("utf-8", "replace").decode()
+    # Cleaned after the cut, which could leave a bidirectional run open.
+    return clean_name(str(name)[:MAX_NAME_LENGTH].encode("utf-8", "replace").decode())
 
 
 def profile_url(user: AbstractBaseUser | AnonymousUser) -> str:
+    """The user's ``get_absolute_url()``, if a link to it cannot run script (else "")."""
     get_absolute_url = getattr(user, "get_absolute_url", None)
-    return str(get_absolute_url()) if callable(get_absolute_url) else ""
+    return linkable_url(str(get_absolute_url())) if callable(get_absolute_url) else ""
 
 
 def online_users(limit: int | None = None) -> list[OnlineUser]:

@@ -23,6 +23,7 @@ from redis.exceptions import NoScriptError
 
 from whos_online import counters, identity, keyspace
 from whos_online.connection import is_cluster
+from whos_online.text import linkable_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -282,7 +283,8 @@ class Snapshot:
         text = keyspace.text
         fields = iter(self.rows)
         return [
-            ListedUser(text(pk), float(seen), text(name), text(url))
+            # A URL stored by an older version, or by another app, is checked again here.
+            ListedUser(text(pk), float(seen), text(name), linkable_url(text(url)))
             for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
         ]
 

@@ -49,7 +49,7 @@ def test_user_and_guests(backend, db):
 
     assert widget_text(markup) == "Who's online: alice and 2 guests"
     assert 'data-users="1" data-guests="2" data-bots="0" data-total="3"' in markup
-    assert '<span class="whos-online-user">alice</span>' in markup
+    assert '<span class="whos-online-user" dir="auto">alice</span>' in markup
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ def test_user_with_a_profile_gets_a_link(backend, monkeypatch, alice, bob):
 
     markup = render(TAG)
 
-    assert f'<a class="whos-online-user" href="/people/{alice.pk}/">alice</a>' in markup
+    assert f'<a class="whos-online-user" href="/people/{alice.pk}/" dir="auto">alice</a>' in markup
 
 
 def test_profile_url_is_escaped(backend, monkeypatch, alice):

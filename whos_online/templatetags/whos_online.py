@@ -209,9 +209,10 @@ def _names_html(listed: list[store.ListedUser], texts: list[str]) -> SafeString:
 
 
 def _user_html(name: str, url: str) -> str:
+    # dir="auto" isolates the name: whatever direction its letters take stays inside it.
     if url:
-        return f'<a class="whos-online-user" href="{escape(url)}">{escape(name)}</a>'
-    return f'<span class="whos-online-user">{escape(name)}</span>'
+        return f'<a class="whos-online-user" href="{escape(url)}" dir="auto">{escape(name)}</a>'
+    return f'<span class="whos-online-user" dir="auto">{escape(name)}</span>'
 
 
 @register.simple_tag(takes_context=True)

@@ -36,6 +36,7 @@
       data.names.forEach(function (person) {
         var element = document.createElement(person.url ? "a" : "span");
         element.className = "whos-online-user";
+        element.dir = "auto"; // isolates the name's direction from the sentence around it
         element.textContent = person.name;
         if (person.url) {
           element.setAttribute("href", person.url);
