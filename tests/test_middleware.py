@@ -442,11 +442,18 @@ def test_client_port_in_forwarded_for_does_not_defeat_the_cookie(
     assert not user_was_loaded(second.wsgi_request)
 
 
-def test_huge_forwarded_for_falls_back_to_remote_addr(r, client, settings):
+def test_huge_forwarded_for_is_read_from_the_right(r, client, settings):
+    configure(settings, TRUSTED_PROXY_COUNT=1)
+    response = client.get("/plain/", HTTP_X_FORWARDED_FOR="198.51.100.50," * 1000 + "192.0.2.9")
+    assert response.status_code == 200
+    assert members(r, "guests") == [guest("192.0.2.9")]
+
+
+def test_an_empty_last_entry_records_nobody_rather_than_the_proxy(r, client, settings):
     configure(settings, TRUSTED_PROXY_COUNT=1)
     response = client.get("/plain/", HTTP_X_FORWARDED_FOR="198.51.100.50," * 1000)
     assert response.status_code == 200
-    assert members(r, "guests") == [guest(GUEST_IP)]
+    assert members(r, "guests") == []
 
 
 def test_ipv4_mapped_ipv6_is_the_ipv4_guest(r, client):

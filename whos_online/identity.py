@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     from whos_online.conf import Config
 
-#: Longest header value looked at; anything longer is not a client address, just noise.
-MAX_FORWARDED_LENGTH = 2048
+#: Longest text that can be an address in any form a proxy writes (``[v6%zone]:port``).
+MAX_ADDRESS_LENGTH = 64
 EPOCH = date(1970, 1, 1)
 
 
@@ -32,18 +32,25 @@ def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
 
     With N trusted proxies, each appended the address it saw to ``X-Forwarded-For``, so the
     client is the N-th entry from the right; anything further left was written by the client and
-    may be forged. With fewer than N entries the header cannot be trusted and REMOTE_ADDR is used.
+    may be forged. With fewer than N entries the request did not come through the proxies and
+    REMOTE_ADDR is used. The N-th entry is the answer even when it is empty or not an address
+    (then the client is unknown and nobody is recorded): falling back to REMOTE_ADDR would name
+    the proxy, and merge every client that pads its header into one guest.
+
+    The header is read from the right, N commas deep, so a header of any length costs the same.
     """
     remote = request.META.get("REMOTE_ADDR") or ""
-    if trusted_proxy_count:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR") or ""
-        if forwarded and len(forwarded) <= MAX_FORWARDED_LENGTH:
-            entries = forwarded.split(",")
-            if len(entries) >= trusted_proxy_count:
-                entry = entries[-trusted_proxy_count].strip()
-                if entry:
-                    return entry
-    return str(remote).strip()
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR") if trusted_proxy_count else None
+    if not forwarded:
+        return str(remote).strip()
+    end = len(forwarded)
+    for _ in range(trusted_proxy_count - 1):
+        end = forwarded.rfind(",", 0, end)
+        if end < 0:
+            return str(remote).strip()
+    entry = forwarded[forwarded.rfind(",", 0, end) + 1 : end].strip()
+    # Anything longer is not an address; cut, it could not fill the caches with large keys.
+    return entry if len(entry) <= MAX_ADDRESS_LENGTH else ""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -54,7 +61,7 @@ def normalize_ip(candidate: str) -> str | None:
     IPv4-mapped IPv6 address becomes the IPv4 address, so one client has one identity.
     """
     text = candidate.strip()
-    if not text or len(text) > 64:
+    if not text or len(text) > MAX_ADDRESS_LENGTH:
         return None
     if text.startswith("["):
         text = text[1:].partition("]")[0]
