@@ -387,3 +387,31 @@ def test_every_issued_cookie_round_trips(session, address, now, ttl):
     assert len(value) <= MAX_COOKIE_LENGTH
     assert is_fresh(value, bound, now, ttl) is True
     assert is_fresh(value, bound, int(now) + ttl, ttl) is False
+
+
+def test_forged_long_session_cookies_do_not_grow_the_mac_cache():
+    """Each made-up 8 kB session cookie is a new binding to check a cookie against: checking it
+    costs a hash, but keeping it would cost its 8 kB for as long as the cache holds it."""
+    import tracemalloc
+
+    now = 1_800_000_000
+    forged = f"{now + 60}.{'A' * 22}"
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for n in range(2000):
+            # Made per request, as the middleware does; only a cache would keep it alive.
+            binding = throttle.binding(f"{n:06d}" + "s" * 8192, "192.0.2.1")
+            assert throttle.fresh_expiry(forged, binding, now, 120) is None
+        grown = tracemalloc.take_snapshot().compare_to(before, "filename")
+    finally:
+        tracemalloc.stop()
+    assert sum(stat.size_diff for stat in grown) < 1_000_000  # 16 MB if they were kept
+
+
+def test_the_mac_of_a_short_binding_is_remembered():
+    throttle.reset()
+    binding = throttle.binding("k" * 32, "2001:db8::1")
+    cookie = throttle.make_cookie(binding, 1_800_000_000, 120)
+    assert throttle.fresh_expiry(cookie, binding, 1_800_000_000, 120) == 1_800_000_120
+    assert throttle._remembered_mac.cache_info().currsize == 1

@@ -34,6 +34,11 @@ COOKIE_NAME: Final = "whos_online"
 MAX_COOKIE_LENGTH: Final = 48
 #: Identities the in-process memory holds; the oldest is forgotten first beyond this.
 MEMORY_SIZE: Final = 10_000
+#: Longest binding whose MAC is remembered: a session key (32 characters with Django's database
+#: and cache backends) and an address (at most 64) fit. A longer one, such as a forged 8 kB
+#: session cookie, is hashed on each request and never kept, so that the cache stays a few
+#: megabytes however large the cookies clients make up.
+MAX_REMEMBERED_BINDING: Final = 160
 
 
 @functools.lru_cache(maxsize=2)
@@ -42,18 +47,24 @@ def _cookie_key(secret: str) -> bytes:
 
 
 def _mac(expiry: int, binding: str) -> str:
-    return _keyed_mac(expiry, binding, _cookie_key(settings.SECRET_KEY))
+    key = _cookie_key(settings.SECRET_KEY)
+    if len(binding) > MAX_REMEMBERED_BINDING:
+        return _compute_mac(expiry, binding, key)
+    return _remembered_mac(expiry, binding, key)
 
 
-@functools.lru_cache(maxsize=MEMORY_SIZE)
-def _keyed_mac(expiry: int, binding: str, key: bytes) -> str:
-    # A browser sends the same cookie on every request for THROTTLE seconds: remembering its MAC
-    # spares the hashing on nearly every throttled request. A client that makes up new cookies
-    # only churns this bounded cache and pays for the hashing, as it would without it.
+def _compute_mac(expiry: int, binding: str, key: bytes) -> str:
     digest = hashlib.blake2b(
         f"{expiry}|{binding}".encode("utf-8", "surrogateescape"), key=key, digest_size=16
     ).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+# A browser sends the same cookie on every request for THROTTLE seconds: remembering its MAC
+# spares the hashing on nearly every throttled request. A client that makes up new cookies only
+# churns this cache, bounded in entries and (by MAX_REMEMBERED_BINDING) in their size, and pays
+# for the hashing, as it would without it.
+_remembered_mac = functools.lru_cache(maxsize=MEMORY_SIZE)(_compute_mac)
 
 
 def binding(session_key: str, address: str) -> str:
@@ -136,5 +147,5 @@ recent: Final = RecentIdentities()
 
 def reset() -> None:
     _cookie_key.cache_clear()
-    _keyed_mac.cache_clear()
+    _remembered_mac.cache_clear()
     recent.clear()
