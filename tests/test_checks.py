@@ -566,6 +566,18 @@ def test_a_callable_whose_module_fails_to_import_is_reported(settings, tmp_path,
     assert "boom" in message.msg
 
 
+@pytest.mark.parametrize("value", [0, 129, -64, True, "64", 64.0, None])
+def test_guest_ipv6_prefix_must_be_an_integer_from_1_to_128(settings, value):
+    settings.WHOS_ONLINE = {"GUEST_IPV6_PREFIX": value}
+    assert check_error_codes() == ["whos_online.E028"]
+
+
+@pytest.mark.parametrize("value", [1, 48, 56, 64, 128])
+def test_guest_ipv6_prefix_accepted(settings, value):
+    settings.WHOS_ONLINE = {"GUEST_IPV6_PREFIX": value}
+    assert check_error_codes() == []
+
+
 # Scaling out
 
 

@@ -33,6 +33,7 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "THROTTLE": 120,
     "TRACK_GUESTS": True,
     "GUEST_IDENTITY": "hashed-ip",
+    "GUEST_IPV6_PREFIX": 64,
     "TRUSTED_PROXY_COUNT": 0,
     "IGNORE_PATHS": None,
     "BOT_USER_AGENTS": DEFAULT_BOT_USER_AGENTS,

@@ -17,6 +17,7 @@ from whos_online.identity import (
     client_ip,
     forwarded_candidate,
     guest_id,
+    guest_network,
     is_bot,
     normalize_ip,
     utc_day,
@@ -281,7 +282,7 @@ def test_ip_mode_returns_the_ip(settings):
     settings.WHOS_ONLINE = {"GUEST_IDENTITY": "ip"}
     config = get_config()
     assert guest_id(CLIENT, config, NOON) == CLIENT
-    assert guest_id("2001:db8::1", config, MIDNIGHT) == "2001:db8::1"
+    assert guest_id("2001:db8::1", config, MIDNIGHT) == "2001:db8::/64"
 
 
 # --- is_bot -------------------------------------------------------------------------------------
@@ -431,3 +432,25 @@ def test_forwarded_candidate_never_raises(forwarded, remote, proxies):
         assert candidate == (remote or "").strip()
     result = normalize_ip(candidate)
     assert result is None or str(ipaddress.ip_address(result)) == result
+
+
+@pytest.mark.parametrize(
+    ("address", "prefix", "network"),
+    [
+        ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 48, "2001:db8:1::/48"),
+        ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 127, "2001:db8:1:2:aaaa:bbbb:cccc:dddc/127"),
+        ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 128, "2001:db8:1:2:aaaa:bbbb:cccc:dddd"),
+        ("203.0.113.7", 64, "203.0.113.7"),
+        ("not an address", 64, "not an address"),
+    ],
+)
+def test_guest_network(address, prefix, network):
+    assert guest_network(address, prefix) == network
+
+
+def test_one_pseudonym_per_ipv6_network(settings):
+    config = get_config()
+    now = 1_800_000_000.0
+    assert guest_id("2001:db8::1", config, now) == guest_id("2001:db8::ffff:1", config, now)
+    assert guest_id("2001:db8::1", config, now) != guest_id("2001:db8:0:1::1", config, now)

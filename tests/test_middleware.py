@@ -461,10 +461,37 @@ def test_ipv4_mapped_ipv6_is_the_ipv4_guest(r, client):
     assert members(r, "guests") == [guest(GUEST_IP)]
 
 
-def test_ipv6_client_is_recorded(r, client, settings):
+def test_ipv6_client_is_recorded_by_its_network(r, client, settings):
     configure(settings, GUEST_IDENTITY="ip")
     client.get("/plain/", REMOTE_ADDR="2001:DB8::1")
+    assert members(r, "guests") == ["2001:db8::/64"]
+
+
+def test_ipv6_client_is_recorded_by_its_whole_address_with_a_prefix_of_128(r, client, settings):
+    configure(settings, GUEST_IDENTITY="ip", GUEST_IPV6_PREFIX=128)
+    client.get("/plain/", REMOTE_ADDR="2001:DB8::1")
     assert members(r, "guests") == ["2001:db8::1"]
+
+
+def test_addresses_rotating_inside_one_network_are_one_guest(r, settings):
+    """A device's privacy addresses, or a client making up one per request inside its /64,
+    count once: in the guests online, the peak and today's unique visitors."""
+    for host in range(1, 301):
+        Client(REMOTE_ADDR=f"2001:db8:0:7:{host:x}:{host:x}::1").get("/plain/")
+    Client(REMOTE_ADDR="2001:db8:0:8::1").get("/plain/")  # the next network is someone else
+
+    assert sorted(members(r, "guests")) == sorted(
+        [guest("2001:db8:0:7::"), guest("2001:db8:0:8::")]
+    )
+    assert whos_online.peak().people == 2
+    assert whos_online.unique_visitors() == 2
+
+
+def test_the_prefix_is_configurable(r, settings):
+    configure(settings, GUEST_IPV6_PREFIX=48)
+    Client(REMOTE_ADDR="2001:db8:1:7::1").get("/plain/")
+    Client(REMOTE_ADDR="2001:db8:1:8::1").get("/plain/")
+    assert members(r, "guests") == [guest("2001:db8:1::")]
 
 
 def test_ipv6_client_is_hashed_by_default(r, client):

@@ -48,6 +48,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "THROTTLE": 120,
     "TRACK_GUESTS": True,
     "GUEST_IDENTITY": "hashed-ip",
+    "GUEST_IPV6_PREFIX": 64,
     "TRUSTED_PROXY_COUNT": 0,
     # None means "STATIC_URL and MEDIA_URL", read when the config is built.
     "IGNORE_PATHS": None,
@@ -90,6 +91,7 @@ class Config:
     throttle: int
     track_guests: bool
     guest_identity: str
+    guest_ipv6_prefix: int
     trusted_proxy_count: int
     ignore_paths: tuple[re.Pattern[str], ...]
     bot_user_agents: re.Pattern[str] | None
@@ -148,6 +150,7 @@ def get_config() -> Config:
         throttle=merged["THROTTLE"],
         track_guests=merged["TRACK_GUESTS"],
         guest_identity=merged["GUEST_IDENTITY"],
+        guest_ipv6_prefix=merged["GUEST_IPV6_PREFIX"],
         trusted_proxy_count=merged["TRUSTED_PROXY_COUNT"],
         ignore_paths=tuple(re.compile(p) for p in _ignore_paths(merged["IGNORE_PATHS"])),
         bot_user_agents=re.compile(merged["BOT_USER_AGENTS"])
@@ -362,6 +365,18 @@ def validate(raw: object) -> list[CheckMessage]:  # noqa: PLR0912, PLR0915
                 "in Redis.",
                 hint="IP addresses are personal data in many jurisdictions; prefer 'hashed-ip'.",
                 id="whos_online.W002",
+            )
+        )
+
+    prefix = merged["GUEST_IPV6_PREFIX"]
+    if not _is_int(prefix) or not 1 <= prefix <= 128:
+        messages.append(
+            _error(
+                28,
+                f"WHOS_ONLINE['GUEST_IPV6_PREFIX'] must be an integer from 1 to 128, "
+                f"not {prefix!r}.",
+                "64 counts each IPv6 network of a household or device as one guest, since "
+                "devices rotate their addresses inside it; 128 uses the whole address.",
             )
         )
 

@@ -114,10 +114,30 @@ def _pseudonym(ip: str, key: bytes) -> str:
 
 
 def guest_id(ip: str, config: Config, now: float) -> str:
-    """The member stored for a guest or bot: a keyed hash of the IP, or the IP itself."""
+    """The member stored for a guest or bot: a keyed hash of the address (of its network, for
+    IPv6; see ``guest_network``), or that address itself."""
+    address = guest_network(ip, config.guest_ipv6_prefix)
     if config.guest_identity == "ip":
+        return address
+    return _pseudonym(address, _day_key(settings.SECRET_KEY, utc_day(now)))
+
+
+@functools.lru_cache(maxsize=4096)
+def guest_network(ip: str, prefix: int) -> str:
+    """``ip`` itself, or for an IPv6 address with a ``prefix`` below 128, its network in CIDR
+    form (``2001:db8:1:2::/64``).
+
+    A device on IPv6 picks a new address inside its /64 every day or so (privacy extensions), and
+    anyone can pick one per request: counted by whole address, one visitor would be thousands of
+    guests, and raise the peak with them. What is not an IPv6 address is returned as it is.
+    """
+    if prefix >= 128 or ":" not in ip:
         return ip
-    return _pseudonym(ip, _day_key(settings.SECRET_KEY, utc_day(now)))
+    try:
+        network = ipaddress.IPv6Network((ip, prefix), strict=False)
+    except ValueError:
+        return ip
+    return str(network)
 
 
 def visitor_id(member: str, now: float) -> str:
