@@ -313,7 +313,8 @@ def test_anonymous_user(backend, r):
     ],
 )
 def test_record_guest_by_ip(backend, settings, r, ip, stored):
-    configure(settings, GUEST_IDENTITY="ip")
+    # The whole address, to see how it was read (networks: test_identity.test_guest_network).
+    configure(settings, GUEST_IDENTITY="ip", GUEST_IPV6_PREFIX=128)
     now = _recent_second()
 
     assert whos_online.record_guest(ip, now=now) is True
