@@ -578,6 +578,27 @@ def test_no_throttle_cookie_while_writes_fail(fault, breaker_clock):
     assert is_recorded(fault, visitor_ip)
 
 
+def test_a_client_remembered_before_an_outage_is_written_again_not_renewed(settings, breaker_clock):
+    """The process remembers cookie-less clients it recorded; once Redis has failed, that
+    memory no longer stands for a stored visit: no cookie during the outage, and the first visit
+    after it is written to the Redis that came back empty."""
+    ips = addresses()
+    with serving(settings, Stopped()) as restarted:
+        assert COOKIE in Client(REMOTE_ADDR=SEEDED_GUEST).get("/plain/").cookies
+        assert is_recorded(restarted, SEEDED_GUEST)
+
+        restarted.inject()
+        fail_once(restarted, ips)  # this process sees the outage
+        response = Client(REMOTE_ADDR=SEEDED_GUEST).get("/plain/")  # no cookie: a new client
+        assert response.status_code == 200
+        assert COOKIE not in response.cookies
+
+        restarted.heal()  # a new process, empty
+        breaker_clock.advance(BACKOFF + 0.1)
+        assert COOKIE in Client(REMOTE_ADDR=SEEDED_GUEST).get("/plain/").cookies
+        assert is_recorded(restarted, SEEDED_GUEST)
+
+
 def test_a_restart_between_requests_costs_nothing(settings, caplog, touches):
     """A pooled connection to the old process is replaced without a failure or a warning."""
     caplog.set_level(logging.INFO, logger="whos_online")

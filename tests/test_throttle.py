@@ -415,3 +415,12 @@ def test_the_mac_of_a_short_binding_is_remembered():
     cookie = throttle.make_cookie(binding, 1_800_000_000, 120)
     assert throttle.fresh_expiry(cookie, binding, 1_800_000_000, 120) == 1_800_000_120
     assert throttle._remembered_mac.cache_info().currsize == 1
+
+
+def test_an_entry_from_before_the_latest_failure_no_longer_counts():
+    memory = RecentIdentities()
+    memory.remember("guests:abc", 1000.0, epoch=3)
+    assert memory.seen_recently("guests:abc", 900.0, epoch=3) is True
+    assert memory.seen_recently("guests:abc", 900.0, epoch=4) is False
+    memory.remember("guests:abc", 1000.0, epoch=4)
+    assert memory.seen_recently("guests:abc", 900.0, epoch=4) is True

@@ -263,6 +263,7 @@ def _record_user(
         name=display_name(user, config),
         url=profile_url(user),
     )
+    epoch = connection.breaker.failures
     written = _write_visit(
         config,
         kind="users",
@@ -273,7 +274,7 @@ def _record_user(
         visitor=identity.visitor_id(f"u:{pk}", timestamp),
     )
     if written and config.throttle:
-        recent.remember(f"u:{pk}", timestamp + config.throttle)
+        recent.remember(f"u:{pk}", timestamp + config.throttle, epoch)
         if former_guest:
             recent.forget([f"guests:{former_guest}", f"bots:{former_guest}"])
     return written
@@ -296,11 +297,12 @@ def _record_member(
 ) -> int:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
+    epoch = connection.breaker.failures
     written = _write_visit(
         config, kind=kind, member=member, now=timestamp, visitor=visitor, former=former_user
     )
     if written and config.throttle:
-        recent.remember(f"{kind}:{member}", timestamp + config.throttle)
+        recent.remember(f"{kind}:{member}", timestamp + config.throttle, epoch)
     return written
 
 
@@ -366,18 +368,20 @@ def record_request(request: HttpRequest, config: Config, now: float) -> int:
     Returns FAILED only when Redis could not be written, so that the caller does not hand out a
     throttle cookie for a visit that was not stored; ARRIVED when the visitor was not online, or
     this process recorded them moments ago (a login records the user at once), so that their
-    next page reads afresh; WRITTEN otherwise.
+    next page reads afresh; WRITTEN otherwise. The process's memory of recent visitors counts
+    only since Redis last failed (see ``RecentIdentities``).
     """
+    epoch = connection.breaker.failures
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
-        if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now):
+        if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now, epoch):
             return ARRIVED
         return _record_user(user, now)
     guest = _guest_of(request, config, now)
     if guest is None:
         return WRITTEN
     kind, member = guest
-    if config.throttle and recent.seen_recently(f"{kind}:{member}", now):
+    if config.throttle and recent.seen_recently(f"{kind}:{member}", now, epoch):
         return ARRIVED
     return _record_member(config, kind, member, now)
 

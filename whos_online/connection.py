@@ -311,9 +311,15 @@ class CircuitBreaker:
         self._open_until: dict[str, float] = {}
         self._down: set[str] = set()
         self._generations: dict[str, int] = {}
+        self._failures = 0
 
     def generation(self, target: str) -> int:
         return self._generations.get(target, 0)
+
+    @property
+    def failures(self) -> int:
+        """How many calls failed so far, to any target: what a write succeeded "after"."""
+        return self._failures
 
     def allows(self, target: str, now: float | None = None) -> bool:
         until = self._open_until.get(target)
@@ -323,6 +329,7 @@ class CircuitBreaker:
         with self._lock:
             self._open_until[target] = time.monotonic() + backoff
             self._generations[target] = self._generations.get(target, 0) + 1
+            self._failures += 1
             first = target not in self._down
             self._down.add(target)
         if first:
@@ -352,6 +359,7 @@ class CircuitBreaker:
             self._open_until.clear()
             self._down.clear()
             self._generations.clear()
+            self._failures = 0
 
 
 breaker: Final = CircuitBreaker()

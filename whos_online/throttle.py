@@ -111,20 +111,27 @@ def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> 
 
 
 class RecentIdentities:
-    """A bounded, thread-safe map of identity -> time until which it needs no new write."""
+    """A bounded, thread-safe map of identity -> time until which it needs no new write.
+
+    Each entry also keeps the *epoch* it was written in: a number the caller takes to change
+    whenever Redis fails (``connection.breaker.failures``). An entry from before the latest
+    failure no longer counts, so that a visitor this process stored before an outage is written
+    again, rather than handed a new cookie for a visit Redis may have lost (a Redis that comes
+    back empty has forgotten them).
+    """
 
     def __init__(self, size: int = MEMORY_SIZE) -> None:
         self._size = size
-        self._until: OrderedDict[str, float] = OrderedDict()
+        self._until: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def seen_recently(self, identity: str, now: float) -> bool:
-        until = self._until.get(identity)
-        return until is not None and now < until
+    def seen_recently(self, identity: str, now: float, epoch: int = 0) -> bool:
+        entry = self._until.get(identity)
+        return entry is not None and now < entry[0] and entry[1] == epoch
 
-    def remember(self, identity: str, until: float) -> None:
+    def remember(self, identity: str, until: float, epoch: int = 0) -> None:
         with self._lock:
-            self._until[identity] = until
+            self._until[identity] = (until, epoch)
             self._until.move_to_end(identity)
             while len(self._until) > self._size:
                 self._until.popitem(last=False)
