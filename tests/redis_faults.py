@@ -1,13 +1,15 @@
-"""Breaking a real redis-server that still answers: full, or demoted to a read-only replica.
+"""Breaking a real redis-server that still answers: full, demoted to a read-only replica, or
+unable to write its snapshots.
 
-Both leave reads working and make every write fail, the way a production Redis fails when its
-``maxmemory`` is reached or after a failover has demoted it. Plain functions on a redis-py client,
-raising ``RuntimeError`` when the server does not end up refusing writes, so that a benchmark can
-use them as well as a test.
+Each leaves reads working and makes every write fail, the way a production Redis fails when its
+``maxmemory`` is reached, after a failover has demoted it, or when its disk fails. Plain
+functions on a redis-py client, raising ``RuntimeError`` when the server does not end up refusing
+writes, so that a benchmark can use them as well as a test.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import TYPE_CHECKING
 
@@ -76,3 +78,32 @@ def demote(client: redis.Redis, primary: RedisServer) -> None:
     except redis.exceptions.ReadOnlyError:
         return
     raise RuntimeError("the replica accepts writes")
+
+
+def fail_snapshots(client: redis.Redis, directory: str) -> None:
+    """Make the server refuse writes with ``MISCONF``, as when its disk fails.
+
+    Snapshots are turned on, with ``stop-writes-on-bgsave-error``, and the server's working
+    ``directory`` is removed under it, so that a snapshot cannot be written, even by root.
+    """
+    client.config_set("stop-writes-on-bgsave-error", "yes")
+    client.config_set("save", "3600 1")
+    shutil.rmtree(directory, ignore_errors=True)  # gone already if this is a second fault
+    client.bgsave()
+    deadline = time.monotonic() + SYNC_TIMEOUT
+    while client.info("persistence").get("rdb_last_bgsave_status") != "err":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the snapshot did not fail")
+        time.sleep(0.01)
+    try:
+        client.set("probe", "1")
+    except redis.exceptions.ResponseError as error:
+        if str(error).startswith("MISCONF"):
+            return
+        raise
+    raise RuntimeError("Redis still accepts writes")
+
+
+def allow_writes_without_snapshots(client: redis.Redis) -> None:
+    """Undo ``fail_snapshots`` as an operator would: stop snapshotting."""
+    client.config_set("save", "")

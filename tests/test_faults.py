@@ -34,7 +34,12 @@ import whos_online
 from tests import urls as test_urls
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import configure, guest
-from tests.redis_faults import demote, fill_until_oom
+from tests.redis_faults import (
+    allow_writes_without_snapshots,
+    demote,
+    fail_snapshots,
+    fill_until_oom,
+)
 from tests.redis_server import RedisServer
 from whos_online import api, conf, connection, throttle
 from whos_online.conf import get_config
@@ -249,8 +254,22 @@ class ReadOnlyReplica(Fault):
         self.direct().replicaof("NO", "ONE")
 
 
+class SnapshotsFailing(Fault):
+    """Snapshots fail with ``stop-writes-on-bgsave-error``: writes get ``MISCONF``."""
+
+    name = "misconf"
+    only_writes_fail = True
+
+    def inject(self) -> None:
+        fail_snapshots(self.direct(), self.server.directory)
+
+    def heal(self) -> None:
+        allow_writes_without_snapshots(self.direct())
+
+
 FAULTS: dict[str, type[Fault]] = {
-    kind.name: kind for kind in (Stopped, Killed, Frozen, Slow, OutOfMemory, ReadOnlyReplica)
+    kind.name: kind
+    for kind in (Stopped, Killed, Frozen, Slow, OutOfMemory, ReadOnlyReplica, SnapshotsFailing)
 }
 
 
@@ -270,6 +289,20 @@ def serving(settings: Any, made: F) -> Iterator[F]:
 @pytest.fixture(params=list(FAULTS))
 def fault(request, settings) -> Iterator[Fault]:
     """A healthy redis-server for ``WHOS_ONLINE['REDIS_URL']``, ready to be broken."""
+    with serving(settings, FAULTS[request.param]()) as made:
+        yield made
+
+
+@pytest.fixture(params=[name for name, kind in FAULTS.items() if not kind.only_writes_fail])
+def outage(request, settings) -> Iterator[Fault]:
+    """A healthy redis-server that the test makes unreachable, frozen or slow."""
+    with serving(settings, FAULTS[request.param]()) as made:
+        yield made
+
+
+@pytest.fixture(params=[name for name, kind in FAULTS.items() if kind.only_writes_fail])
+def refusing(request, settings) -> Iterator[Fault]:
+    """A healthy redis-server that the test makes refuse writes, while it still answers reads."""
     with serving(settings, FAULTS[request.param]()) as made:
         yield made
 
@@ -374,7 +407,7 @@ def fail_once(fault: Fault, ips: Iterator[str]) -> HttpResponseBase:
 # Pages and API
 
 
-def test_pages_render_nobody_during_the_fault(fault, alice):
+def test_pages_render_nobody_during_the_fault(outage, alice):
     seed(alice)
     seeded = Client(REMOTE_ADDR=SEEDED_GUEST)
     healthy = page(seeded.get("/"))
@@ -384,19 +417,32 @@ def test_pages_render_nobody_during_the_fault(fault, alice):
     assert "total=2;users=1;guests=1;seen=" in tags
     assert "seen=;" not in tags
 
-    fault.inject()
+    outage.inject()
     visitor = Client(REMOTE_ADDR="203.0.113.7")
-    first = page(visitor.get("/"))
-    # Reads still work on a full or read-only Redis until a write fails and opens the breaker.
-    if fault.only_writes_fail:
-        assert "alice" in first
-    else:
-        assert shows_nobody(first)
+    assert shows_nobody(page(visitor.get("/")))
 
     for client in (visitor, seeded, Client(REMOTE_ADDR="192.0.2.9")):
         assert shows_nobody(page(client.get("/")))
         assert page(client.get("/plain/")) == "plain"
         assert "total=0;users=0;guests=0;seen=;" in page(client.get("/tags/"))
+
+
+def test_pages_show_who_is_online_while_writes_are_refused(refusing, alice):
+    """A full or read-only Redis still answers reads: the pages go on showing the people who
+    were online, while no new visit can be stored."""
+    seed(alice)
+    refusing.inject()
+    visitor = Client(REMOTE_ADDR="203.0.113.7")
+    first = page(visitor.get("/"))  # its visit is refused
+    assert COOKIE not in visitor.cookies
+
+    for client in (visitor, Client(REMOTE_ADDR=SEEDED_GUEST), Client(REMOTE_ADDR="192.0.2.9")):
+        shown = page(client.get("/"))
+        assert "alice" in shown
+        assert 'data-total="2"' in shown
+        assert "total=2;users=1;guests=1;seen=" in page(client.get("/tags/"))
+    assert "alice" in first
+    assert not is_recorded(refusing, "203.0.113.7")
 
 
 def test_api_returns_empty_values_during_the_fault(fault, alice):
@@ -415,7 +461,9 @@ def test_api_returns_empty_values_during_the_fault(fault, alice):
     assert first == (healthy if fault.only_writes_fail else EMPTY_API)
     fail_once(fault, addresses())
 
-    assert Client(REMOTE_ADDR=SEEDED_GUEST).get("/api/").json() == EMPTY_API
+    # A Redis that refuses writes still answers every read.
+    after = Client(REMOTE_ADDR=SEEDED_GUEST).get("/api/").json()
+    assert after == (healthy if fault.only_writes_fail else EMPTY_API)
     # Writers report that nothing was stored, rather than raising.
     assert whos_online.record_user(alice) is False
     assert whos_online.record_guest("192.0.2.1") is False
@@ -427,7 +475,8 @@ def test_api_returns_empty_values_during_the_fault(fault, alice):
 # The circuit breaker
 
 
-def test_breaker_stops_calling_redis_for_the_backoff(fault, breaker_clock, touches, alice):
+def test_breaker_stops_calling_redis_for_the_backoff(outage, breaker_clock, touches, alice):
+    fault = outage
     seed(alice)
     ips = addresses()
     fault.inject()
@@ -457,6 +506,59 @@ def test_breaker_stops_calling_redis_for_the_backoff(fault, breaker_clock, touch
     touches.clear()
     fail_once(fault, ips)
     assert touches.total == 0
+
+
+def test_refused_writes_stop_writes_for_the_backoff_and_reads_go_on(
+    refusing, breaker_clock, touches, alice
+):
+    seed(alice)
+    ips = addresses()
+    throttled = Client(REMOTE_ADDR=next(ips))
+    throttled.get("/")
+    touches.clear()
+    page(throttled.get("/"))
+    reads = touches.total  # what a page costs that writes nothing
+    refusing.inject()
+    touches.clear()
+    fail_once(refusing, ips)  # "/plain/" only writes: one refused attempt
+    assert touches.total == 1
+
+    breaker_clock.advance(BACKOFF - 0.01)
+    touches.clear()
+    for _ in range(3):
+        fail_once(refusing, ips)
+        assert whos_online.record_guest(next(ips)) is False
+    assert touches.total == 0  # no write tried
+    assert "alice" in page(Client(REMOTE_ADDR=next(ips)).get("/"))
+    assert touches.total == reads  # the page's reads, and still no write
+
+    breaker_clock.advance(0.02)
+    touches.clear()
+    fail_once(refusing, ips)
+    assert touches.total == 1  # the back-off is over: one write is tried, and refused
+
+
+def test_one_warning_per_episode_of_refused_writes_and_one_line_when_they_resume(
+    refusing, breaker_clock, caplog
+):
+    """Reads that succeed between refused writes are no recovery: the log does not flap."""
+    caplog.set_level(logging.INFO, logger="whos_online")
+    ips = addresses()
+    refusing.inject()
+    for _ in range(3):
+        page(Client(REMOTE_ADDR=next(ips)).get("/"))
+        breaker_clock.advance(BACKOFF + 0.1)
+    [warning] = [r for r in caplog.records if r.name == "whos_online"]
+    assert warning.levelname == "WARNING"
+    assert "refuses writes" in warning.getMessage()
+    assert refusing.url in warning.getMessage()
+
+    refusing.heal()
+    visitor_ip = next(ips)
+    assert COOKIE in Client(REMOTE_ADDR=visitor_ip).get("/").cookies
+    assert is_recorded(refusing, visitor_ip)
+    assert warnings_and_infos(caplog) == ["WARNING", "INFO"]
+    assert "takes writes again" in caplog.records[-1].getMessage()
 
 
 def test_a_frozen_redis_costs_one_timeout_per_backoff(frozen, touches, caplog):
@@ -499,8 +601,9 @@ def test_every_fault_costs_one_attempt_then_none(fault, touches):
         attempts.append(touches.total)
 
     # The tag's read, then the write; where reads still work (OOM, read-only) both are sent,
-    # elsewhere the read fails and the write is not tried. Then nothing until the back-off ends.
-    assert attempts == [2 if fault.only_writes_fail else 1, 0, 0]
+    # and then the reads alone until the back-off ends. Elsewhere the read fails and the write
+    # is not tried, and then nothing is.
+    assert attempts == ([2, 1, 1] if fault.only_writes_fail else [1, 0, 0])
 
 
 def test_a_slow_redis_within_the_timeout_still_records(settings, alice, caplog):

@@ -74,9 +74,11 @@ def call_redis(
     operation: Callable[[Client, Config], T],
     *,
     shard: keyspace.Shard | None = None,
+    writes: bool = False,
 ) -> T:
-    """Run ``operation`` with the request client, or return ``default`` if Redis fails."""
-    return connection.call(default, operation, shard=shard)
+    """Run ``operation`` with the request client, or return ``default`` if Redis fails; pass
+    ``writes`` when it writes, so that a Redis refusing writes stops it but not the reads."""
+    return connection.call(default, operation, shard=shard, writes=writes)
 
 
 def _now(now: float | datetime | None) -> float:
@@ -263,7 +265,7 @@ def _record_user(
         name=display_name(user, config),
         url=profile_url(user),
     )
-    epoch = connection.breaker.failures
+    epoch = connection.failures()
     written = _write_visit(
         config,
         kind="users",
@@ -297,7 +299,7 @@ def _record_member(
 ) -> int:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
-    epoch = connection.breaker.failures
+    epoch = connection.failures()
     written = _write_visit(
         config, kind=kind, member=member, now=timestamp, visitor=visitor, former=former_user
     )
@@ -325,7 +327,7 @@ def _write_visit(config: Config, **visit: Any) -> int:
         return WRITTEN if reply == 0 else ARRIVED
 
     shard = store.member_shard(config, visit["kind"], visit["member"])
-    written = call_redis(FAILED, write, shard=shard)
+    written = call_redis(FAILED, write, shard=shard, writes=True)
     if not written and taken:
         hits.buffer.give_back(taken)
     return written
@@ -354,7 +356,7 @@ def flush_hits() -> bool:
         counters.add(client, config, _hit_amounts(taken))
         return True
 
-    written = call_redis(False, write)
+    written = call_redis(False, write, writes=True)
     if not written:
         hits.buffer.give_back(taken)
         if get_config().count_hits:
@@ -371,7 +373,7 @@ def record_request(request: HttpRequest, config: Config, now: float) -> int:
     next page reads afresh; WRITTEN otherwise. The process's memory of recent visitors counts
     only since Redis last failed (see ``RecentIdentities``).
     """
-    epoch = connection.breaker.failures
+    epoch = connection.failures()
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
         if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now, epoch):
@@ -426,6 +428,7 @@ def user_logged_out(
             None,
             lambda client, config: store.remove_user(client, config, pk),
             shard=store.user_shard(config, pk),
+            writes=True,
         )
         snapshots.cache.invalidate()
         return
@@ -451,13 +454,15 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
         return True
 
     snapshots.cache.invalidate()
-    return call_redis(False, erase)
+    return call_redis(False, erase, writes=True)
 
 
 def prune(now: float | datetime | None = None) -> int:
     """Remove everyone last seen before the window; returns how many members were removed."""
     timestamp = _now(now)
-    removed = call_redis(None, lambda client, config: prune_with(client, config, now=timestamp))
+    removed = call_redis(
+        None, lambda client, config: prune_with(client, config, now=timestamp), writes=True
+    )
     return sum(removed.values()) if removed else 0
 
 
@@ -556,7 +561,7 @@ def update_counter(name: str, count: int = 1, now: float | datetime | None = Non
         counters.add(client, config, {(name, int(timestamp)): count})
         return True
 
-    return call_redis(False, write)
+    return call_redis(False, write, writes=True)
 
 
 def _is_whole_number(value: object) -> bool:
@@ -584,7 +589,9 @@ def clean_counters(now: float | datetime | None = None) -> int:
     """Drop counter samples beyond the newest ``COUNTER_SAMPLES`` slices of every counter and
     precision, and counters of precisions no longer configured; returns the samples removed."""
     timestamp = _now(now)
-    cleaned = call_redis(None, lambda client, config: counters.clean(client, config, now=timestamp))
+    cleaned = call_redis(
+        None, lambda client, config: counters.clean(client, config, now=timestamp), writes=True
+    )
     return cleaned.samples if cleaned else 0
 
 

@@ -17,6 +17,7 @@ caches its pools, because creating a pool per request would open a TCP connectio
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
@@ -57,6 +58,21 @@ MASTER_CHECK_INTERVAL: Final = 1.0
 #: Errors that mean "Redis is unavailable or refused the write"; everything else is a bug.
 #: redis-py raises RedisClusterException (not a RedisError) when no node of a cluster answers.
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError, RedisClusterException)
+
+#: Error codes of a Redis that answers but will not take writes: out of memory under
+#: ``noeviction``, a replica, or a failed snapshot with ``stop-writes-on-bgsave-error``. Inside a
+#: script, Redis 7 and later keep the code at the start of the message; 6.2 puts it after a dash.
+_WRITE_REFUSALS: Final = re.compile(r"(?:^|-)(?:OOM|READONLY|MISCONF) ")
+
+
+def refuses_writes(error: BaseException) -> bool:
+    """Whether ``error`` says Redis is up and reads work, but writes are refused."""
+    if isinstance(error, (redis.exceptions.OutOfMemoryError, ReadOnlyError)):
+        return True
+    return isinstance(error, redis.exceptions.ResponseError) and bool(
+        _WRITE_REFUSALS.search(str(error))
+    )
+
 
 _clients: dict[tuple[str, bool], Client] = {}
 _clients_lock = threading.Lock()
@@ -243,18 +259,23 @@ def call(
     operation: Callable[[Client, Config], T],
     *,
     shard: Shard | None = None,
+    writes: bool = False,
 ) -> T:
     """Run ``operation`` with the request client, or return ``default`` if Redis fails.
 
     Redis errors open the breaker of the target (of ``shard``'s slot on a cluster); a call to a
-    target whose breaker is open returns ``default`` at once. On a Sentinel-managed master that
-    has just been replaced, the call is made once more, on the new master.
+    target whose breaker is open returns ``default`` at once. A Redis that answers but refuses
+    writes (``refuses_writes``) opens only the ``refusals`` breaker, which stops calls that
+    ``writes``: reads go on showing who is online, and a successful read is no sign that writes
+    work again. On a Sentinel-managed master that has just been replaced, the call is made once
+    more, on the new master.
     """
     config = get_config()
     target = breaker_target(config, shard)
-    if not breaker.allows(target):
+    if not breaker.allows(target) or (writes and not refusals.allows(target)):
         return default
     generation = breaker.generation(target)
+    refused = refusals.generation(target)
     try:
         client = request_client()
         masters.before_call(client)
@@ -265,10 +286,22 @@ def call(
                 raise
             result = operation(client, config)
     except REDIS_ERRORS as error:
-        breaker.failed(target, error, config.failure_backoff)
+        if refuses_writes(error):
+            refusals.failed(target, error, config.failure_backoff)
+            breaker.succeeded(target, generation)  # it answered
+        else:
+            breaker.failed(target, error, config.failure_backoff)
         return default
     breaker.succeeded(target, generation)
+    if writes:
+        refusals.succeeded(target, refused)
     return result
+
+
+def failures() -> int:
+    """How many calls have failed in this process, or been refused: a visit stored before the
+    latest one may have been lost since (see ``throttle.RecentIdentities``)."""
+    return breaker.failures + refusals.failures
 
 
 def close(client: Client) -> None:
@@ -291,6 +324,7 @@ def reset() -> None:
     for client in clients:
         close(client)
     breaker.reset()
+    refusals.reset()
     masters.reset()
 
 
@@ -306,7 +340,14 @@ class CircuitBreaker:
     recovery that did not happen.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, failure: str = "", recovery: str = "") -> None:
+        #: Logged as a warning with the target, the error's type and text, and the back-off.
+        self.failure = failure or (
+            "Redis at %s is unavailable (%s: %s); whos_online stops recording and shows empty "
+            "counts, and retries every %g s."
+        )
+        #: Logged as info with the target.
+        self.recovery = recovery or "Redis at %s answers again; whos_online resumes recording."
         self._lock = threading.Lock()
         self._open_until: dict[str, float] = {}
         self._down: set[str] = set()
@@ -333,14 +374,7 @@ class CircuitBreaker:
             first = target not in self._down
             self._down.add(target)
         if first:
-            logger.warning(
-                "Redis at %s is unavailable (%s: %s); whos_online stops recording and shows "
-                "empty counts, and retries every %g s.",
-                target,
-                type(error).__name__,
-                error,
-                backoff,
-            )
+            logger.warning(self.failure, target, type(error).__name__, error, backoff)
 
     def succeeded(self, target: str, generation: int) -> None:
         """Note a reply to a call made when the target was at ``generation``."""
@@ -352,7 +386,7 @@ class CircuitBreaker:
                 self._down.discard(target)
                 self._open_until.pop(target, None)
         if recovered:
-            logger.info("Redis at %s answers again; whos_online resumes recording.", target)
+            logger.info(self.recovery, target)
 
     def reset(self) -> None:
         with self._lock:
@@ -363,3 +397,9 @@ class CircuitBreaker:
 
 
 breaker: Final = CircuitBreaker()
+#: Opened by a Redis that answers but refuses writes; it stops writes only.
+refusals: Final = CircuitBreaker(
+    "Redis at %s refuses writes (%s: %s); whos_online stops recording, still shows who is "
+    "online, and tries a write again every %g s.",
+    "Redis at %s takes writes again; whos_online resumes recording.",
+)
