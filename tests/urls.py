@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from django.contrib import admin
+from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model, login, logout
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.urls import URLPattern, URLResolver, include, path
 
+from whos_online.admin import OnlineUserAdminMixin
 from whos_online.decorators import not_recorded
 
 PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
@@ -50,6 +53,14 @@ async def async_poll(request: HttpRequest) -> HttpResponse:
     return HttpResponse("async poll")
 
 
+class UserAdmin(OnlineUserAdminMixin, auth_admin.UserAdmin):  # type: ignore [type-arg]
+    """A site's own user admin, with whos_online's columns and filter."""
+
+
+admin_site = admin.AdminSite(name="tests_admin")
+admin_site.register(get_user_model(), UserAdmin)
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
     path("live/", live_page),
@@ -61,4 +72,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", log_out),
     path("static/app.css", plain),
     path("online/", include("whos_online.urls")),
+    path("admin/", admin_site.urls),
 ]

@@ -633,14 +633,36 @@ def unfinished(parts: Sequence[Snapshot], limit: int | None, asked: int | None) 
 
 def user_presence(client: Client, config: Config, pk: str) -> tuple[float | None, float | None]:
     """Return (score in the online sets, last seen from the HASH) for one user."""
-    shard = user_shard(config, pk)
+    return users_presence(client, config, [pk])[0]
+
+
+def users_presence(
+    client: Client, config: Config, pks: Sequence[str]
+) -> list[tuple[float | None, float | None]]:
+    """``user_presence`` of each of ``pks``, in one pipeline (one round trip on one Redis)."""
     pipe = client.pipeline(transaction=False)
-    pipe.zscore(shard.key("users"), pk)
-    pipe.zscore(shard.key("hidden"), pk)
-    pipe.hget(user_key(shard, pk), "seen")
-    visible, hidden, seen = pipe.execute()
-    score = visible if visible is not None else hidden
-    return score, (float(seen) if seen is not None else None)
+    for pk in pks:
+        shard = user_shard(config, pk)
+        pipe.zscore(shard.key("users"), pk)
+        pipe.zscore(shard.key("hidden"), pk)
+        pipe.hget(user_key(shard, pk), "seen")
+    replies = iter(pipe.execute())
+    found = []
+    for visible, hidden, seen in zip(replies, replies, replies, strict=True):
+        score = visible if visible is not None else hidden
+        found.append((score, float(seen) if seen is not None else None))
+    return found
+
+
+def online_user_pks(client: Client, config: Config, *, now: float, limit: int) -> list[str]:
+    """The primary keys of up to ``limit`` users online (hidden ones included), newest first
+    within each set: O(log N + limit) per set and shard, never the whole of a large set."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config):
+        for kind in ("users", "hidden"):
+            pipe.zrevrangebyscore(shard.key(kind), "+inf", _score(now - config.window), 0, limit)
+    pks = [keyspace.text(pk) for members in pipe.execute() for pk in members]
+    return pks[:limit] if len(pks) > limit else pks
 
 
 def count_stale(
