@@ -11,4 +11,6 @@ urlpatterns = [
     # The JSON view the live widget polls (/online/counts.json) and the staff dashboard (/online/).
     path("online/", include("whos_online.urls")),
     path("admin/", admin.site.urls),
+    # Prometheus scrapes who is online here (whos_online.metrics, with prometheus_client).
+    path("metrics", views.metrics, name="metrics"),
 ]

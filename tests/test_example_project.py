@@ -1,0 +1,66 @@
+"""The example project, as a person trying it would see it: its user admin shows who is online,
+and its /metrics page serves the Prometheus collector.
+
+It runs in a process of its own, on its own settings (a database in memory, the session's real
+redis-server), so that nothing of the test settings leaks into it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import example_project.settings as site
+site.DATABASES["default"]["NAME"] = ":memory:"
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+boss = get_user_model().objects.create_superuser("boss", password="pw")
+get_user_model().objects.create_user("idle")
+browser = Client()
+browser.force_login(boss)
+browser.get("/")  # the boss is online now
+
+admin = browser.get("/admin/auth/user/?online_now=yes").content.decode()
+assert "Online now" in admin and "Last seen" in admin, admin
+assert ">boss</a>" in admin and ">idle</a>" not in admin, admin
+
+metrics = Client().get("/metrics")
+assert metrics.status_code == 200
+text = metrics.content.decode()
+assert 'whos_online_online{kind="users"} 1.0' in text, text
+assert "whos_online_redis_up 1.0" in text, text
+print("ok")
+"""
+
+
+def test_the_admin_and_metrics_of_the_example_project(real_redis_url):
+    redis.Redis.from_url(real_redis_url).flushdb()
+    env = {
+        **os.environ,
+        "REDIS_URL": real_redis_url,
+        "DJANGO_SETTINGS_MODULE": "example_project.settings",
+        "ALLOWED_HOSTS": "testserver",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
