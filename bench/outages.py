@@ -10,13 +10,18 @@ configures a small Django site with the whos_online middleware and a page that r
 * slow: a proxy in front of it holds every reply back 1 s (beyond the request timeout), or 50 ms
   (within it); the same proxy without delay is measured too, as the baseline of those two;
 * out of memory (``maxmemory`` with ``noeviction``, filled until writes get OOM errors);
-* a read-only replica (``REPLICAOF`` another server; writes get READONLY errors).
+* a read-only replica (``REPLICAOF`` another server; writes get READONLY errors);
+* unable to snapshot (``MISCONF``: the directory it saves to is gone; only where ``CONFIG SET
+  dir`` is allowed, as on Redis 6.2: later versions protect it).
 
 Every request comes from a new visitor, so that every one of them is recorded (the path that
 talks to Redis; throttled requests never do). Each repetition runs every situation once, in a
 rotating order: a warm-up request on a healthy Redis (the pool holds a live connection, as on a
 busy site), then the fault, then the first request of the outage and the following ones, all
-within the back-off. Then it measures recovery: the fault, one failing request, Redis back, and
+within the back-off. Per situation it reports the share of HTTP 200 answers, the median and p99
+time added to a request, the warnings logged, and the page hits (``COUNT_HITS`` is on) that
+reached Redis against the requests served, once Redis is back and the buffer written. Then it
+measures recovery: the fault, one failing request, Redis back, and
 requests every few milliseconds until one is recorded (its throttle cookie is only set once the
 write succeeded). Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
 and once with the default 10 s as a check. Run from the repository root:
@@ -30,6 +35,7 @@ import contextlib
 import logging
 import statistics
 import sys
+import tempfile
 import time
 import types
 from dataclasses import dataclass, field
@@ -64,6 +70,10 @@ RECOVERY_REPEATS = 3
 #: Pause between the requests that wait for recording to resume.
 POLL = 0.005
 URLCONF = "bench_outages_urls"
+#: A key set before each episode: gone after it if the server came back empty.
+MARKER = "bench:outages:marker"
+#: The situations where Redis does not answer (the others answer reads but refuse writes).
+UNREACHABLE = ("nothing listening", "frozen (SIGSTOP)", "slow: replies 1 s late")
 
 
 class LogCounter(logging.Handler):
@@ -105,7 +115,7 @@ def configure(url: str) -> LogCounter:
                 "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
             }
         ],
-        WHOS_ONLINE={"REDIS_URL": url},
+        WHOS_ONLINE={"REDIS_URL": url, "COUNT_HITS": True},
     )
     django.setup()
     urls.urlpatterns = [path("", page)]  # type: ignore [attr-defined]
@@ -136,8 +146,19 @@ class Situation:
     url: str = ""
     #: Whether Redis fails in this situation (so the breaker opens and recovery can be timed).
     outage: bool = True
+    #: Seconds for replies held back by the proxy to arrive, before the hits are counted.
+    settle: float = 0.0
     first: list[float] = field(default_factory=list)
     following: list[float] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+    warnings: int = 0
+    #: Requests served during its episodes, and the page hits of them that Redis counted.
+    served: int = 0
+    counted: int = 0
+
+    @property
+    def times(self) -> list[float]:
+        return self.first + self.following
 
 
 def nothing() -> None:
@@ -151,6 +172,7 @@ class Faults:
     def __init__(self, server: RedisServer, primary: RedisServer, proxy: DelayingProxy) -> None:
         self.primary = primary
         self.proxy = proxy
+        self.directory = server.directory
         self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
 
     def fill(self) -> None:
@@ -163,7 +185,35 @@ class Faults:
             self.direct.unlink(*keys)
 
     def demote(self) -> None:
+        # The primary gets a copy of the data first, as after a failover, so that the hits
+        # counted before the episode are still there to compare with.
+        with redis.Redis.from_url(self.primary.url, socket_timeout=5) as primary:
+            primary.flushall()
+            for key in self.direct.scan_iter(count=1000):
+                dumped = self.direct.dump(key)
+                if dumped is not None:
+                    ttl = max(int(self.direct.pttl(key)), 0)
+                    primary.restore(key, ttl, dumped, replace=True)
         redis_faults.demote(self.direct, self.primary)
+
+    def can_move_snapshots(self) -> bool:
+        """Whether ``CONFIG SET dir`` works (Redis 7 and later protect it by default)."""
+        try:
+            self.direct.config_set("dir", self.directory)
+        except redis.exceptions.ResponseError:
+            return False
+        return True
+
+    def fail_snapshots(self) -> None:
+        # Snapshots go to a directory of their own, removed under the server, so that the
+        # server's own directory stays for the other situations (a restart, a replica's sync).
+        doomed = tempfile.mkdtemp(prefix="whos-online-misconf-")
+        self.direct.config_set("dir", doomed)
+        redis_faults.fail_snapshots(self.direct, doomed)
+
+    def allow_writes(self) -> None:
+        redis_faults.allow_writes_without_snapshots(self.direct)
+        self.direct.config_set("dir", self.directory)
 
     def promote(self) -> None:
         self.direct.replicaof("NO", "ONE")
@@ -200,33 +250,66 @@ class Visitors:
         self.cookie = throttle.COOKIE_NAME
         self.addresses: Iterator[int] = iter(range(int(IPv4Address("198.18.0.1")), 2**32))
 
-    def visit(self) -> tuple[float, bool]:
-        """Seconds the request took, and whether it was recorded (it got a throttle cookie)."""
+    def visit(self, statuses: list[int] | None = None) -> tuple[float, bool]:
+        """Seconds the request took, and whether it was recorded (it got a throttle cookie).
+        The status is added to ``statuses``; without it, anything but a 200 is an error."""
         self.client.cookies.clear()
         address = str(IPv4Address(next(self.addresses)))
         started = time.perf_counter()
         response = self.client.get("/", REMOTE_ADDR=address)
         took = time.perf_counter() - started
-        if response.status_code != 200:
+        if statuses is not None:
+            statuses.append(response.status_code)
+        elif response.status_code != 200:
             raise RuntimeError(f"the page answered {response.status_code}")
         return took, self.cookie in response.cookies
 
 
-def measure_latency(situations: list[Situation], visitors: Visitors) -> None:
-    from whos_online.connection import breaker
+def close_breakers() -> None:
+    from whos_online.connection import breaker, refusals
 
+    breaker.reset()
+    refusals.reset()
+
+
+def counted_hits(direct: redis.Redis) -> int:
+    """Page hits in Redis, once the process has written what it holds."""
+    from whos_online import api, counters
+    from whos_online.conf import get_config
+
+    if not api.flush_hits():
+        raise RuntimeError("the buffered hits could not be written to a healthy Redis")
+    config = get_config()
+    return sum(count for _, count in counters.get(direct, config, "hits", 86400))
+
+
+def measure_latency(
+    situations: list[Situation], visitors: Visitors, logs: LogCounter, direct: redis.Redis
+) -> None:
     for repeat in range(REPEATS):
         for situation in stats.rotated(situations, repeat):
             use(situation.url)
-            breaker.reset()  # every episode is a new outage
+            close_breakers()  # every episode is a new outage
             visitors.visit()
+            before = counted_hits(direct)
+            direct.set(MARKER, 1)
+            warned = logs.levels.count("WARNING")
             situation.inject()
             try:
-                situation.first.append(visitors.visit()[0])
-                situation.following += [visitors.visit()[0] for _ in range(FOLLOWING)]
+                situation.first.append(visitors.visit(situation.statuses)[0])
+                situation.following += [
+                    visitors.visit(situation.statuses)[0] for _ in range(FOLLOWING)
+                ]
             finally:
                 situation.heal()
-    breaker.reset()
+            situation.warnings += logs.levels.count("WARNING") - warned
+            situation.served += 1 + FOLLOWING
+            close_breakers()
+            time.sleep(situation.settle)
+            if not direct.exists(MARKER):
+                before = 0  # a server that restarted empty lost the hits counted before
+            situation.counted += counted_hits(direct) - before
+    close_breakers()
 
 
 def measure_recovery(
@@ -237,7 +320,7 @@ def measure_recovery(
     from django.test import override_settings
 
     from whos_online.conf import get_config
-    from whos_online.connection import breaker
+    from whos_online.connection import breaker, refusals
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     results = []
@@ -248,7 +331,7 @@ def measure_recovery(
             target = get_config().redis_target
             found = []
             for _ in range(repeats):
-                breaker.reset()
+                close_breakers()
                 visitors.visit()
                 situation.inject()
                 try:
@@ -258,7 +341,8 @@ def measure_recovery(
                 finally:
                     situation.heal()
                 back = time.perf_counter()
-                remaining = breaker._open_until[target] - time.monotonic()
+                opened = breaker if situation.name in UNREACHABLE else refusals
+                remaining = opened._open_until[target] - time.monotonic()
                 while True:
                     _, recorded = visitors.visit()
                     if recorded:
@@ -280,6 +364,15 @@ def added(values: list[float], healthy: list[float]) -> str:
     return f"{sign}{stats.ms(abs(median - base))} ms (x{median / base:.2f})"
 
 
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
+
+
+def p99_added(values: list[float], healthy: list[float]) -> str:
+    difference = p99(values) - p99(healthy)
+    return f"{'+' if difference >= 0 else '-'}{stats.ms(abs(difference))} ms"
+
+
 def report(
     situations: list[Situation],
     recovery: list[tuple[str, list[tuple[float, float]]]],
@@ -299,23 +392,33 @@ def report(
         f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default). One request = "
         f"GET of a page with {{% whos_online %}} from a new visitor (a read and a recorded "
         f"write while Redis is healthy). {REPEATS} outages per situation, interleaved; "
-        f"{FOLLOWING} following requests each. Times in ms: median (min–max)."
+        f"{FOLLOWING} following requests each. Times in ms: median (min–max). Warnings: "
+        f"lines the 'whos_online' logger wrote during the episodes, {REPEATS} of them. Hits: "
+        f"COUNT_HITS is on; counted once Redis is back and the process has written its buffer."
     )
     print()
     header = [
         "situation",
+        "HTTP 200",
         "first request of the outage",
         "added vs healthy",
         "following requests (within the back-off)",
         "added vs healthy",
+        "p99 added",
+        "warnings",
+        "hits counted / served",
     ]
     rows = [
         [
             situation.name,
+            f"{100 * situation.statuses.count(200) / len(situation.statuses):.0f} %",
             spread(situation.first),
             added(situation.first, healthy[situation.url].first),
             spread(situation.following),
             added(situation.following, healthy[situation.url].following),
+            p99_added(situation.times, healthy[situation.url].times),
+            str(situation.warnings),
+            f"{situation.counted} / {situation.served}",
         ]
         for situation in situations
     ]
@@ -373,7 +476,10 @@ def main() -> None:
             Situation("healthy", nothing, nothing, direct, outage=False),
             Situation("nothing listening", server.stop, server.start, direct),
             Situation("frozen (SIGSTOP)", server.freeze, server.resume, direct),
-            Situation("slow: replies 1 s late", faults.delay(1.0), faults.undelay, proxied),
+            # A reply held back a second arrives before the hits are read (settle).
+            Situation(
+                "slow: replies 1 s late", faults.delay(1.0), faults.undelay, proxied, settle=1.1
+            ),
             Situation("out of memory", faults.fill, faults.unfill, direct),
             Situation("read-only replica", faults.demote, faults.promote, direct),
             Situation("healthy, through the proxy", nothing, nothing, proxied, outage=False),
@@ -383,13 +489,19 @@ def main() -> None:
                 faults.undelay,
                 proxied,
                 outage=False,
+                settle=0.1,
             ),
         ]
+        if faults.can_move_snapshots():
+            misconf = Situation(
+                "snapshots failing (MISCONF)", faults.fail_snapshots, faults.allow_writes, direct
+            )
+            situations.insert(6, misconf)
         visitors = Visitors()
         for _ in range(20):  # warm up Django, the templates and the scripts
             visitors.visit()
         started = time.perf_counter()
-        measure_latency(situations, visitors)
+        measure_latency(situations, visitors, logs, faults.direct)
         outages = [situation for situation in situations if situation.outage]
         recovery = measure_recovery(outages, visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
         check = measure_recovery(outages[:1], visitors, 10.0, 1)
