@@ -65,7 +65,8 @@ class Visitor:
     @property
     def address(self) -> str:
         if self.number % 5 == 0:
-            return f"2001:db8:10ad::{self.number:x}"
+            # A network of its own: one /64 is one guest (GUEST_IPV6_PREFIX).
+            return f"2001:db8:10ad:{self.number:x}::1"
         return f"198.18.0.{self.number + 1}"
 
     @property
@@ -123,17 +124,28 @@ def visitors() -> list[Visitor]:
 
 
 @contextlib.contextmanager
-def gunicorn(env: dict[str, str], log: Path) -> Iterator[int]:
-    """Serve the site on a free port until the block ends; the whole process group is stopped."""
+def serving(server: str, env: dict[str, str], log: Path) -> Iterator[int]:
+    """Serve the site on a free port until the block ends; the whole process group is stopped.
+
+    gunicorn runs the site as WSGI, two workers of four threads; uvicorn as ASGI, two workers,
+    where the middleware records without leaving the event loop."""
+    # A static path: ignored by the middleware, so that waiting for it records nobody.
+    ready = "/static/app.css"
     try:
-        # A static path: ignored by the middleware, so that waiting for it records nobody.
-        with wsgi_server.gunicorn(env, log, ready_path="/static/app.css", threads=4) as (port, _):
-            yield port
+        if server == "gunicorn":
+            with wsgi_server.gunicorn(env, log, ready_path=ready, threads=4) as (port, _):
+                yield port
+        else:
+            with wsgi_server.uvicorn(env, log, ready_path=ready, workers=2) as (port, _):
+                yield port
     except wsgi_server.GunicornError as error:
         pytest.fail(str(error))
 
 
-def test_fifty_clients_through_gunicorn_are_counted_exactly(r, real_redis_url, tmp_path):
+@pytest.mark.parametrize("server", ["gunicorn", "uvicorn"])
+def test_fifty_clients_through_a_real_server_are_counted_exactly(
+    r, real_redis_url, tmp_path, server
+):
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.load_settings",
@@ -142,10 +154,10 @@ def test_fifty_clients_through_gunicorn_are_counted_exactly(r, real_redis_url, t
         "PYTHONPATH": str(ROOT),
     }
     subprocess.run([sys.executable, "-c", PREPARE], cwd=ROOT, env=env, check=True, timeout=120)
-    log = tmp_path / "gunicorn.log"
+    log = tmp_path / f"{server}.log"
     clients = visitors()
 
-    with gunicorn(env, log) as port:
+    with serving(server, env, log) as port:
         deadline = time.monotonic() + DURATION
         started = time.monotonic()
         threads = [threading.Thread(target=client.run, args=(port, deadline)) for client in clients]

@@ -28,7 +28,7 @@ from tests.helpers import (
     valid_cookie,
 )
 from tests.redis_server import free_port
-from whos_online import store, throttle
+from whos_online import aio, api, throttle
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -614,15 +614,21 @@ def test_display_name_callable_names_the_user(r, client, settings, alice):
 # Async and sync stacks
 
 
-def test_async_middleware_writes_off_the_event_loop(r, monkeypatch):
+def test_async_middleware_records_on_the_event_loop_without_a_thread(r, monkeypatch):
+    """Under ASGI the write is an awaited asyncio call: no trip through sync_to_async, whose
+    default executor is one thread for the whole process."""
     threads: dict[str, int] = {}
-    original = store.record
+    original = aio.run
 
-    def spy(*args: Any, **kwargs: Any) -> None:
+    async def spy(*args: Any, **kwargs: Any) -> Any:
         threads["write"] = threading.get_ident()
-        original(*args, **kwargs)
+        return await original(*args, **kwargs)
 
-    monkeypatch.setattr(store, "record", spy)
+    def no_thread(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("recorded through sync_to_async")
+
+    monkeypatch.setattr(aio, "run", spy)
+    monkeypatch.setattr(api, "sync_to_async", no_thread)
 
     async def get_response(request: HttpRequest) -> HttpResponse:
         return HttpResponse("async")
@@ -643,7 +649,7 @@ def test_async_middleware_writes_off_the_event_loop(r, monkeypatch):
     assert response.status_code == 200
     assert COOKIE in response.cookies
     assert members(r, "guests") == [guest("198.51.100.20")]
-    assert threads["write"] != threads["loop"]
+    assert threads["write"] == threads["loop"]
 
 
 def test_async_client_end_to_end(r, async_client, monkeypatch):

@@ -1,6 +1,6 @@
-"""gunicorn serving a Django settings module on a free loopback port, for the load test and the
-benchmarks. It runs in its own process group, which is stopped with its workers when the block
-ends, however it ends."""
+"""gunicorn (WSGI) or uvicorn (ASGI) serving a Django settings module on a free loopback port, for
+the load test, the ASGI tests and the benchmarks. The server runs in its own process group, which
+is stopped with its workers when the block ends, however it ends."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class GunicornError(RuntimeError):
-    """gunicorn exited, or did not answer in time; the message ends with its log."""
+    """The server (gunicorn or uvicorn) exited, or did not answer in time; the message ends with
+    its log."""
 
 
 @contextlib.contextmanager
@@ -59,10 +60,46 @@ def gunicorn(
         str(checkout),
         "django.core.wsgi:get_wsgi_application()",
     ]
+    with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
+        yield port, process
+
+
+@contextlib.contextmanager
+def uvicorn(
+    env: dict[str, str], log: Path, *, ready_path: str, workers: int = 1, checkout: Path = ROOT
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Serve Django's ASGI application with uvicorn until the block ends (see ``gunicorn``)."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        "--app-dir",
+        str(checkout),
+        "--factory",
+        "django.core.asgi:get_asgi_application",
+    ]
+    with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
+        yield port, process
+
+
+@contextlib.contextmanager
+def _serving(
+    command: list[str], env: dict[str, str], log: Path, *, port: int, ready_path: str, cwd: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as output:
         process = subprocess.Popen(
             command,
-            cwd=checkout,
+            cwd=cwd,
             env=env,
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -70,9 +107,15 @@ def gunicorn(
         )
     try:
         _wait_until_serving(process, port, log, ready_path)
-        yield port, process
+        yield process
     finally:
         stop(process)
+
+
+def server_name(process: subprocess.Popen[bytes]) -> str:
+    """ "gunicorn" or "uvicorn": the module that ``python -m`` ran."""
+    args = process.args
+    return str(args[2]) if isinstance(args, list) else "the server"
 
 
 def _wait_until_serving(
@@ -81,7 +124,7 @@ def _wait_until_serving(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            msg = f"gunicorn exited with {process.returncode}:\n{log.read_text()}"
+            msg = f"{server_name(process)} exited with {process.returncode}:\n{log.read_text()}"
             raise GunicornError(msg)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         try:
@@ -93,14 +136,20 @@ def _wait_until_serving(
         finally:
             connection.close()
         time.sleep(0.05)
-    msg = f"gunicorn did not answer in 60 s:\n{log.read_text()}"
+    msg = f"{server_name(process)} did not answer in 60 s:\n{log.read_text()}"
     raise GunicornError(msg)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the group (a graceful stop: workers write their buffered hits), then SIGKILL."""
+    """A graceful stop, in which workers write their buffered hits, then SIGKILL to the group.
+
+    gunicorn's workers take SIGTERM from the group as well as from their master; uvicorn's are
+    stopped by their supervisor alone, since a second SIGTERM makes them exit at once."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
+        if server_name(process) == "uvicorn":
+            process.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=15)
     except subprocess.TimeoutExpired:

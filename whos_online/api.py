@@ -9,14 +9,25 @@ what a view or a template wants. The cleanup command uses ``store`` directly and
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import SynchronousOnlyOperation, ValidationError
 
-from whos_online import connection, counters, hits, identity, keyspace, signals, snapshots, store
+from whos_online import (
+    aio,
+    connection,
+    counters,
+    hits,
+    identity,
+    keyspace,
+    signals,
+    snapshots,
+    store,
+)
 from whos_online.conf import Config, get_config
 from whos_online.text import clean_name, linkable_url
 from whos_online.throttle import recent
@@ -298,19 +309,59 @@ def record_user(
     return bool(_record_user(user, _now(now), former_guest=former_guest))
 
 
-def _record_user(
-    user: AbstractBaseUser | AnonymousUser, timestamp: float, *, former_guest: str = ""
-) -> int:
-    config = get_config()
-    pk = _pk_text(user)
-    details = store.UserDetails(
-        pk=pk,
+@dataclass
+class PendingVisit:
+    """One visit, ready to write: the script calls and what to do once they have run.
+
+    Building it and finishing it are the same whether the write is awaited (``whos_online.aio``,
+    under ASGI) or not; only the write itself differs.
+    """
+
+    config: Config
+    kind: str
+    member: str
+    calls: list[store.ScriptCall]
+    #: The in-process memory's entry for the visitor, and the Redis failure count it is
+    #: written in (see ``throttle.RecentIdentities``).
+    remembered: str
+    until: float
+    epoch: int
+    #: Memory entries the visit replaces (a guest who has just logged in).
+    replaced: tuple[str, ...] = ()
+    #: Page hits riding along, given back to the buffer if the write fails.
+    taken: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def shard(self) -> keyspace.Shard:
+        return store.member_shard(self.config, self.kind, self.member)
+
+    def finish(self, reply: Any) -> int:
+        """What the script's ``reply`` (None: it failed) comes to: FAILED, WRITTEN or ARRIVED."""
+        if reply is None:
+            if self.taken:
+                hits.buffer.give_back(self.taken)
+            return FAILED
+        if self.config.throttle:
+            recent.remember(self.remembered, self.until, self.epoch)
+            recent.forget(self.replaced)
+        return WRITTEN if reply == 0 else ARRIVED
+
+
+def user_details(user: AbstractBaseUser | AnonymousUser, config: Config) -> store.UserDetails:
+    """What is stored about a user: runs the site's ``HIDE_USER`` and ``DISPLAY_NAME``."""
+    return store.UserDetails(
+        pk=_pk_text(user),
         hidden=bool(config.hide_user and config.hide_user(user)),
         name=display_name(user, config),
         url=profile_url(user),
     )
-    epoch = connection.failures()
-    written = _write_visit(
+
+
+def _user_visit(
+    details: store.UserDetails, config: Config, timestamp: float, *, former_guest: str = ""
+) -> PendingVisit:
+    pk = details.pk
+    return _pending(
         config,
         kind="users",
         member=pk,
@@ -318,12 +369,76 @@ def _record_user(
         user=details,
         former=former_guest,
         visitor=identity.visitor_id(f"u:{pk}", timestamp),
+        remembered=f"u:{pk}",
+        replaced=(f"guests:{former_guest}", f"bots:{former_guest}") if former_guest else (),
     )
-    if written and config.throttle:
-        recent.remember(f"u:{pk}", timestamp + config.throttle, epoch)
-        if former_guest:
-            recent.forget([f"guests:{former_guest}", f"bots:{former_guest}"])
-    return written
+
+
+def _member_visit(
+    config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
+) -> PendingVisit:
+    # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
+    visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
+    return _pending(
+        config,
+        kind=kind,
+        member=member,
+        now=timestamp,
+        visitor=visitor,
+        former=former_user,
+        remembered=f"{kind}:{member}",
+    )
+
+
+def _pending(
+    config: Config,
+    *,
+    kind: str,
+    member: str,
+    now: float,
+    remembered: str,
+    replaced: tuple[str, ...] = (),
+    **visit: Any,
+) -> PendingVisit:
+    """The calls of one visit, with any buffered page hits riding along in the same round trip
+    when the visit samples the counts (one shard); with several shards the flush timer writes
+    them."""
+    epoch = connection.failures()
+    riding = config.count_hits and config.shards == 1
+    taken = hits.buffer.take() if riding else {}
+    calls = store.record_calls(
+        config, kind=kind, member=member, now=now, hits=_hit_amounts(taken), **visit
+    )
+    return PendingVisit(
+        config=config,
+        kind=kind,
+        member=member,
+        calls=calls,
+        remembered=remembered,
+        until=now + config.throttle,
+        epoch=epoch,
+        replaced=replaced,
+        taken=taken,
+    )
+
+
+def _write(pending: PendingVisit) -> int:
+    """Write ``pending`` (one round trip to its shard); FAILED, WRITTEN or ARRIVED."""
+    reply = call_redis(
+        None,
+        lambda client, _config: store.run(client, pending.calls)[0],
+        shard=pending.shard,
+        writes=True,
+    )
+    return pending.finish(reply)
+
+
+def _record_user(
+    user: AbstractBaseUser | AnonymousUser, timestamp: float, *, former_guest: str = ""
+) -> int:
+    config = get_config()
+    details = user_details(user, config)
+    return _write(_user_visit(details, config, timestamp, former_guest=former_guest))
 
 
 def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = None) -> bool:
@@ -341,15 +456,7 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
 def _record_member(
     config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
 ) -> int:
-    # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
-    visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
-    epoch = connection.failures()
-    written = _write_visit(
-        config, kind=kind, member=member, now=timestamp, visitor=visitor, former=former_user
-    )
-    if written and config.throttle:
-        recent.remember(f"{kind}:{member}", timestamp + config.throttle, epoch)
-    return written
+    return _write(_member_visit(config, kind, member, timestamp, former_user=former_user))
 
 
 #: What recording a visit came to: nothing written, written for someone online already, or
@@ -357,24 +464,6 @@ def _record_member(
 FAILED: Final = 0
 WRITTEN: Final = 1
 ARRIVED: Final = 2
-
-
-def _write_visit(config: Config, **visit: Any) -> int:
-    """Write one visit, with any buffered page hits riding along in the same round trip when the
-    visit samples the counts (one shard); with several shards the flush timer writes them.
-    Returns FAILED, WRITTEN or ARRIVED."""
-    riding = config.count_hits and config.shards == 1
-    taken = hits.buffer.take() if riding else {}
-
-    def write(client: Client, config: Config) -> int:
-        reply = store.record(client, config, hits=_hit_amounts(taken), **visit)
-        return WRITTEN if reply == 0 else ARRIVED
-
-    shard = store.member_shard(config, visit["kind"], visit["member"])
-    written = call_redis(FAILED, write, shard=shard, writes=True)
-    if not written and taken:
-        hits.buffer.give_back(taken)
-    return written
 
 
 def _hit_amounts(taken: dict[int, int]) -> dict[tuple[str, int], int]:
@@ -417,19 +506,62 @@ def record_request(request: HttpRequest, config: Config, now: float) -> int:
     next page reads afresh; WRITTEN otherwise. The process's memory of recent visitors counts
     only since Redis last failed (see ``RecentIdentities``).
     """
-    epoch = connection.failures()
     user = getattr(request, "user", None)
+    found = _to_record(user, request, config, now)
+    if isinstance(found, int):
+        return found
+    if isinstance(found, tuple):
+        return _record_member(config, *found, now)
+    return _record_user(found, now)
+
+
+async def arecord_request(request: HttpRequest, config: Config, now: float) -> int:
+    """``record_request`` for an ASGI site, without leaving the event loop where it can be
+    helped: the user is loaded with ``request.auser()`` and the visit written with an asyncio
+    client (``whos_online.aio``). Where there is no asyncio client (a Sentinel alias), it runs
+    ``record_request`` in Django's thread for sync code, as the middleware always did."""
+    client = aio.request_client()
+    if client is None:
+        return await sync_to_async(record_request)(request, config, now)
+    auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
+    user = getattr(request, "user", None) if auser is None else await auser()
+    found = _to_record(user, request, config, now)
+    if isinstance(found, int):
+        return found
+    if isinstance(found, tuple):
+        pending = _member_visit(config, *found, now)
+    else:
+        try:
+            details = user_details(found, config)
+        except SynchronousOnlyOperation:
+            # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
+            details = await sync_to_async(user_details)(found, config)
+        pending = _user_visit(details, config, now)
+
+    async def write(client: aio.AsyncClient, _config: Config) -> Any:
+        return (await aio.run(client, pending.calls))[0]
+
+    reply = await aio.call(None, client, write, shard=pending.shard, writes=True)
+    return pending.finish(reply)
+
+
+def _to_record(
+    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config, now: float
+) -> int | tuple[str, str] | AbstractBaseUser | AnonymousUser:
+    """Whom a request should be recorded as: the user, or a (kind, member) for an anonymous
+    visitor; or, when there is nothing to write, what recording came to (see record_request)."""
+    epoch = connection.failures()
     if user is not None and user.is_authenticated:
         if config.throttle and recent.seen_recently(f"u:{_pk_text(user)}", now, epoch):
             return ARRIVED
-        return _record_user(user, now)
+        return user
     guest = _guest_of(request, config, now)
     if guest is None:
         return WRITTEN
     kind, member = guest
     if config.throttle and recent.seen_recently(f"{kind}:{member}", now, epoch):
         return ARRIVED
-    return _record_member(config, kind, member, now)
+    return guest
 
 
 def _guest_of(request: HttpRequest, config: Config, now: float) -> tuple[str, str] | None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 
 from django.apps import AppConfig
 from django.contrib.auth import get_user_model
@@ -25,5 +26,8 @@ class WhosOnlineConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
         )
-        # Buffered page hits are written when the process exits normally.
+        # Buffered page hits are written when the process exits normally. A worker that
+        # multiprocessing started (uvicorn --workers) ends with os._exit once its finalizers
+        # have run, skipping atexit: a finalizer writes them there.
         atexit.register(api.flush_hits)
+        multiprocessing.util.Finalize(None, api.flush_hits, exitpriority=10)

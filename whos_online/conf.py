@@ -604,10 +604,11 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 def reset() -> None:
     """Forget everything cached from settings: the config, Redis clients and derived keys."""
-    from whos_online import connection, hits, identity, keyspace, snapshots, store, throttle
+    from whos_online import aio, connection, hits, identity, keyspace, snapshots, store, throttle
 
     get_config.cache_clear()
     connection.reset()
+    aio.reset()
     identity.reset()
     keyspace.reset()
     throttle.reset()

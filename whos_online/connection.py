@@ -254,6 +254,39 @@ def breaker_target(config: Config, shard: Shard | None) -> str:
     return f"{config.redis_target} {{{shard.tag}}}"
 
 
+class Attempt:
+    """One call's dealings with the breakers of its target: whether it may go at all, and what
+    its outcome says about Redis. Shared by this module's ``call`` and ``whos_online.aio``.
+
+    Redis errors open the breaker of the target (of ``shard``'s slot on a cluster). A Redis that
+    answers but refuses writes (``refuses_writes``) opens only the ``refusals`` breaker, which
+    stops calls that ``writes``: reads go on showing who is online, and a successful read is no
+    sign that writes work again.
+    """
+
+    def __init__(self, config: Config, shard: Shard | None, *, writes: bool) -> None:
+        self.backoff = config.failure_backoff
+        self.target = breaker_target(config, shard)
+        self.writes = writes
+        self.allowed = breaker.allows(self.target) and not (
+            writes and not refusals.allows(self.target)
+        )
+        self.generation = breaker.generation(self.target)
+        self.refused = refusals.generation(self.target)
+
+    def failed(self, error: BaseException) -> None:
+        if refuses_writes(error):
+            refusals.failed(self.target, error, self.backoff)
+            breaker.succeeded(self.target, self.generation)  # it answered
+        else:
+            breaker.failed(self.target, error, self.backoff)
+
+    def succeeded(self) -> None:
+        breaker.succeeded(self.target, self.generation)
+        if self.writes:
+            refusals.succeeded(self.target, self.refused)
+
+
 def call(
     default: T,
     operation: Callable[[Client, Config], T],
@@ -261,21 +294,13 @@ def call(
     shard: Shard | None = None,
     writes: bool = False,
 ) -> T:
-    """Run ``operation`` with the request client, or return ``default`` if Redis fails.
-
-    Redis errors open the breaker of the target (of ``shard``'s slot on a cluster); a call to a
-    target whose breaker is open returns ``default`` at once. A Redis that answers but refuses
-    writes (``refuses_writes``) opens only the ``refusals`` breaker, which stops calls that
-    ``writes``: reads go on showing who is online, and a successful read is no sign that writes
-    work again. On a Sentinel-managed master that has just been replaced, the call is made once
-    more, on the new master.
-    """
+    """Run ``operation`` with the request client, or return ``default`` if Redis fails or a
+    breaker is open (see ``Attempt``). On a Sentinel-managed master that has just been replaced,
+    the call is made once more, on the new master."""
     config = get_config()
-    target = breaker_target(config, shard)
-    if not breaker.allows(target) or (writes and not refusals.allows(target)):
+    attempt = Attempt(config, shard, writes=writes)
+    if not attempt.allowed:
         return default
-    generation = breaker.generation(target)
-    refused = refusals.generation(target)
     try:
         client = request_client()
         masters.before_call(client)
@@ -286,15 +311,9 @@ def call(
                 raise
             result = operation(client, config)
     except REDIS_ERRORS as error:
-        if refuses_writes(error):
-            refusals.failed(target, error, config.failure_backoff)
-            breaker.succeeded(target, generation)  # it answered
-        else:
-            breaker.failed(target, error, config.failure_backoff)
+        attempt.failed(error)
         return default
-    breaker.succeeded(target, generation)
-    if writes:
-        refusals.succeeded(target, refused)
+    attempt.succeeded()
     return result
 
 

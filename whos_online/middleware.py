@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
 from whos_online import api, identity, snapshots, throttle
@@ -63,8 +63,8 @@ class WhosOnlineMiddleware:
         assert isinstance(response, Awaitable)
         result = await response
         if decision and after_view(request, config, now, decision):
-            # Loading the user and talking to Redis both block; keep them off the event loop.
-            await sync_to_async(record)(request, result, config, now)
+            recorded = await api.arecord_request(request, config, now)
+            hand_out_cookie(request, result, config, now, recorded)
         return result
 
 
@@ -107,7 +107,13 @@ def after_view(request: HttpRequest, config: Config, now: float, decision: int) 
 
 
 def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
-    recorded = api.record_request(request, config, now)
+    hand_out_cookie(request, response, config, now, api.record_request(request, config, now))
+
+
+def hand_out_cookie(
+    request: HttpRequest, response: HttpResponseBase, config: Config, now: float, recorded: int
+) -> None:
+    """Set the throttle cookie for a visit that was stored (``recorded`` is not FAILED)."""
     if recorded == api.FAILED or not config.throttle:
         return
     response.set_cookie(

@@ -1,0 +1,78 @@
+"""The middleware on an ASGI stack (Django's AsyncClient through the test settings' middleware):
+visits recorded with redis-py's asyncio client, the user loaded with ``request.auser()``.
+
+The same stack through a real ASGI server is tests/test_load.py's uvicorn run."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import AsyncClient
+
+import whos_online
+from tests.helpers import configure, guest, log_in_quietly, members
+from whos_online import api, throttle
+
+COOKIE = throttle.COOKIE_NAME
+
+
+def get(client: AsyncClient, path: str = "/async/") -> Any:
+    return async_to_sync(client.get)(path)
+
+
+@pytest.fixture
+def no_thread(monkeypatch) -> None:
+    """Recording must not go through sync_to_async."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("recorded through sync_to_async")
+
+    monkeypatch.setattr(api, "sync_to_async", refuse)
+
+
+def test_a_guest_is_recorded_with_the_asyncio_client(r, no_thread):
+    response = get(AsyncClient())
+
+    assert response.status_code == 200
+    assert COOKIE in response.cookies
+    assert members(r, "guests") == [guest("127.0.0.1")]  # AsyncClient's address
+
+
+def test_a_user_is_loaded_with_auser_and_recorded(r, alice, no_thread):
+    browser = AsyncClient()
+    log_in_quietly(browser, alice)
+
+    response = get(browser)
+
+    assert COOKIE in response.cookies
+    assert [user.name for user in whos_online.online_users()] == ["alice"]
+    assert members(r, "guests") == []
+
+
+def test_a_display_name_that_reads_the_database_still_works(r, settings, alice):
+    """Sync-only code of the site's (here DISPLAY_NAME querying the user table) runs in a
+    thread rather than failing on the event loop."""
+    from django.contrib.auth import get_user_model
+
+    def from_database(user: Any) -> str:
+        return f"{get_user_model().objects.get(pk=user.pk).username} (db)"
+
+    configure(settings, DISPLAY_NAME=from_database)
+    browser = AsyncClient()
+    log_in_quietly(browser, alice)
+
+    get(browser)
+
+    assert [user.name for user in whos_online.online_users()] == ["alice (db)"]
+
+
+def test_redis_down_fails_open_with_one_warning(redis_down, caplog):
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        for _ in range(2):
+            response = get(AsyncClient())
+            assert response.status_code == 200
+            assert COOKIE not in response.cookies
+    assert len([r for r in caplog.records if r.name == "whos_online"]) == 1
