@@ -642,15 +642,31 @@ def prune(now: float | datetime | None = None) -> int:
     return sum(removed.values()) if removed else 0
 
 
-def prune_with(client: Client, config: Config, *, now: float) -> dict[str, int]:
+def prune_with(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+) -> dict[str, int]:
     """Prune in chunks with ``client``, letting Redis errors propagate (used by the command).
 
     ``users_went_offline`` is sent once per chunk, so a huge prune never holds every id at once.
+    ``between_chunks`` is called after each chunk and its signal: the command extends its lock
+    there, and stops there when asked to, so that no removed user goes unreported.
     """
     removed_by_kind = dict.fromkeys(store.KINDS, 0)
     for shard in keyspace.layout(config):
         for kind in store.KINDS:
-            _prune_set(client, config, shard, kind, now=now, removed_by_kind=removed_by_kind)
+            _prune_set(
+                client,
+                config,
+                shard,
+                kind,
+                now=now,
+                removed_by_kind=removed_by_kind,
+                between_chunks=between_chunks,
+            )
     return removed_by_kind
 
 
@@ -663,6 +679,7 @@ def _prune_set(
     now: float,
     removed_by_kind: dict[str, int],
     current: bool = True,
+    between_chunks: Callable[[], object] | None = None,
 ) -> None:
     """Prune one set in chunks. Only the ``current`` layout's removals are news: a member left
     in an old layout is online in the new one, or was already reported by the earlier runs."""
@@ -674,13 +691,21 @@ def _prune_set(
             recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
             if is_user and removed:
                 signals.users_went_offline.send(sender=prune, user_ids=_pk_values(removed))
+        if between_chunks is not None:
+            between_chunks()
         if len(removed) < store.PRUNE_CHUNK_SIZE:
             break
 
 
-def prune_old_layouts(client: Client, config: Config, *, now: float) -> dict[str, int]:
+def prune_old_layouts(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+) -> dict[str, int]:
     """Prune what layouts of another ``SHARDS`` left (used by the command), and forget a layout
-    once none of its sets is left.
+    once none of its sets is left (``between_chunks`` as for ``prune_with``).
 
     Nobody reads an old layout, so its members are not counted; they are pruned like the current
     ones, once stale, rather than all at once, so that a process still running with the old
@@ -699,6 +724,7 @@ def prune_old_layouts(client: Client, config: Config, *, now: float) -> dict[str
                     now=now,
                     removed_by_kind=removed_by_kind,
                     current=False,
+                    between_chunks=between_chunks,
                 )
         if store.layout_is_empty(client, config, shards):
             store.forget_layout(client, config, shards)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from io import StringIO
 from types import SimpleNamespace
@@ -8,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
+from redis.lock import Lock
 
 from tests.helpers import configure
 from whos_online import store
@@ -210,14 +213,15 @@ def test_every_needs_a_positive_number(backend, every):
 
 
 def _stop_on_second_sleep(monkeypatch) -> list[float]:
+    """Ctrl-C (a real SIGINT to this process) during the second pause between runs."""
     sleeps: list[float] = []
 
-    def sleep(seconds: float) -> None:
+    def pause(command: Any, seconds: float) -> None:
         sleeps.append(seconds)
         if len(sleeps) == 2:
-            raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr("whos_online.management.commands.whos_online_cleanup.time.sleep", sleep)
+    monkeypatch.setattr(whos_online_cleanup.Command, "pause", pause)
     return sleeps
 
 
@@ -229,12 +233,12 @@ def test_every_runs_until_interrupted(backend, r, monkeypatch):
 
     lines = out.splitlines()
     assert len(lines) == 6
-    assert lines[0] == "Cleaning up every 5 s; stop with Ctrl-C."
+    assert lines[0] == "Cleaning up every 5 s; stop with Ctrl-C or SIGTERM."
     assert re.fullmatch(rf"Removed 1 guest last seen before {WHEN}", lines[1])
     assert lines[2] == FIRST_CLEAN.rstrip("\n")
     assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[3])
     assert lines[4] == NOTHING_DUE
-    assert lines[5] == "Stopped."
+    assert lines[5] == "Stopped by SIGINT."
     assert err == ""
     assert len(sleeps) == 2
     assert all(0 <= seconds <= 5 for seconds in sleeps)
@@ -270,10 +274,83 @@ def test_every_reports_redis_errors_and_keeps_going(redis_down, monkeypatch):
 
     out, err = run("--every", "5")
 
-    assert out == "Cleaning up every 5 s; stop with Ctrl-C.\nStopped.\n"
+    assert out == "Cleaning up every 5 s; stop with Ctrl-C or SIGTERM.\nStopped by SIGINT.\n"
     lines = err.splitlines()
     assert len(lines) == 2
     assert all(
         line.startswith(f"Cannot clean up: Redis at {redis_down} failed: ") for line in lines
     )
     assert len(sleeps) == 2
+
+
+# Stopping: SIGTERM or SIGINT end the command between two chunks, cleanly.
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
+    backend, r, monkeypatch, offline_ids, stop
+):
+    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 11)})
+    lock_ttls: list[int] = []
+
+    def signal_during_the_first_chunk(sender: object, **kwargs: Any) -> None:
+        lock_ttls.append(r.pttl(LOCK))
+        if len(lock_ttls) == 1:
+            os.kill(os.getpid(), stop)
+
+    users_went_offline.connect(
+        signal_during_the_first_chunk, weak=False, dispatch_uid="tests.commands.stop"
+    )
+    try:
+        out, err = run("--every", "3600")  # a daemon: stops without waiting an hour
+    finally:
+        users_went_offline.disconnect(dispatch_uid="tests.commands.stop")
+
+    assert out.splitlines()[-1] == f"Stopped by {stop.name}."
+    assert err == ""
+    reported = sorted(pk for ids in offline_ids for pk in ids)
+    left = {int(pk) for pk in members(r, "users")}
+    assert reported == [1, 2, 3]  # the chunk that was under way, and no other
+    assert left == set(range(4, 11))  # nothing removed without being reported
+    assert r.exists(LOCK) == 0
+    # A run that died instead would leave the lock for at most LOCK_TIMEOUT seconds.
+    assert 0 < lock_ttls[0] <= whos_online_cleanup.LOCK_TIMEOUT * 1000
+
+
+def test_the_previous_signal_handlers_come_back(backend, r):
+    before = {number: signal.getsignal(number) for number in whos_online_cleanup.STOP_SIGNALS}
+    run()
+    assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch):
+    """With a clock that moves LOCK_EXTEND_EVERY per reading, each chunk extends the lock."""
+    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 2)
+    r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 7)})
+    clock = [0.0]
+
+    def tick() -> float:
+        clock[0] += whos_online_cleanup.LOCK_EXTEND_EVERY
+        return clock[0]
+
+    monkeypatch.setattr(
+        whos_online_cleanup,
+        "time",
+        SimpleNamespace(time=time.time, monotonic=tick, sleep=time.sleep),
+    )
+    extensions: list[int] = []
+    extend = Lock.extend
+
+    def counted(lock: Lock, additional_time: float, replace_ttl: bool = False) -> bool:
+        extensions.append(r.pttl(LOCK))
+        return extend(lock, additional_time, replace_ttl=replace_ttl)
+
+    monkeypatch.setattr(Lock, "extend", counted)
+
+    run()
+
+    # Users 2+2+2+0, then the other sets and the step before the counters.
+    assert len(extensions) >= 4
+    assert all(0 < ttl <= whos_online_cleanup.LOCK_TIMEOUT * 1000 for ttl in extensions)
+    assert r.exists(LOCK) == 0

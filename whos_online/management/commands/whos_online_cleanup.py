@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -14,11 +17,25 @@ from whos_online.connection import REDIS_ERRORS, admin_client
 
 if TYPE_CHECKING:
     from argparse import ArgumentParser
+    from collections.abc import Callable, Iterator
+    from types import FrameType
+
+    from redis.lock import Lock
 
     from whos_online.connection import Client
 
-#: Seconds the cleanup lock lives if a run dies without releasing it.
-LOCK_TIMEOUT = 120
+#: Seconds the cleanup lock lives unless the run extends it, which it does between chunks: a run
+#: that dies without releasing it (SIGKILL, a lost machine) holds it this long at most.
+LOCK_TIMEOUT = 10
+#: Seconds between two extensions of the lock.
+LOCK_EXTEND_EVERY = 2
+#: The signals that stop the command cleanly, between two chunks.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Stopped(Exception):
+    """Raised between two chunks once a stop signal has arrived."""
+
 
 LABELS = {"users": "user", "hidden": "hidden user", "guests": "guest", "bots": "bot"}
 
@@ -62,22 +79,55 @@ class Command(BaseCommand):
         if reset_peak:
             self.reset_peak(dry_run=dry_run)
             return
-        if every is None:
-            self.run_once(dry_run=dry_run)
-            return
-        if every <= 0:
+        if every is not None and every <= 0:
             raise CommandError("--every takes a positive number of seconds.")
-        self.log(f"Cleaning up every {every:g} s; stop with Ctrl-C.", level=1)
-        try:
-            while True:
-                started = time.monotonic()
-                try:
+        self.stopping = threading.Event()
+        self.stopped_by = ""
+        with self.stop_signals():
+            try:
+                if every is None:
                     self.run_once(dry_run=dry_run)
-                except CommandError as error:
-                    self.stderr.write(str(error))
-                time.sleep(max(every - (time.monotonic() - started), 0))
-        except KeyboardInterrupt:
-            self.log("Stopped.", level=1)
+                else:
+                    self.run_every(every, dry_run=dry_run)
+            except Stopped:
+                pass
+        if self.stopping.is_set():
+            self.log(f"Stopped by {self.stopped_by}.", level=1)
+
+    @contextlib.contextmanager
+    def stop_signals(self) -> Iterator[None]:
+        """While the block runs, SIGTERM and SIGINT ask the command to stop between two chunks:
+        what a chunk removed is reported (``users_went_offline``) and the lock released before
+        it exits, with status 0. Signal handlers can only be set from the main thread; elsewhere
+        (``call_command`` from a thread) the signals keep their handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            self.stopped_by = signal.Signals(signum).name
+            self.stopping.set()
+
+        previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def run_every(self, every: float, *, dry_run: bool) -> None:
+        self.log(f"Cleaning up every {every:g} s; stop with Ctrl-C or SIGTERM.", level=1)
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once(dry_run=dry_run)
+            except CommandError as error:
+                self.stderr.write(str(error))
+            self.pause(max(every - (time.monotonic() - started), 0))
+
+    def pause(self, seconds: float) -> None:
+        """Wait between two runs; a stop signal ends the wait at once."""
+        self.stopping.wait(seconds)
 
     def run_once(self, *, dry_run: bool, now: float | None = None) -> None:
         config = get_config()
@@ -96,10 +146,11 @@ class Command(BaseCommand):
                     "Another whos_online_cleanup holds the lock; this run did nothing."
                 )
                 return
+            between = self.between_chunks(lock)
             try:
-                removed = api.prune_with(client, config, now=now)
+                removed = api.prune_with(client, config, now=now, between_chunks=between)
                 self.report(removed, now, "Removed")
-                left = api.prune_old_layouts(client, config, now=now)
+                left = api.prune_old_layouts(client, config, now=now, between_chunks=between)
                 if any(left.values()):
                     self.report(left, now, "Removed from layouts of another SHARDS")
                 found = api.sample_counts(client, config, now=now)
@@ -109,6 +160,7 @@ class Command(BaseCommand):
                         f"and {found.bots} bots online over {config.shards} shards.",
                         level=2,
                     )
+                between()
                 self.clean_counters(client, config, now=now, dry_run=False)
             finally:
                 try:
@@ -119,6 +171,20 @@ class Command(BaseCommand):
         except REDIS_ERRORS as error:
             msg = f"Cannot clean up: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error
+
+    def between_chunks(self, lock: Lock) -> Callable[[], None]:
+        """What runs after each chunk: stop if a signal asked to, else keep the lock alive."""
+        extended = time.monotonic()
+
+        def between() -> None:
+            nonlocal extended
+            if self.stopping.is_set():
+                raise Stopped
+            if time.monotonic() - extended >= LOCK_EXTEND_EVERY:
+                lock.extend(LOCK_TIMEOUT, replace_ttl=True)
+                extended = time.monotonic()
+
+        return between
 
     def clean_counters(self, client: Client, config: Config, *, now: float, dry_run: bool) -> None:
         """Clean the precisions that are due: each every max(precision, 60) seconds."""
