@@ -290,13 +290,20 @@ def test_a_promotion_stands_while_no_sentinel_answers(on_sentinel):
 def test_each_process_listens_once_and_reset_stops_the_listeners(on_sentinel, monkeypatch):
     assert whos_online.record_guest("198.51.100.1") is True
     assert whos_online.record_guest("198.51.100.2") is True
-    listening = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
+    ours = manager()
+
+    def listeners() -> list[SentinelListener]:
+        # Listeners of this test's client only: an earlier test's may still be ending.
+        found = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
+        return [listener for listener in found if listener.manager is ours]
+
+    listening = listeners()
     assert len(listening) == 1
 
     # A forked worker inherits the manager but none of its threads: it starts its own.
     monkeypatch.setattr("os.getpid", lambda: -1)
     assert whos_online.record_guest("198.51.100.3") is True
-    started = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
+    started = listeners()
 
     assert len(set(started) - set(listening)) == 1
     for inherited in listening:
