@@ -20,9 +20,12 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+import whos_online
+from tests.conftest import SCRIPTS
+from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
 from tests.redis_server import free_port
-from whos_online import api, connection, hits, throttle
+from whos_online import api, connection, counters, hits, throttle
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 
@@ -307,24 +310,33 @@ def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, 
     assert total(86400) == 3
 
 
-def test_give_back_folds_seconds_beyond_max_buffered_seconds(monkeypatch):
+def test_a_failed_batch_folds_seconds_beyond_max_buffered_seconds(monkeypatch):
     monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
     buffer = hits.HitBuffer()
     for second in range(5):
         buffer.add(T0 + 100 + second)
-    # Adding never folds: only a failed write (give_back) does.
-    assert buffer.take() == {T0 + 100 + second: 1 for second in range(5)}
+    # Adding never folds: only a failed write does.
+    batch = buffer.take()
+    assert batch is not None
+    assert batch.counts == {T0 + 100 + second: 1 for second in range(5)}
 
     buffer.add(T0 + 3, 4)
     buffer.add(T0 + 4.5)
-    buffer.give_back({T0: 1, T0 + 1: 2, T0 + 2: 3})
+    buffer.add(T0 + 5)
+    buffer.add(T0 + 6)
+    buffer.settle(batch, added=False)
 
-    assert buffer.total() == 11
-    assert buffer.take() == {T0 + 2: 6, T0 + 3: 4, T0 + 4: 1}
-    assert buffer.take() == {}
-
-    buffer.give_back({T0 + 7: 2, T0 + 5: 1, T0 + 6: 1, T0 + 8: 1})
-    assert buffer.take() == {T0 + 6: 2, T0 + 7: 2, T0 + 8: 1}
+    assert buffer.total() == 5 + 7
+    again = buffer.take()
+    assert again is batch  # the failed batch goes again, as it is, before anything newer
+    assert again.counts == {T0 + 102: 3, T0 + 103: 1, T0 + 104: 1}
+    buffer.settle(again, added=True)
+    newer = buffer.take()
+    assert newer is not None
+    assert newer.number == batch.number + 1
+    assert newer.counts == {T0 + 4: 5, T0 + 5: 1, T0 + 6: 1}
+    buffer.settle(newer, added=True)
+    assert buffer.take() is None
 
 
 def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
@@ -423,7 +435,9 @@ def test_concurrent_hits_are_all_counted(counting):
     for thread in threads:
         thread.join(5)
 
-    assert hits.buffer.take() == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
+    batch = hits.buffer.take()
+    assert batch is not None
+    assert batch.counts == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
     assert len(timer_threads()) == 1
 
 
@@ -559,4 +573,81 @@ def test_a_process_that_exits_writes_its_buffered_hits(settings, real_redis_url)
     assert all(started - 60 <= start <= time.time() for start, _ in samples)
     for precision in PRECISIONS:
         assert total(precision) == 5, precision
+    assert hits.buffer.total() == 0
+
+
+# Exactly once: a batch whose write timed out may have been added by Redis all the same.
+
+
+def test_a_batch_is_added_once_however_often_it_is_sent(backend, counting):
+    client, config = admin_client(), get_config()
+    amounts = {("hits", T0): 5}
+
+    counters.add(client, config, amounts, batch=("token-a", 1))
+    counters.add(client, config, amounts, batch=("token-a", 1))  # sent again: skipped
+    counters.add(client, config, amounts, batch=("token-b", 1))  # another process's batch
+    counters.add(client, config, amounts, batch=("token-a", 2))  # the next batch
+
+    assert total(86400) == 15
+    assert 0 < admin_client().ttl("{whos_online}:hits-applied:token-a") <= hits.APPLIED_MEMORY
+
+
+def test_hits_counted_while_a_batch_is_in_flight_wait_for_it(counting):
+    buffer = hits.HitBuffer()
+    buffer.add(T0)
+    first = buffer.take()
+    buffer.add(T0 + 1)
+    assert buffer.take() is None  # one batch at a time
+    assert first is not None
+    buffer.settle(first, added=False)
+    assert buffer.take() is first  # the failed one first, and nothing newer with it
+    buffer.settle(first, added=True)
+    second = buffer.take()
+    assert second is not None
+    assert second.counts == {T0 + 1: 1}
+
+
+@pytest.fixture
+def stalled(real_redis_url, settings, breaker_clock) -> Iterator[DelayingProxy]:
+    """The app's Redis behind a proxy that holds replies back: a write that times out on the
+    client is carried out by Redis all the same."""
+    direct = redis.Redis.from_url(real_redis_url)
+    direct.flushdb()
+    for source in SCRIPTS:  # else the first call only learns NOSCRIPT, and runs nothing
+        direct.script_load(source)
+    proxy = DelayingProxy(int(real_redis_url.rsplit(":", 1)[1].split("/")[0]))
+    configure(settings, REDIS_URL=proxy.url, COUNT_HITS=True)
+    whos_online.online_counts()  # a pooled connection, set up before the stall
+    yield proxy
+    proxy.close()
+
+
+def test_a_flush_that_timed_out_is_not_counted_twice(stalled, breaker_clock, real_redis_url):
+    for _ in range(100):
+        api.count_hit(T0)
+    stalled.delay = 4 * connection.REQUEST_TIMEOUT
+
+    assert api.flush_hits() is False  # timed out; Redis added the batch meanwhile
+    redis.Redis.from_url(real_redis_url).ping()  # the stalled reply has surely been dealt with
+    stalled.delay = 0.0
+    breaker_clock.advance(get_config().failure_backoff + 1)
+    assert api.flush_hits() is True
+
+    assert total(86400) == 100
+    assert hits.buffer.total() == 0
+
+
+def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
+    stalled, breaker_clock, real_redis_url
+):
+    for _ in range(100):
+        api.count_hit(T0)
+    stalled.delay = 4 * connection.REQUEST_TIMEOUT
+
+    assert whos_online.record_guest("198.51.100.40") is False  # carried out by Redis anyway
+    stalled.delay = 0.0
+    breaker_clock.advance(get_config().failure_backoff + 1)
+    assert whos_online.record_guest("198.51.100.41") is True  # the batch rides again
+
+    assert total(86400) == 100
     assert hits.buffer.total() == 0

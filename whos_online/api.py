@@ -8,8 +8,9 @@ what a view or a template wants. The cleanup command uses ``store`` directly and
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
@@ -328,8 +329,8 @@ class PendingVisit:
     epoch: int
     #: Memory entries the visit replaces (a guest who has just logged in).
     replaced: tuple[str, ...] = ()
-    #: Page hits riding along, given back to the buffer if the write fails.
-    taken: dict[int, int] = field(default_factory=dict)
+    #: Page hits riding along: settled with the buffer once the write's outcome is known.
+    batch: hits.Batch | None = None
 
     @property
     def shard(self) -> keyspace.Shard:
@@ -337,9 +338,9 @@ class PendingVisit:
 
     def finish(self, reply: Any) -> int:
         """What the script's ``reply`` (None: it failed) comes to: FAILED, WRITTEN or ARRIVED."""
+        if self.batch is not None:
+            hits.buffer.settle(self.batch, added=reply is not None)
         if reply is None:
-            if self.taken:
-                hits.buffer.give_back(self.taken)
             return FAILED
         if self.config.throttle:
             recent.remember(self.remembered, self.until, self.epoch)
@@ -405,9 +406,15 @@ def _pending(
     them."""
     epoch = connection.failures()
     riding = config.count_hits and config.shards == 1
-    taken = hits.buffer.take() if riding else {}
+    batch = hits.buffer.take() if riding else None
     calls = store.record_calls(
-        config, kind=kind, member=member, now=now, hits=_hit_amounts(taken), **visit
+        config,
+        kind=kind,
+        member=member,
+        now=now,
+        hits=_hit_amounts(batch.counts) if batch else {},
+        batch=(batch.token, batch.number) if batch else None,
+        **visit,
     )
     return PendingVisit(
         config=config,
@@ -418,7 +425,7 @@ def _pending(
         until=now + config.throttle,
         epoch=epoch,
         replaced=replaced,
-        taken=taken,
+        batch=batch,
     )
 
 
@@ -480,21 +487,24 @@ def count_hit(now: float | datetime | None = None) -> None:
 
 
 def flush_hits() -> bool:
-    """Write the buffered page hits now; False (and the hits kept) if Redis failed."""
-    taken = hits.buffer.take()
-    if not taken:
-        return True
+    """Write the buffered page hits now; False (and the hits kept) if Redis failed. A batch that
+    failed before goes first, then what was counted since. True also when another thread is
+    writing a batch, which settles it."""
+    while True:
+        batch = hits.buffer.take()
+        if batch is None:
+            return True
+        written = call_redis(False, functools.partial(_write_batch, batch), writes=True)
+        hits.buffer.settle(batch, added=written)
+        if not written:
+            if get_config().count_hits:
+                hits.timer.schedule(flush_hits)
+            return False
 
-    def write(client: Client, config: Config) -> bool:
-        counters.add(client, config, _hit_amounts(taken))
-        return True
 
-    written = call_redis(False, write, writes=True)
-    if not written:
-        hits.buffer.give_back(taken)
-        if get_config().count_hits:
-            hits.timer.schedule(flush_hits)
-    return written
+def _write_batch(batch: hits.Batch, client: Client, config: Config) -> bool:
+    counters.add(client, config, _hit_amounts(batch.counts), batch=(batch.token, batch.number))
+    return True
 
 
 def record_request(request: HttpRequest, config: Config, now: float) -> int:

@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online import keyspace
+from whos_online import hits, keyspace
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -75,14 +75,30 @@ local function add_increments(counter_prefix, known, precisions, first)
   end
   return first + 3 * count + 1
 end
+
+-- A batch of page hits (see ``hits``): ARGV[first] is the key that remembers the highest batch
+-- number its process added ('' for increments that are not a batch), ARGV[first + 1] the batch's
+-- number and ARGV[first + 2] how long to remember it; then the increments. A batch that was added
+-- already (its first write timed out on the way back) is skipped.
+local function add_batch(counter_prefix, known, precisions, first)
+  local applied, number = ARGV[first], ARGV[first + 1]
+  if applied ~= '' then
+    local last = redis.call('GET', applied)
+    if last and tonumber(last) >= tonumber(number) then
+      return
+    end
+    redis.call('SET', applied, number, 'EX', ARGV[first + 2])
+  end
+  add_increments(counter_prefix, known, precisions, first + 3)
+end
 """
 
 # KEYS[1] the known set; ARGV[1] the counter key prefix, ARGV[2] the precisions, then the
-# increments.
+# batch (see add_batch) and the increments.
 _UPDATE: Final = (
     LUA_ADD_INCREMENTS
     + """
-add_increments(ARGV[1], KEYS[1], parse_precisions(ARGV[2]), 3)
+add_batch(ARGV[1], KEYS[1], parse_precisions(ARGV[2]), 3)
 return 1
 """
 )
@@ -165,14 +181,35 @@ def increment_args(amounts: Mapping[tuple[str, int], int]) -> list[str | int]:
     return args
 
 
-def add(client: Client, config: Config, amounts: Mapping[tuple[str, int], int]) -> None:
-    """Add each amount, keyed by (counter name, Unix second), at every precision in one call."""
+def add(
+    client: Client,
+    config: Config,
+    amounts: Mapping[tuple[str, int], int],
+    *,
+    batch: tuple[str, int] | None = None,
+) -> None:
+    """Add each amount, keyed by (counter name, Unix second), at every precision in one call;
+    with ``batch``, (process token, batch number), only if that batch was not added before."""
     args = increment_args(amounts)
     if args[0]:
         keyspace.script(client, _UPDATE)(
             keys=[known_key(config)],
-            args=[counter_prefix(config), precisions_arg(config.counter_precisions), *args],
+            args=[
+                counter_prefix(config),
+                precisions_arg(config.counter_precisions),
+                *batch_args(config, batch),
+                *args,
+            ],
         )
+
+
+def batch_args(config: Config, batch: tuple[str, int] | None) -> list[str | int]:
+    """What ``add_batch`` reads before the increments: the key that remembers the process's
+    highest batch added (under the counters' hash tag), the number, and how long to remember."""
+    if batch is None:
+        return ["", 0, 0]
+    token, number = batch
+    return [keyspace.key(config, f"hits-applied:{token}"), number, hits.APPLIED_MEMORY]
 
 
 def get(client: Client, config: Config, name: str, precision: int) -> list[tuple[int, int]]:

@@ -1,22 +1,33 @@
-"""Page hits, counted in the process and written to Redis in batches.
+"""Page hits, counted in the process and written to Redis in batches, each exactly once.
 
 Counting a hit must not cost a throttled request its Redis-free path, so hits go into a buffer of
 counts per second. The buffer rides along with the next recorded visit (the same round trip), and
 otherwise a timer writes it at most ``FLUSH_INTERVAL`` seconds after it stopped being empty. A
-process that exits writes what it holds (``atexit``); a crash loses at most that last second.
+process that exits normally writes what it holds (``atexit``, or a multiprocessing finalizer);
+one that is killed loses what it held, at most the hits of the last ``FLUSH_INTERVAL`` (and, if
+Redis was failing, those it could not write).
 
 Counts are kept per second so that each hit lands in the slice it happened in at every precision,
 however late it is written.
+
+A write that times out may still have been carried out by Redis. So what is taken from the buffer
+becomes a *batch* with a number: the process's token and a sequence number. The script that adds
+a batch remembers, per process token, the highest number it added, and skips a batch it has
+added already. A batch whose write failed is kept as it is and sent again, with its number,
+before anything newer: hits counted meanwhile wait in the buffer. So a batch is added once,
+whether its first write was lost on the way there or on the way back.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
 #: The counter page hits are kept in.
 COUNTER_NAME: Final = "hits"
@@ -28,36 +39,81 @@ FLUSH_INTERVAL: Final = 1.0
 #: second, so that an outage of any length keeps the total exact and the memory bounded.
 MAX_BUFFERED_SECONDS: Final = 3600
 
+#: Seconds Redis remembers the highest batch a process added (refreshed by each batch): far
+#: longer than a failed batch waits to be sent again, which is about ``FAILURE_BACKOFF``.
+APPLIED_MEMORY: Final = 86400
+
+
+@dataclass
+class Batch:
+    """Hits on their way to Redis: ``token`` and ``number`` name the batch, once and for all."""
+
+    token: str
+    number: int
+    counts: dict[int, int]
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
 
 class HitBuffer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[int, int] = {}
+        #: This process's name for its batches; a forked child gets a buffer, and a token, of
+        #: its own (see ``_start_afresh``).
+        self.token = secrets.token_hex(8)
+        self._numbered = 0
+        #: The batch sent last, until it is known to be added.
+        self._pending: Batch | None = None
+        self._in_flight = False
 
     def add(self, now: float, count: int = 1) -> None:
         second = int(now)
         with self._lock:
             self._counts[second] = self._counts.get(second, 0) + count
 
-    def take(self) -> dict[int, int]:
-        """Empty the buffer, returning what it held; give it back if the write fails."""
+    def take(self) -> Batch | None:
+        """The batch to write now: the one whose write failed, else what the buffer holds; None
+        when there is nothing, or when another thread is writing a batch (one at a time, so
+        that a batch that failed is never overtaken by a newer one). Hand it to ``settle``."""
         with self._lock:
-            taken, self._counts = self._counts, {}
-        return taken
+            if self._in_flight:
+                return None
+            if self._pending is None:
+                if not self._counts:
+                    return None
+                self._numbered += 1
+                self._pending = Batch(self.token, self._numbered, self._counts)
+                self._counts = {}
+            self._in_flight = True
+            return self._pending
 
-    def give_back(self, counts: Mapping[int, int]) -> None:
+    def settle(self, batch: Batch, *, added: bool) -> None:
+        """Say how the write of ``batch`` (from ``take``) went: added (or found added already)
+        by Redis, or failed, in which case it is sent again, as it is, next time."""
         with self._lock:
-            for second, count in counts.items():
-                self._counts[second] = self._counts.get(second, 0) + count
-            if len(self._counts) > MAX_BUFFERED_SECONDS:
-                seconds = sorted(self._counts)
-                cut = len(seconds) - MAX_BUFFERED_SECONDS
-                folded = sum(self._counts.pop(second) for second in seconds[:cut])
-                self._counts[seconds[cut]] += folded
+            self._in_flight = False
+            if added:
+                if self._pending is batch:
+                    self._pending = None
+                return
+            _fold(batch.counts)
+            _fold(self._counts)
 
     def total(self) -> int:
         with self._lock:
-            return sum(self._counts.values())
+            pending = self._pending.total() if self._pending is not None else 0
+            return pending + sum(self._counts.values())
+
+
+def _fold(counts: dict[int, int]) -> None:
+    """Keep at most MAX_BUFFERED_SECONDS seconds, adding the older ones to the oldest kept."""
+    if len(counts) > MAX_BUFFERED_SECONDS:
+        seconds = sorted(counts)
+        cut = len(seconds) - MAX_BUFFERED_SECONDS
+        folded = sum(counts.pop(second) for second in seconds[:cut])
+        counts[seconds[cut]] += folded
 
 
 class FlushTimer:

@@ -90,7 +90,8 @@ end
 # Only keys the call may touch are declared, in this order: the set joined; the day's visitors
 # (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's
 # two sets (when ARGV[8] names one); with one shard, the four sets, the peak and the known
-# counters. The counter HASHes are named in Lua from ARGV[11]: they share the base tag.
+# counters. The counter HASHes are named in Lua from ARGV[11], and the key that remembers the
+# page-hit batches added from ARGV[15] (see counters.add_batch): they share the base tag.
 _RECORD: Final = (
     _LUA_SAMPLING
     + """
@@ -135,7 +136,7 @@ if ARGV[9] ~= '0' then
     sample_all(known, prefix, precisions, ARGV[13], tonumber(ARGV[14]),
       online_users, online_guests, online_bots)
   end
-  add_increments(prefix, known, precisions, 15)
+  add_batch(prefix, known, precisions, 15)
 end
 -- Whether the visitor was not online until now: their next page should not be shown a kept
 -- snapshot read before this visit (see ``snapshots``).
@@ -409,6 +410,7 @@ def record_calls(
     former: str = "",
     visitor: str = "",
     hits: Mapping[tuple[str, int], int] | None = None,
+    batch: tuple[str, int] | None = None,
 ) -> list[ScriptCall]:
     """The calls that record one visit of ``kind`` ("users", "guests" or "bots"; a user passes
     ``user``): one, to the visitor's shard, unless ``former`` lives in another shard.
@@ -416,8 +418,8 @@ def record_calls(
     ``former`` is who the visitor was until this visit, taken off the online sets in the same
     step: the guest's (or bot's) member when a user logs in, the user's pk when they log out
     ("" for none). ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds
-    nothing). ``hits`` ride along only when the visit samples (one shard); the caller keeps
-    them otherwise.
+    nothing). ``hits`` ride along only when the visit samples (one shard), as the ``batch``
+    (process token, number) they were taken as (see ``hits``); the caller keeps them otherwise.
     """
     if user is not None:
         kind = "hidden" if user.hidden else "users"
@@ -461,6 +463,7 @@ def record_calls(
             fixed.precisions,
             fixed.may_stop,
             int(now),
+            *counters.batch_args(config, batch),
             *counters.increment_args(hits or {}),
         ]
     else:
