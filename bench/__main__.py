@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also serve the whos_online variants from this other checkout of the project, "
         "interleaved, and compare (e.g. a `git worktree` of the commit before a change)",
     )
+    parser.add_argument(
+        "--asgi",
+        action="store_true",
+        help="serve the throughput sites as ASGI with uvicorn instead of WSGI with gunicorn",
+    )
     options = parser.parse_args(argv)
     wanted = [part.strip() for part in options.only.split(",") if part.strip()]
     unknown = sorted(set(wanted) - set(PARTS))
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(workdir),
                 only=options.variants.split(",") if options.variants else None,
                 against=options.against,
+                asgi=options.asgi,
             ),
             "redis-work": redis_work.run,
             "tags": tags.run,

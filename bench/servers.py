@@ -56,6 +56,15 @@ def gunicorn(
     return wsgi_server.gunicorn(env, log, ready_path=READY_PATH, checkout=Path(env["PYTHONPATH"]))
 
 
+def uvicorn(
+    env: dict[str, str], log: Path
+) -> contextlib.AbstractContextManager[tuple[int, subprocess.Popen[bytes]]]:
+    """Serve ``bench.site`` as ASGI with uvicorn, two workers, like ``gunicorn``."""
+    return wsgi_server.uvicorn(
+        env, log, ready_path=READY_PATH, workers=2, checkout=Path(env["PYTHONPATH"])
+    )
+
+
 def children(pid: int) -> list[int]:
     """The processes ``pid`` started (Linux), such as gunicorn's workers."""
     path = Path(f"/proc/{pid}/task/{pid}/children")

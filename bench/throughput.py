@@ -182,10 +182,13 @@ def run(
     *,
     only: Collection[str] | None = None,
     against: Path | None = None,
+    asgi: bool = False,
 ) -> Section:
     """Measure every variant (or bare Django and those named in ``only``); with ``against``,
     also the whos_online ones served from that checkout of the project, interleaved with the
-    others, to compare two versions of the code."""
+    others, to compare two versions of the code. With ``asgi``, every site is served as ASGI by
+    uvicorn instead of gunicorn."""
+    serve, server_name = (servers.uvicorn, "uvicorn") if asgi else (servers.gunicorn, "gunicorn")
     database = workdir / "bench.sqlite3"
     variants = [v for v in VARIANTS if only is None or v is BARE or v.name in only]
     if against is not None:
@@ -201,8 +204,9 @@ def run(
             server = stack.enter_context(servers.redis_server())
             assert server.process is not None
             port, master = stack.enter_context(
-                servers.gunicorn(
-                    _env(variant, server.url, database), workdir / f"gunicorn-{variant.name}.log"
+                serve(
+                    _env(variant, server.url, database),
+                    workdir / f"{server_name}-{variant.name}.log",
                 )
             )
             sites[variant.name] = Site(
@@ -259,9 +263,15 @@ def run(
                     _add_ratios(
                         measured, "bare", identity, sample=middle, before=before, after=after
                     )
-        logs = {name: (workdir / f"gunicorn-{name}.log").read_text() for name in sites}
+        logs = {name: (workdir / f"{server_name}-{name}.log").read_text() for name in sites}
     return _section(
-        measured, variants=variants, missing=missing, logs=logs, seconds=seconds, repeats=repeats
+        measured,
+        variants=variants,
+        missing=missing,
+        logs=logs,
+        seconds=seconds,
+        repeats=repeats,
+        asgi=asgi,
     )
 
 
@@ -339,6 +349,7 @@ def _section(
     logs: dict[str, str],
     seconds: int,
     repeats: int,
+    asgi: bool = False,
 ) -> Section:
     runnable = [v for v in variants if missing[v.name] is None]
     rows = []
@@ -386,7 +397,7 @@ def _section(
         )
     for name, log in logs.items():
         if "Traceback" in log:
-            notes.append(f"The {name} site logged tracebacks (its gunicorn log).")
+            notes.append(f"The {name} site logged tracebacks (its server's log).")
     header = [
         "variant",
         "clients",
@@ -400,9 +411,10 @@ def _section(
         "× bare",
     ]
     return Section(
-        title="Request throughput",
+        title="Request throughput, ASGI" if asgi else "Request throughput",
         intro=(
-            f"gunicorn with 2 sync workers; wrk with {wrk.THREADS} thread and "
+            ("uvicorn (ASGI) with 2 workers" if asgi else "gunicorn with 2 sync workers")
+            + f"; wrk with {wrk.THREADS} thread and "
             f"{wrk.CONNECTIONS} connections; {GUESTS} anonymous clients or {USERS} logged-in "
             f"users in turn, each with its own X-Forwarded-For (one trusted proxy). {repeats} "
             f"repetitions of {seconds} s cells, each variant between two cells of bare Django; "
