@@ -70,7 +70,7 @@ RECOVERY_REPEATS = 3
 #: Pause between the requests that wait for recording to resume.
 POLL = 0.005
 URLCONF = "bench_outages_urls"
-#: A key set before each episode: gone after it if the server came back empty.
+#: A key set before each episode: gone or older after it if the server restarted.
 MARKER = "bench:outages:marker"
 #: The situations where Redis does not answer (the others answer reads but refuse writes).
 UNREACHABLE = ("nothing listening", "frozen (SIGSTOP)", "slow: replies 1 s late")
@@ -272,15 +272,21 @@ def close_breakers() -> None:
     refusals.reset()
 
 
+def stored_hits(direct: redis.Redis) -> int:
+    """Page hits in Redis now."""
+    from whos_online import counters
+    from whos_online.conf import get_config
+
+    return sum(count for _, count in counters.get(direct, get_config(), "hits", 86400))
+
+
 def counted_hits(direct: redis.Redis) -> int:
     """Page hits in Redis, once the process has written what it holds."""
-    from whos_online import api, counters
-    from whos_online.conf import get_config
+    from whos_online import api
 
     if not api.flush_hits():
         raise RuntimeError("the buffered hits could not be written to a healthy Redis")
-    config = get_config()
-    return sum(count for _, count in counters.get(direct, config, "hits", 86400))
+    return stored_hits(direct)
 
 
 def measure_latency(
@@ -292,7 +298,8 @@ def measure_latency(
             close_breakers()  # every episode is a new outage
             visitors.visit()
             before = counted_hits(direct)
-            direct.set(MARKER, 1)
+            episode = f"{repeat}:{situation.name}"
+            direct.set(MARKER, episode)
             warned = logs.levels.count("WARNING")
             situation.inject()
             try:
@@ -306,8 +313,10 @@ def measure_latency(
             situation.served += 1 + FOLLOWING
             close_breakers()
             time.sleep(situation.settle)
-            if not direct.exists(MARKER):
-                before = 0  # a server that restarted empty lost the hits counted before
+            if direct.get(MARKER) != episode.encode():
+                # A server that restarted lost what it held, or loaded an older snapshot (a
+                # replica's sync leaves one): count from what it holds now.
+                before = stored_hits(direct)
             situation.counted += counted_hits(direct) - before
     close_breakers()
 
