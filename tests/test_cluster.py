@@ -145,3 +145,19 @@ def test_a_stopped_master_takes_only_its_shards_out(sharded, cluster, caplog, db
     finally:
         victim.start()
         cluster.wait_until_ok()
+
+
+def test_an_asgi_visit_is_recorded_with_the_asyncio_cluster_client(sharded, monkeypatch, db):
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    from whos_online import api
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("recorded through sync_to_async")
+
+    monkeypatch.setattr(api, "sync_to_async", refuse)
+    response = async_to_sync(AsyncClient().get)("/async/")
+
+    assert response.status_code == 200
+    assert whos_online.online_counts().guests == 1

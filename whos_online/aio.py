@@ -26,6 +26,7 @@ import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from whos_online import connection, keyspace
@@ -145,10 +146,16 @@ async def call(
 
 async def run(client: AsyncClient, calls: Sequence[ScriptCall]) -> list[Any]:
     """``store.run`` with an asyncio client: each call one awaited EVALSHA (a recorded visit is
-    one call), reloaded on NOSCRIPT by redis-py's script object."""
-    return [
-        await keyspace.script(client, call.source)(keys=call.keys, args=call.args) for call in calls
-    ]
+    one call), or EVAL on a server that lacks the script (see ``store._run_on_its_node``)."""
+    replies = []
+    for call in calls:
+        sha = keyspace.script(client, call.source).sha
+        try:
+            reply = await client.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        except NoScriptError:
+            reply = await client.eval(call.source, len(call.keys), *call.keys, *call.args)
+        replies.append(reply)
+    return replies
 
 
 def reset() -> None:

@@ -333,10 +333,11 @@ def run(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
     client runs each call on its own (redis-py refuses EVALSHA in cluster pipelines), following
     MOVED and ASK replies, so a call costs one round trip to the node of its shard.
     """
-    if len(calls) == 1 or is_cluster(client):
-        return [
-            keyspace.script(client, call.source)(keys=call.keys, args=call.args) for call in calls
-        ]
+    if is_cluster(client):
+        return [_run_on_its_node(client, call) for call in calls]
+    if len(calls) == 1:
+        (call,) = calls
+        return [keyspace.script(client, call.source)(keys=call.keys, args=call.args)]
     scripts = [keyspace.script(client, call.source) for call in calls]
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
@@ -356,6 +357,19 @@ def run(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
         if isinstance(reply, Exception):
             raise reply
     return list(replies)
+
+
+def _run_on_its_node(client: Client, call: ScriptCall) -> Any:
+    """EVALSHA on the node of the call's keys, or EVAL there if that node lacks the script.
+
+    Not redis-py's reload: it sends SCRIPT LOAD to every primary of the cluster, so a master that
+    is down would make every node that has not run the script yet fail too.
+    """
+    script = keyspace.script(client, call.source)
+    try:
+        return client.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+    except NoScriptError:
+        return client.eval(call.source, len(call.keys), *call.keys, *call.args)
 
 
 #: The sorted set each kind of visit joins, by its position in ``KINDS``.
