@@ -186,6 +186,9 @@ def test_a_promotion_is_followed_as_announced_before_the_sentinel_names_it(
     """The clock does not move, so the Sentinels are not asked again on the request path: only
     the announcement can move the visit after it to the promoted replica."""
     assert whos_online.record_guest("198.51.100.1") is True  # listening from the first call on
+    for listener in threading.enumerate():
+        if isinstance(listener, SentinelListener) and listener.manager is manager():
+            assert listener.subscribed.wait(JOIN_TIMEOUT)
     former, promoted = on_sentinel.master, on_sentinel.replica
     failing = threading.Thread(target=on_sentinel.failover, kwargs={"timeout": 40})
     failing.start()

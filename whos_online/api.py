@@ -502,6 +502,14 @@ def flush_hits() -> bool:
             return False
 
 
+def flush_hits_at_exit() -> None:
+    """Write what the process holds as it exits: first let a flush that the timer has started
+    finish (its thread would be cut off by the exit, and its batch with it), then flush."""
+    hits.timer.cancel()
+    hits.timer.join(hits.EXIT_WAIT)
+    flush_hits()
+
+
 def _write_batch(batch: hits.Batch, client: Client, config: Config) -> bool:
     counters.add(client, config, _hit_amounts(batch.counts), batch=(batch.token, batch.number))
     return True

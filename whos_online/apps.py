@@ -29,5 +29,5 @@ class WhosOnlineConfig(AppConfig):
         # Buffered page hits are written when the process exits normally. A worker that
         # multiprocessing started (uvicorn --workers) ends with os._exit once its finalizers
         # have run, skipping atexit: a finalizer writes them there.
-        atexit.register(api.flush_hits)
-        multiprocessing.util.Finalize(None, api.flush_hits, exitpriority=10)
+        atexit.register(api.flush_hits_at_exit)
+        multiprocessing.util.Finalize(None, api.flush_hits_at_exit, exitpriority=10)

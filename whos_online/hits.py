@@ -39,6 +39,9 @@ FLUSH_INTERVAL: Final = 1.0
 #: second, so that an outage of any length keeps the total exact and the memory bounded.
 MAX_BUFFERED_SECONDS: Final = 3600
 
+#: Longest an exiting process waits for a flush the timer has started.
+EXIT_WAIT: Final = 2.0
+
 #: Seconds Redis remembers the highest batch a process added (refreshed by each batch): far
 #: longer than a failed batch waits to be sent again, which is about ``FAILURE_BACKOFF``.
 APPLIED_MEMORY: Final = 86400

@@ -150,6 +150,8 @@ class SentinelListener(threading.Thread):
             )
         )
         self._stopping = threading.Event()
+        #: Set once the listener has subscribed (again, after a reconnection: cleared meanwhile).
+        self.subscribed = threading.Event()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -159,6 +161,7 @@ class SentinelListener(threading.Thread):
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore [no-untyped-call]
             try:
                 pubsub.subscribe(*CHANNELS)
+                self.subscribed.set()
                 while not self._stopping.is_set():
                     message = pubsub.get_message(timeout=POLL)
                     if message is not None:
@@ -168,6 +171,7 @@ class SentinelListener(threading.Thread):
                 logger.debug("whos_online cannot listen to %s; retrying.", self.name, exc_info=True)
                 self._stopping.wait(LISTEN_RETRY)
             finally:
+                self.subscribed.clear()
                 pubsub.close()
         self.client.close()
 
