@@ -34,7 +34,7 @@ from whos_online.text import clean_name, linkable_url
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
@@ -674,7 +674,28 @@ def prune_with(
     there, and stops there when asked to, so that no removed user goes unreported.
     """
     removed_by_kind = dict.fromkeys(store.KINDS, 0)
-    for shard in keyspace.layout(config):
+    _prune_layout(
+        client,
+        config,
+        keyspace.layout(config),
+        now=now,
+        removed_by_kind=removed_by_kind,
+        between_chunks=between_chunks,
+    )
+    return removed_by_kind
+
+
+def _prune_layout(
+    client: Client,
+    config: Config,
+    layout: Sequence[keyspace.Shard],
+    *,
+    now: float,
+    removed_by_kind: dict[str, int],
+    current: bool = True,
+    between_chunks: Callable[[], object] | None = None,
+) -> None:
+    for shard in layout:
         for kind in store.KINDS:
             _prune_set(
                 client,
@@ -683,9 +704,9 @@ def prune_with(
                 kind,
                 now=now,
                 removed_by_kind=removed_by_kind,
+                current=current,
                 between_chunks=between_chunks,
             )
-    return removed_by_kind
 
 
 def _prune_set(
@@ -732,18 +753,15 @@ def prune_old_layouts(
     removed_by_kind = dict.fromkeys(store.KINDS, 0)
     old = store.layouts_seen(client, config)[1:]
     for shards in old:
-        for shard in keyspace.layout(config, shards):
-            for kind in store.KINDS:
-                _prune_set(
-                    client,
-                    config,
-                    shard,
-                    kind,
-                    now=now,
-                    removed_by_kind=removed_by_kind,
-                    current=False,
-                    between_chunks=between_chunks,
-                )
+        _prune_layout(
+            client,
+            config,
+            keyspace.layout(config, shards),
+            now=now,
+            removed_by_kind=removed_by_kind,
+            current=False,
+            between_chunks=between_chunks,
+        )
         if store.layout_is_empty(client, config, shards):
             store.forget_layout(client, config, shards)
     if old and config.shards == 1 and store.layouts_known(client, config) == [1]:
