@@ -172,8 +172,8 @@ def manager() -> FollowingSentinel:
     return pool.sentinel_manager
 
 
-def wait_for(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + JOIN_TIMEOUT
+def wait_for(condition: Callable[[], object], what: str, timeout: float = JOIN_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
@@ -190,13 +190,19 @@ def test_a_promotion_is_followed_as_announced_before_the_sentinel_names_it(
         if isinstance(listener, SentinelListener) and listener.manager is manager():
             assert listener.subscribed.wait(JOIN_TIMEOUT)
     former, promoted = on_sentinel.master, on_sentinel.replica
-    failing = threading.Thread(target=on_sentinel.failover, kwargs={"timeout": 40})
+    failing = threading.Thread(target=on_sentinel.failover, kwargs={"timeout": 80})
     failing.start()
     try:
-        wait_for(lambda: manager().promotions, "the announcement of the promotion")
+        # Only a listener moves the pool while no request asks (the clock does not move). A
+        # failover right after another waits about 21 s for a promotable replica.
+        wait_for(
+            lambda: sentinel_pool().master_address[1] == promoted.port,
+            "the announcement of the promotion",
+            timeout=90,
+        )
         assert whos_online.record_guest("198.51.100.2") is True
     finally:
-        failing.join(JOIN_TIMEOUT + 40)
+        failing.join(JOIN_TIMEOUT + 90)
     guests = "{whos_online}:guests"
     assert promoted.client().zcard(guests) == 2
     assert former.client().zcard(guests) in {1, 2}  # 2 once it replicates the new master
