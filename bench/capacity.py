@@ -161,15 +161,9 @@ def record_user(client: Client, config: Config, n: int) -> None:
     now = time.time()
     pk = str(n)
     details = store.UserDetails(pk=pk, hidden=False, name=f"Member {n}", url=f"/members/{n}/")
-    store.record(
-        client,
-        config,
-        kind="users",
-        member=pk,
-        now=now,
-        user=details,
-        visitor=identity.visitor_id(f"u:{pk}", now),
-    )
+    visitor = identity.visitor_id(f"u:{pk}", now)
+    visit = store.Visit(kind="users", member=pk, now=now, user=details, visitor=visitor)
+    store.record(client, config, visit)
 
 
 def record_guest(client: Client, config: Config, n: int) -> None:
@@ -179,7 +173,9 @@ def record_guest(client: Client, config: Config, n: int) -> None:
     now = time.time()
     member = identity.guest_id(address(n), config, now)
     visitor = identity.visitor_id(f"g:{member}", now)
-    store.record(client, config, kind="guests", member=member, now=now, visitor=visitor)
+    store.record(
+        client, config, store.Visit(kind="guests", member=member, now=now, visitor=visitor)
+    )
 
 
 def record_guest_by_api(n: int) -> None:

@@ -33,7 +33,7 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import api, conf, counters, store
+from whos_online import conf, counters, pruning, store
 from whos_online.connection import admin_client
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def run() -> Section:
             "naive": (lambda: fill_stale(client, config, now), naive),
             "prune": (
                 lambda: fill_stale(client, config, now),
-                lambda: api.prune_with(admin_client(), config, now=now),
+                lambda: pruning.prune_with(admin_client(), config, now=now),
             ),
             "counters": (
                 lambda: fill_counters(client, config, now),

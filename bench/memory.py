@@ -62,7 +62,8 @@ def _user_details_bytes(client: redis.Redis, config: Config, now: float) -> floa
 
     def record(pk: int) -> None:
         details = store.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        store.record(client, config, kind="users", member=details.pk, now=now, user=details)
+        visit = store.Visit(kind="users", member=details.pk, now=now, user=details)
+        store.record(client, config, visit)
 
     record(0)  # creates the keys every visit shares: the peak, the counters
     before, online_before = _used(client), int(client.memory_usage(online, samples=0) or 0)
@@ -83,10 +84,9 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
         store.record(
             client,
             config,
-            kind="guests",
-            member=f"g{index % WEEK_GUESTS}",
-            now=now,
-            visitor=f"v{index % 5000}",
+            store.Visit(
+                kind="guests", member=f"g{index % WEEK_GUESTS}", now=now, visitor=f"v{index % 5000}"
+            ),
         )
         if index % 60 == 0:  # the cleanup command, hourly in simulated time
             counters.clean(client, config, now=now)

@@ -282,9 +282,9 @@ def stored_hits(direct: redis.Redis) -> int:
 
 def counted_hits(direct: redis.Redis) -> int:
     """Page hits in Redis, once the process has written what it holds."""
-    from whos_online import api
+    from whos_online import recording
 
-    if not api.flush_hits():
+    if not recording.flush_hits():
         raise RuntimeError("the buffered hits could not be written to a healthy Redis")
     return stored_hits(direct)
 

@@ -14,11 +14,12 @@ from django.contrib.auth.signals import user_logged_out
 
 import whos_online
 from tests.helpers import configure
-from whos_online import api, identity
-from whos_online.api import MAX_NAME_LENGTH, OnlineCounts, OnlineUser
+from whos_online import api, identity, snapshots
+from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 from whos_online.throttle import recent
+from whos_online.users import MAX_DISPLAY_NAME_LENGTH
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -187,7 +188,7 @@ def test_long_name_is_cut_to_max_name_length(backend, r, alice, name):
 
     whos_online.record_user(alice)
 
-    assert [u.name for u in whos_online.online_users()] == [name[:MAX_NAME_LENGTH]]
+    assert [u.name for u in whos_online.online_users()] == [name[:MAX_DISPLAY_NAME_LENGTH]]
     assert r.hget(f"{{whos_online}}:user:{alice.pk}", "name") == name[:150].encode()
 
 
@@ -476,6 +477,9 @@ def test_prune_boundary_agrees_with_online_counts(backend, monkeypatch, alice, b
     whos_online.record_user(bob, now=now - WINDOW - 0.001)
     whos_online.record_guest("192.0.2.2", now=now - WINDOW - 0.001)
     monkeypatch.setattr(api, "time", SimpleNamespace(time=lambda: now))
+    monkeypatch.setattr(
+        snapshots, "time", SimpleNamespace(time=lambda: now, monotonic=time.monotonic)
+    )
 
     counted = whos_online.online_counts()
     assert counted == OnlineCounts(users=1, guests=1, bots=0, total=2)

@@ -14,7 +14,7 @@ from django.test import AsyncClient
 
 import whos_online
 from tests.helpers import configure, guest, log_in_quietly, members
-from whos_online import api, throttle
+from whos_online import recording, throttle
 
 COOKIE = throttle.COOKIE_NAME
 
@@ -30,7 +30,7 @@ def no_thread(monkeypatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("recorded through sync_to_async")
 
-    monkeypatch.setattr(api, "sync_to_async", refuse)
+    monkeypatch.setattr(recording, "sync_to_async", refuse)
 
 
 def test_a_guest_is_recorded_with_the_asyncio_client(r, no_thread):

@@ -151,12 +151,12 @@ def test_an_asgi_visit_is_recorded_with_the_asyncio_cluster_client(sharded, monk
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
-    from whos_online import api
+    from whos_online import recording
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("recorded through sync_to_async")
 
-    monkeypatch.setattr(api, "sync_to_async", refuse)
+    monkeypatch.setattr(recording, "sync_to_async", refuse)
     response = async_to_sync(AsyncClient().get)("/async/")
 
     assert response.status_code == 200

@@ -57,7 +57,7 @@ def test_refreshes_without_a_session_are_refused_and_count_nothing(backend, sett
         assert response.status_code == 403
         assert COOKIE_NAME not in response.cookies
 
-    assert whos_online.api.flush_hits() is True
+    assert whos_online.recording.flush_hits() is True
     assert whos_online.get_counter("hits", 60) == []
     assert members(r, "guests") == []
 

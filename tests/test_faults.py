@@ -41,7 +41,7 @@ from tests.redis_faults import (
     fill_until_oom,
 )
 from tests.redis_server import RedisServer
-from whos_online import api, conf, connection, throttle
+from whos_online import conf, connection, throttle
 from whos_online.conf import get_config
 
 if TYPE_CHECKING:
@@ -765,7 +765,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
             other.join(timeout=10)
             return result
 
-        assert api.call_redis(False, answered_just_before_the_kill) is True
+        assert connection.call(False, answered_just_before_the_kill) is True
 
     assert warnings_and_infos(caplog) == ["WARNING"]
     assert not connection.breaker.allows(get_config().redis_target)

@@ -19,7 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.helpers import configure, render, run_threads, widget_text
-from whos_online import api, hits, identity, store
+from whos_online import api, hits, identity, recording, snapshots, store
 from whos_online.api import Peak
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
@@ -59,6 +59,9 @@ def utc(timestamp: float) -> datetime:
 def clock(monkeypatch) -> float:
     """Freeze the API's clock at NOW: "online now" and "today" are then those of NOW."""
     monkeypatch.setattr(api, "time", SimpleNamespace(time=lambda: NOW))
+    monkeypatch.setattr(
+        snapshots, "time", SimpleNamespace(time=lambda: NOW, monotonic=time.monotonic)
+    )
     return NOW
 
 
@@ -93,7 +96,7 @@ def test_every_visit_samples_each_kind_at_every_precision(backend, r, hiding_bob
 def test_a_slice_keeps_the_largest_count_seen_in_it(backend, alice, bob):
     api.record_user(alice, now=T0)
     api.record_user(bob, now=T0 + 1)
-    api.user_logged_out(bob)
+    recording.user_logged_out(bob)
     api.record_user(alice, now=T0 + 2)  # one user now, in the 5-second slice that saw two
     api.record_user(alice, now=T0 + 5)  # a new slice starts at the current count
 
@@ -332,7 +335,7 @@ def test_peak_rises_with_people_online_and_never_falls(backend, r, alice):
     assert when.tzinfo is timezone.utc
 
     # People leave: by logging out, and by the window passing.
-    api.user_logged_out(alice)
+    recording.user_logged_out(alice)
     api.record_guest("192.0.2.2", now=T0 + 601)
     assert api.peak() == (3, utc(T0 + 2.125))
 
@@ -533,7 +536,9 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
         visitor = identity.visitor_id(f"g:{member}", NOW)
-        store.record(pipe, config, kind="guests", member=member, now=NOW, visitor=visitor)
+        store.record(
+            pipe, config, store.Visit(kind="guests", member=member, now=NOW, visitor=visitor)
+        )
     pipe.execute()
 
     estimate = api.unique_visitors(TODAY)

@@ -25,7 +25,7 @@ from tests.conftest import SCRIPTS
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
 from tests.redis_server import free_port
-from whos_online import api, connection, counters, hits, throttle
+from whos_online import api, connection, counters, hits, recording, throttle
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 
@@ -143,7 +143,7 @@ def test_a_burst_of_requests_counts_every_hit_at_every_precision(backend, counti
     # that hit and those of her four throttled requests wait in the buffer.
     assert total(1) == 10
     assert hits.buffer.total() == 5
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
     assert hits.buffer.total() == 0
     for precision in PRECISIONS:
         assert total(precision) == 15, precision
@@ -198,7 +198,7 @@ def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
     assert r.keys("*hits*") == []
     assert [m for m in r.zrange("{whos_online}:counters", 0, -1) if b"hits" in m] == []
     redis_calls.clear()
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
     assert redis_calls.trips == []
 
 
@@ -207,12 +207,12 @@ def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
 
 def test_hits_land_in_the_slice_of_the_second_they_happened(backend, counting):
     for moment in (T0 - 0.5, T0, T0 + 0.999, T0 + 4.999, T0 + 5, T0 + 59.9, T0 + 60):
-        api.count_hit(moment)
-    api.count_hit(T0 + 299)
-    api.count_hit(datetime.fromtimestamp(T0 + 300, tz=timezone.utc))
-    api.count_hit(T0 + 3600.2)
+        recording.count_hit(moment)
+    recording.count_hit(T0 + 299)
+    recording.count_hit(datetime.fromtimestamp(T0 + 300, tz=timezone.utc))
+    recording.count_hit(T0 + 3600.2)
 
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
 
     assert api.get_counter("hits", 1) == [
         (T0 - 1, 1),
@@ -250,9 +250,9 @@ def test_hits_land_in_the_slice_of_the_second_they_happened(backend, counting):
 
 
 def test_hits_carried_by_a_visit_keep_their_own_seconds(backend, counting, redis_calls):
-    api.count_hit(T0 - 1)
-    api.count_hit(T0 + 1)
-    api.count_hit(T0 + 1)
+    recording.count_hit(T0 - 1)
+    recording.count_hit(T0 + 1)
+    recording.count_hit(T0 + 1)
 
     assert api.record_guest("192.0.2.1", now=T0 + 7) is True
 
@@ -266,23 +266,23 @@ def test_hits_carried_by_a_visit_keep_their_own_seconds(backend, counting, redis
 
 
 def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
-    api.count_hit(T0)
-    api.count_hit(T0)
-    api.count_hit(T0 + 1)
+    recording.count_hit(T0)
+    recording.count_hit(T0)
+    recording.count_hit(T0 + 1)
     hits.timer.cancel()
     outage.begin()
 
-    assert api.flush_hits() is False
+    assert recording.flush_hits() is False
     assert hits.buffer.total() == 3
     # The flush is tried again later, by the timer.
     assert pending() is True
-    api.count_hit(T0 + 2)
-    assert api.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
+    recording.count_hit(T0 + 2)
+    assert recording.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
     assert hits.buffer.total() == 4
 
     outage.end()
     assert api.get_counter("hits", 1) == []
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
 
     assert hits.buffer.total() == 0
     assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1), (T0 + 2, 1)]
@@ -290,8 +290,8 @@ def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
 
 
 def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, outage):
-    api.count_hit(T0)
-    api.count_hit(T0 + 1)
+    recording.count_hit(T0)
+    recording.count_hit(T0 + 1)
     outage.begin()
 
     response = client.get("/plain/")
@@ -301,7 +301,7 @@ def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, 
     assert hits.buffer.total() == 3
 
     outage.end()
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
 
     seconds = dict(api.get_counter("hits", 1))
     assert (seconds.pop(T0), seconds.pop(T0 + 1)) == (1, 1)
@@ -345,14 +345,14 @@ def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
     monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
     for moment, count in [(T0, 1), (T0 + 1, 2), (T0 + 2, 1), (T0 + 3, 1), (T0 + 4, 1)]:
         for _ in range(count):
-            api.count_hit(moment)
+            recording.count_hit(moment)
     outage.begin()
 
-    assert api.flush_hits() is False
+    assert recording.flush_hits() is False
     assert hits.buffer.total() == 6
 
     outage.end()
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
     assert api.get_counter("hits", 1) == [(T0 + 2, 4), (T0 + 3, 1), (T0 + 4, 1)]
     assert api.get_counter("hits", 5) == [(T0, 6)]
 
@@ -427,7 +427,7 @@ def test_concurrent_hits_are_all_counted(counting):
     def count() -> None:
         barrier.wait(5)
         for index in range(500):
-            api.count_hit(T0 + index % 3)
+            recording.count_hit(T0 + index % 3)
 
     threads = [threading.Thread(target=count) for _ in range(8)]
     for thread in threads:
@@ -464,8 +464,8 @@ def test_flush_timer_join_waits_for_a_flush_that_has_started():
 def test_the_default_flush_delay_is_flush_interval(counting, monkeypatch):
     monkeypatch.setattr(hits.FlushTimer, "schedule", _schedule)
 
-    api.count_hit()
-    api.count_hit()
+    recording.count_hit()
+    recording.count_hit()
 
     assert hits.FLUSH_INTERVAL == 1.0
     assert [thread.interval for thread in timer_threads()] == [1.0]
@@ -474,7 +474,7 @@ def test_the_default_flush_delay_is_flush_interval(counting, monkeypatch):
 def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
     flush_delay(monkeypatch, 0.05)
     flushed = threading.Event()
-    original = api.flush_hits
+    original = recording.flush_hits
 
     def flush_hits() -> bool:
         try:
@@ -482,11 +482,11 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
         finally:
             flushed.set()
 
-    monkeypatch.setattr(api, "flush_hits", flush_hits)
+    monkeypatch.setattr(recording, "flush_hits", flush_hits)
 
-    api.count_hit(T0)
-    api.count_hit(T0)
-    api.count_hit(T0 + 1)
+    recording.count_hit(T0)
+    recording.count_hit(T0)
+    recording.count_hit(T0 + 1)
     assert pending() is True
     assert len(timer_threads()) == 1
 
@@ -504,7 +504,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_starts_with_an_empty_buffer(counting):
-    api.count_hit(T0)  # also leaves a flush pending in the parent
+    recording.count_hit(T0)  # also leaves a flush pending in the parent
     hits.buffer.add(T0 + 1, 3)
     assert pending() is True
     read_end, write_end = os.pipe()
@@ -542,12 +542,12 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True}
 django.setup()
 
-from whos_online import api, hits
+from whos_online import hits, recording
 
 # No timer: only the flush at exit can write these hits.
 hits.FlushTimer.schedule = lambda self, flush, delay=0: None
 for _ in range(5):
-    api.count_hit()
+    recording.count_hit()
 print(hits.buffer.total())
 """
 
@@ -624,14 +624,14 @@ def stalled(real_redis_url, settings, breaker_clock) -> Iterator[DelayingProxy]:
 
 def test_a_flush_that_timed_out_is_not_counted_twice(stalled, breaker_clock, real_redis_url):
     for _ in range(100):
-        api.count_hit(T0)
+        recording.count_hit(T0)
     stalled.delay = 4 * connection.REQUEST_TIMEOUT
 
-    assert api.flush_hits() is False  # timed out; Redis added the batch meanwhile
+    assert recording.flush_hits() is False  # timed out; Redis added the batch meanwhile
     redis.Redis.from_url(real_redis_url).ping()  # the stalled reply has surely been dealt with
     stalled.delay = 0.0
     breaker_clock.advance(get_config().failure_backoff + 1)
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
 
     assert total(86400) == 100
     assert hits.buffer.total() == 0
@@ -641,7 +641,7 @@ def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
     stalled, breaker_clock, real_redis_url
 ):
     for _ in range(100):
-        api.count_hit(T0)
+        recording.count_hit(T0)
     stalled.delay = 4 * connection.REQUEST_TIMEOUT
 
     assert whos_online.record_guest("198.51.100.40") is False  # carried out by Redis anyway

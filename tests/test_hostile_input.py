@@ -55,10 +55,10 @@ from tests.helpers import (
     text,
     valid_cookie,
 )
-from whos_online import api, throttle
-from whos_online.api import MAX_NAME_LENGTH
+from whos_online import recording, throttle
 from whos_online.conf import get_config
 from whos_online.identity import client_ip
+from whos_online.users import MAX_DISPLAY_NAME_LENGTH
 
 if TYPE_CHECKING:
     import redis
@@ -130,7 +130,7 @@ def assert_no_garbage(r: redis.Redis) -> None:
             assert kind == "hash", key
             fields = {text(f): text(v) for f, v in r.hgetall(raw_key).items()}
             assert set(fields) == {"name", "url", "seen"}, fields
-            assert len(fields["name"]) <= MAX_NAME_LENGTH
+            assert len(fields["name"]) <= MAX_DISPLAY_NAME_LENGTH
             assert math.isfinite(float(fields["seen"]))
             assert 0 < r.ttl(raw_key) <= get_config().last_seen_days * 86400
         elif suffix == "peak":
@@ -659,7 +659,7 @@ def test_no_raw_address_anywhere_after_a_realistic_mix_of_traffic(r, settings, a
         whos_online.record_guest(address, now=time.time() - 3600)
     whos_online.update_counter("signups", 3)
     call_command("whos_online_cleanup", stdout=StringIO(), stderr=StringIO())
-    assert api.flush_hits() is True
+    assert recording.flush_hits() is True
 
     assert whos_online.online_counts() == (1, len(IPV4_CLIENTS + IPV6_CLIENTS) + 1, 2, 8)
     assert sum(count for _, count in whos_online.get_counter("hits", 86400)) >= 27

@@ -28,7 +28,7 @@ from tests.helpers import (
     valid_cookie,
 )
 from tests.redis_server import free_port
-from whos_online import aio, api, throttle
+from whos_online import aio, recording, throttle
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -628,7 +628,7 @@ def test_async_middleware_records_on_the_event_loop_without_a_thread(r, monkeypa
         raise AssertionError("recorded through sync_to_async")
 
     monkeypatch.setattr(aio, "run", spy)
-    monkeypatch.setattr(api, "sync_to_async", no_thread)
+    monkeypatch.setattr(recording, "sync_to_async", no_thread)
 
     async def get_response(request: HttpRequest) -> HttpResponse:
         return HttpResponse("async")

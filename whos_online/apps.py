@@ -15,7 +15,7 @@ class WhosOnlineConfig(AppConfig):
     verbose_name = "Who's online"
 
     def ready(self) -> None:
-        from whos_online import api, checks, receivers
+        from whos_online import checks, receivers, recording
 
         register(Tags.compatibility)(checks.check_settings)
         register(Tags.compatibility)(checks.check_middleware)
@@ -29,5 +29,5 @@ class WhosOnlineConfig(AppConfig):
         # Buffered page hits are written when the process exits normally. A worker that
         # multiprocessing started (uvicorn --workers) ends with os._exit once its finalizers
         # have run, skipping atexit: a finalizer writes them there.
-        atexit.register(api.flush_hits_at_exit)
-        multiprocessing.util.Finalize(None, api.flush_hits_at_exit, exitpriority=10)
+        atexit.register(recording.flush_hits_at_exit)
+        multiprocessing.util.Finalize(None, recording.flush_hits_at_exit, exitpriority=10)

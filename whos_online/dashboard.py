@@ -9,7 +9,6 @@ cannot be read the dashboard shows zeros, empty charts and a warning.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
@@ -19,8 +18,9 @@ from django.utils import timezone as django_timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from whos_online import api, charts, counters, hits, store
+from whos_online import charts, connection, counters, hits, snapshots
 from whos_online.conf import get_config
+from whos_online.results import EMPTY_SNAPSHOT, OnlineCounts, OnlineUser, Peak, Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -88,28 +88,27 @@ class Chart:
 class Dashboard:
     #: False while Redis could not be read: everything below is then empty.
     ok: bool
-    snapshot: store.Snapshot
+    snapshot: Snapshot
     precision: int
     charts: list[Chart]
     #: Counters kept at this precision that were left out (beyond ``MAX_CHARTS``).
     left_out: int
 
-    @functools.cached_property
-    def users(self) -> list[api.OnlineUser]:
-        """Built once: the template both tests and walks the list (up to NAMES_SHOWN users)."""
-        return api.listed_users(self.snapshot)
+    @property
+    def users(self) -> list[OnlineUser]:
+        return self.snapshot.users
 
     @property
     def more(self) -> int:
-        return api.more_of(self.snapshot)
+        return self.snapshot.more
 
     @property
-    def counts(self) -> api.OnlineCounts:
-        return api.counts_of(self.snapshot)
+    def counts(self) -> OnlineCounts:
+        return self.snapshot.counts
 
     @property
-    def peak(self) -> api.Peak:
-        return api.peak_of(self.snapshot)
+    def peak(self) -> Peak:
+        return self.snapshot.peak
 
 
 def default_precision(config: Config) -> int:
@@ -171,7 +170,7 @@ _Read = tuple[list[str], int, list[list[int | None]]]
 
 def collect(precision: int, *, now: float) -> Dashboard:
     config = get_config()
-    found = api.snapshot(NAMES_SHOWN)
+    found = snapshots.read(NAMES_SHOWN)
     starts = slice_starts(now, precision, min(config.counter_samples, MAX_POINTS))
     standard = [name for name, _title in STANDARD if is_gauge(name) or config.count_hits]
 
@@ -188,10 +187,10 @@ def collect(precision: int, *, now: float) -> Dashboard:
 
     # While Redis cannot be read, the standard charts are drawn empty.
     unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard])
-    wanted, left_out, values = api.call_redis(unknown, read)
+    wanted, left_out, values = connection.call(unknown, read)
     return Dashboard(
         ok=found is not None,
-        snapshot=store.EMPTY_SNAPSHOT if found is None else found,
+        snapshot=EMPTY_SNAPSHOT if found is None else found,
         precision=precision,
         charts=[
             _chart(name, stored, starts, colour=index % PALETTE_SIZE, label=time_label(precision))

@@ -27,7 +27,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     )
     raise ImportError(msg) from error
 
-from whos_online import api
+from whos_online import snapshots
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,7 +39,7 @@ class OnlineCollector(Collector):
     """Users, guests and bots online, the all-time peak and today's unique visitors."""
 
     def collect(self) -> Iterator[Metric]:
-        found = api.snapshot(0)
+        found = snapshots.read(0)
         yield GaugeMetricFamily(
             "whos_online_redis_up",
             "1 if whos_online could read Redis for this scrape, else 0.",
@@ -47,7 +47,7 @@ class OnlineCollector(Collector):
         )
         if found is None:
             return
-        counts = api.counts_of(found)
+        counts = found.counts
         online = GaugeMetricFamily(
             "whos_online_online",
             "People online now, by kind (users include those hidden from the list).",
@@ -56,7 +56,7 @@ class OnlineCollector(Collector):
         for kind in ("users", "guests", "bots"):
             online.add_metric([kind], getattr(counts, kind))
         yield online
-        peak = api.peak_of(found)
+        peak = found.peak
         yield GaugeMetricFamily(
             "whos_online_peak_people",
             "The most people (users and guests) ever online at once.",

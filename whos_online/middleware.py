@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from whos_online import api, identity, snapshots, throttle
+from whos_online import identity, recording, snapshots, throttle
 from whos_online.conf import Config, get_config
 from whos_online.decorators import is_not_recorded
 
@@ -63,7 +63,7 @@ class WhosOnlineMiddleware:
         assert isinstance(response, Awaitable)
         result = await response
         if decision and after_view(request, config, now, decision):
-            recorded = await api.arecord_request(request, config, now)
+            recorded = await recording.arecord_request(request, config, now)
             hand_out_cookie(request, result, config, now, recorded)
         return result
 
@@ -102,19 +102,19 @@ def after_view(request: HttpRequest, config: Config, now: float, decision: int) 
     if is_not_recorded(request):
         return False
     if config.count_hits:
-        api.count_hit(now)
+        recording.count_hit(now)
     return decision == RECORD
 
 
 def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
-    hand_out_cookie(request, response, config, now, api.record_request(request, config, now))
+    hand_out_cookie(request, response, config, now, recording.record_request(request, config, now))
 
 
 def hand_out_cookie(
     request: HttpRequest, response: HttpResponseBase, config: Config, now: float, recorded: int
 ) -> None:
     """Set the throttle cookie for a visit that was stored (``recorded`` is not FAILED)."""
-    if recorded == api.FAILED or not config.throttle:
+    if recorded == recording.FAILED or not config.throttle:
         return
     response.set_cookie(
         throttle.COOKIE_NAME,
@@ -122,7 +122,7 @@ def hand_out_cookie(
             _binding_after_view(request, config),
             now,
             config.throttle,
-            arrived=recorded == api.ARRIVED,
+            arrived=recorded == recording.ARRIVED,
         ),
         max_age=config.throttle,
         httponly=True,

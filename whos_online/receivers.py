@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from whos_online import api
+from whos_online import api, recording
 from whos_online.conf import get_config
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def record_login(
 ) -> None:
     config = get_config()
     now = time.time()
-    former_guest = api.guest_member(request, config, now) if request is not None else ""
+    former_guest = recording.guest_member(request, config, now) if request is not None else ""
     api.record_user(user, now=now, former_guest=former_guest)
 
 
@@ -32,7 +32,7 @@ def remove_logout(
     user: AbstractBaseUser | None,
     **kwargs: Any,
 ) -> None:
-    api.user_logged_out(user, request)
+    recording.user_logged_out(user, request)
 
 
 def forget_deleted_user(sender: object, instance: AbstractBaseUser, **kwargs: Any) -> None:

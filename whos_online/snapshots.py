@@ -1,4 +1,7 @@
-"""The snapshot a process read last, shown again for ``SNAPSHOT_MAX_AGE`` seconds.
+"""Reading the site's snapshot, and keeping the one a process read last for ``SNAPSHOT_MAX_AGE``.
+
+A read is one round trip on one Redis; on a cluster, one per shard, and a shard whose node fails
+counts as empty (its breaker logs the outage once) while the others are still shown.
 
 With ``{% whos_online %}`` on every page, reading Redis for every render makes the read path the
 limit of one Redis long before recording is. Keeping the last snapshot for a couple of seconds
@@ -15,7 +18,8 @@ only, and at scale, where every process records visits all the time, it would ma
 render read Redis again. A logout or an erasure this process handles does drop it, so that the
 person gone is not shown to the next pages it serves.
 
-Only the template tags and the JSON view use it; the Python API and the dashboard read afresh.
+Only the template tags, the JSON view and the metrics keep snapshots; the Python API and the
+dashboard read afresh.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
+from whos_online import connection, keyspace, store
+from whos_online.conf import get_config
+
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from whos_online.store import Snapshot
+    from whos_online.conf import Config
+    from whos_online.results import Snapshot
 
 #: The attribute on which the middleware notes when a throttled browser was recorded.
 RECORDED_AT: Final = "_whos_online_recorded_at"
@@ -82,3 +90,54 @@ cache = SnapshotCache()
 
 def reset() -> None:
     cache.invalidate()
+
+
+def read(
+    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None
+) -> Snapshot | None:
+    """Counts and the newest ``limit`` visible users; None if Redis could not be read.
+
+    With ``max_age``, the snapshot this process read last is reused while it is younger than
+    that, unless it was read before the second ``fresh_after`` (see the module's docstring).
+    """
+    kept = cache.get(limit, max_age, fresh_after=fresh_after)
+    if kept is not None:
+        return kept
+    now = time.time()
+    config = get_config()
+    if config.redis_cluster and config.shards > 1:
+        found = _read_by_shard(config, limit, now)
+    else:
+        found = connection.call(
+            None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
+        )
+    if found is not None and max_age > 0:
+        cache.put(found)
+    return found
+
+
+def _read_by_shard(config: Config, limit: int | None, now: float) -> Snapshot | None:
+    """One call per shard, each behind the breaker of its shard: a shard that fails counts as
+    empty. A shard that ``store.unfinished`` names is asked again for ``limit`` names."""
+    shards = keyspace.layout(config)
+    asked = store.shard_limit(limit, len(shards))
+    parts: dict[int, Snapshot] = {}
+    for index, shard in enumerate(shards):
+        found = _read_shard(config, shard, asked, now)
+        if found is not None:
+            parts[index] = found
+    indexes = list(parts)
+    for position in store.unfinished([parts[index] for index in indexes], limit, asked):
+        index = indexes[position]
+        found = _read_shard(config, shards[index], limit, now)
+        if found is not None:
+            parts[index] = found
+    return store.combine(list(parts.values()), limit) if parts else None
+
+
+def _read_shard(
+    config: Config, shard: keyspace.Shard, limit: int | None, now: float
+) -> Snapshot | None:
+    calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+    raw = connection.call(None, lambda client, _config: store.run(client, calls)[0], shard=shard)
+    return None if raw is None else store.parse_snapshot(raw, limit)

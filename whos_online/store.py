@@ -15,18 +15,18 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
-from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 from redis.exceptions import NoScriptError
 
 from whos_online import counters, identity, keyspace
 from whos_online.connection import is_cluster
-from whos_online.text import linkable_url
+from whos_online.results import Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from datetime import date
 
     from whos_online.conf import Config
     from whos_online.connection import Client
@@ -73,74 +73,111 @@ end
 """
 )
 
+# The record script's arguments, in ARGV order. ``record_calls`` fills them by name and the script
+# reads them as Lua locals of the same names, so that neither side counts positions:
+# - member, score: who joins the kind's set, and when (the set's score);
+# - visitor, visitors_expire_at: what the day's HyperLogLog receives ('' for nothing), and when
+#   that HyperLogLog expires;
+# - seen_ttl, name, url: for a user, how long the display HASH lives, and what it holds ('' for a
+#   guest or bot);
+# - former: the identity the visitor had until now, which leaves its two sets ('' for none);
+# - sampling: whether the visit samples the online counts (see below); with '0', the arguments
+#   after it are not sent;
+# - online_since: the score from which someone counts as online; counter_prefix, precisions,
+#   may_stop, second: what sampling the counters needs.
+# The page-hit batch and its increments follow them (see counters.add_batch).
+RECORD_ARGUMENTS: Final = (
+    "member",
+    "score",
+    "visitor",
+    "visitors_expire_at",
+    "seen_ttl",
+    "name",
+    "url",
+    "former",
+    "sampling",
+    "online_since",
+    "counter_prefix",
+    "precisions",
+    "may_stop",
+    "second",
+)
+
+
+def _lua_locals(names: Sequence[str]) -> str:
+    return "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(names, 1))
+
+
 # One recorded visit, in one round trip to the visitor's shard: join the kind's set (for a user,
 # also leave the other user set and refresh the display HASH), leave the sets of the identity the
-# visitor had until now when they are in this shard (ARGV[8]: the guest's or bot's member on
-# login, the user's pk on logout), and add the visitor to the shard's HyperLogLog of the day.
+# visitor had until now when they are in this shard (the guest's or bot's member on login, the
+# user's pk on logout), and add the visitor to the shard's HyperLogLog of the day.
 #
 # With one shard the same call keeps the site-wide numbers (with several, a shard cannot count
 # the whole site, and the cleanup command does it): buffered page hits ride along, and the visit
-# raises the all-time peak and samples the online counts into their counters when ARGV[9] says
-# so: '1' always (this process's first visit of the second), '?' only if the visitor was not
+# raises the all-time peak and samples the online counts into their counters when ``sampling``
+# says so: '1' always (this process's first visit of the second), '?' only if the visitor was not
 # online until now (not in the set, or stale there and not pruned yet: one ZSCORE tells). The
 # counts rise only when someone comes online, so the peak and the largest count of every slice
 # follow every rise at once, while a visitor online already, the common case, runs no count at
 # all; the per-second samples keep the counters following the counts down.
 #
 # Only keys the call may touch are declared, in this order: the set joined; the day's visitors
-# (when ARGV[3] names one); for a user, the other user set and the HASH; the former identity's
-# two sets (when ARGV[8] names one); with one shard, the four sets, the peak and the known
-# counters. The counter HASHes are named in Lua from ARGV[11], and the key that remembers the
-# page-hit batches added from ARGV[15] (see counters.add_batch): they share the base tag.
+# (when ``visitor`` names one); for a user, the other user set and the HASH; the former identity's
+# two sets (when ``former`` names one); with one shard, the four sets, the peak and the known
+# counters. The counter HASHes are named in Lua from ``counter_prefix``, and the key that
+# remembers the page-hit batches added from the arguments after ``second``: they share the base
+# tag.
 _RECORD: Final = (
     _LUA_SAMPLING
+    + _lua_locals(RECORD_ARGUMENTS)
     + """
 local n = 1
 local function take()
   n = n + 1
   return KEYS[n]
 end
-local member, now = ARGV[1], ARGV[2]
-local before = ARGV[9] == '?' and redis.call('ZSCORE', KEYS[1], member)
-local added = redis.call('ZADD', KEYS[1], now, member)
-if ARGV[3] ~= '' then
+local before = sampling == '?' and redis.call('ZSCORE', KEYS[1], member)
+local added = redis.call('ZADD', KEYS[1], score, member)
+if visitor ~= '' then
   local visitors = take()
-  if redis.call('PFADD', visitors, ARGV[3]) == 1 then
-    redis.call('EXPIREAT', visitors, ARGV[4])
+  if redis.call('PFADD', visitors, visitor) == 1 then
+    redis.call('EXPIREAT', visitors, visitors_expire_at)
   end
 end
-if ARGV[5] ~= '' then
+if seen_ttl ~= '' then
   -- A user is in one user set at most: only one who just joined this one can be in the other.
   local other = take()
   if added == 1 then
     redis.call('ZREM', other, member)
   end
   local hash = take()
-  redis.call('HSET', hash, 'name', ARGV[6], 'url', ARGV[7], 'seen', now)
-  redis.call('EXPIRE', hash, ARGV[5])
+  redis.call('HSET', hash, 'name', name, 'url', url, 'seen', score)
+  redis.call('EXPIRE', hash, seen_ttl)
 end
-if ARGV[8] ~= '' then
-  redis.call('ZREM', take(), ARGV[8])
-  redis.call('ZREM', take(), ARGV[8])
+if former ~= '' then
+  redis.call('ZREM', take(), former)
+  redis.call('ZREM', take(), former)
 end
-if ARGV[9] ~= '0' then
+if sampling ~= '0' then
   local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
-  local min = ARGV[10]
-  local prefix, precisions = ARGV[11], parse_precisions(ARGV[12])
-  if ARGV[9] == '1' or added == 1 or tonumber(before) < tonumber(min) then
-    local online_users = redis.call('ZCOUNT', users, min, '+inf')
-      + redis.call('ZCOUNT', hidden, min, '+inf')
-    local online_guests = redis.call('ZCOUNT', guests, min, '+inf')
-    local online_bots = redis.call('ZCOUNT', bots, min, '+inf')
-    raise_peak(peak, online_users + online_guests, now)
-    sample_all(known, prefix, precisions, ARGV[13], tonumber(ARGV[14]),
+  local precision_list = parse_precisions(precisions)
+  if sampling == '1' or added == 1 or tonumber(before) < tonumber(online_since) then
+    local online_users = redis.call('ZCOUNT', users, online_since, '+inf')
+      + redis.call('ZCOUNT', hidden, online_since, '+inf')
+    local online_guests = redis.call('ZCOUNT', guests, online_since, '+inf')
+    local online_bots = redis.call('ZCOUNT', bots, online_since, '+inf')
+    raise_peak(peak, online_users + online_guests, score)
+    sample_all(known, counter_prefix, precision_list, may_stop, tonumber(second),
       online_users, online_guests, online_bots)
   end
-  add_batch(prefix, known, precisions, 15)
+  add_batch(counter_prefix, known, precision_list, """
+    + str(len(RECORD_ARGUMENTS) + 1)
+    + """)
 end
 -- Whether the visitor was not online until now: their next page should not be shown a kept
 -- snapshot read before this visit (see ``snapshots``).
-if added == 1 or (before and tonumber(before) < tonumber(ARGV[10])) then
+if added == 1 or (before and tonumber(before) < tonumber(online_since)) then
   return 1
 end
 return 0
@@ -232,10 +269,6 @@ def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
     return shard.key(f"visitors:{text}")
 
 
-def utc_day(now: float) -> date:
-    return datetime.fromtimestamp(now, tz=timezone.utc).date()
-
-
 def _score(now: float) -> str:
     return f"{now:.3f}"
 
@@ -249,61 +282,6 @@ def member_shard(config: Config, kind: str, member: str) -> keyspace.Shard:
     if kind in {"users", "hidden"}:
         return user_shard(config, member)
     return keyspace.shard_of(config, member)
-
-
-class ListedUser(NamedTuple):
-    """One listed user as the snapshot read it (a tuple: up to DISPLAY_LIMIT made per render)."""
-
-    pk: str
-    seen: float
-    name: str
-    url: str
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    visible: int
-    hidden: int
-    guests: int
-    bots: int
-    #: The listed users as the snapshot script returns them, (pk, score, name, url) flattened.
-    rows: Sequence[bytes | str] = ()
-    peak: int = 0
-    #: When the peak was reached (Unix time), or None before anyone was recorded.
-    peak_at: float | None = None
-    #: Approximate distinct users and guests of the snapshot's UTC day.
-    visitors: int = 0
-    #: How many names were asked for (None: everyone), so that a kept snapshot can tell whether
-    #: it answers a later read.
-    limit: int | None = 0
-
-    @functools.cached_property
-    def listed(self) -> list[ListedUser]:
-        """The newest visible users, read from ``rows`` on first use: a page that only counts
-        (``{% online_count %}``) never pays for the up to DISPLAY_LIMIT of them."""
-        text = keyspace.text
-        fields = iter(self.rows)
-        return [
-            # A URL stored by an older version, or by another app, is checked again here.
-            ListedUser(text(pk), float(seen), text(name), linkable_url(text(url)))
-            for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
-        ]
-
-    def answers(self, limit: int | None) -> bool:
-        """Whether this snapshot holds everything a read of ``limit`` names would."""
-        if self.limit is None:
-            return True
-        return limit is not None and limit <= self.limit
-
-    def cut(self, limit: int | None) -> Snapshot:
-        """This snapshot with at most ``limit`` listed users (one that ``answers`` it)."""
-        if limit is None or 4 * limit >= len(self.rows):
-            return self
-        return replace(self, rows=self.rows[: 4 * limit], limit=limit)
-
-
-#: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
-EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0)
 
 
 @dataclass(frozen=True)
@@ -414,81 +392,92 @@ def _recording(config: Config) -> _Recording:
 _recording_of: Final = keyspace.PerConfig(_recording)
 
 
+@dataclass(frozen=True)
+class Visit:
+    """One visit to record.
+
+    ``kind`` is the set the visitor joins ("users", "guests" or "bots"; a user also gives
+    ``user``, whose ``hidden`` moves them to "hidden"). ``former`` is who the visitor was until
+    this visit, taken off the online sets in the same step: the guest's (or bot's) member when a
+    user logs in, the user's pk when they log out ("" for none). ``visitor`` is what the day's
+    unique-visitor HyperLogLog receives ("" adds nothing).
+    """
+
+    kind: str
+    member: str
+    now: float
+    user: UserDetails | None = None
+    former: str = ""
+    visitor: str = ""
+
+
 def record_calls(
     config: Config,
+    visit: Visit,
     *,
-    kind: str,
-    member: str,
-    now: float,
-    user: UserDetails | None = None,
-    former: str = "",
-    visitor: str = "",
     hits: Mapping[tuple[str, int], int] | None = None,
     batch: tuple[str, int] | None = None,
 ) -> list[ScriptCall]:
-    """The calls that record one visit of ``kind`` ("users", "guests" or "bots"; a user passes
-    ``user``): one, to the visitor's shard, unless ``former`` lives in another shard.
+    """The calls that record ``visit``: one, to the visitor's shard, unless the visitor's former
+    identity lives in another shard.
 
-    ``former`` is who the visitor was until this visit, taken off the online sets in the same
-    step: the guest's (or bot's) member when a user logs in, the user's pk when they log out
-    ("" for none). ``visitor`` is what the day's unique-visitor HyperLogLog receives ("" adds
-    nothing). ``hits`` ride along only when the visit samples (one shard), as the ``batch``
-    (process token, number) they were taken as (see ``hits``); the caller keeps them otherwise.
+    ``hits`` ride along only when the visit samples (one shard), as the ``batch`` (process token,
+    number) they were taken as (see ``hits``); the caller keeps them otherwise.
     """
-    if user is not None:
-        kind = "hidden" if user.hidden else "users"
+    user, member, now = visit.user, visit.member, visit.now
+    kind = visit.kind if user is None else ("hidden" if user.hidden else "users")
     fixed = _recording_of(config)
     shard = member_shard(config, kind, member)
     keys = [shard.key(kind)]
     day_number = int(now // 86400)
-    args: list[str | int | float] = [
-        member,
-        _score(now),
-        visitor,
+    arguments: dict[str, str | int | float] = {
+        "member": member,
+        "score": _score(now),
+        "visitor": visit.visitor,
         # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
-        (day_number + 1) * 86400 + fixed.last_seen,
-    ]
-    if visitor:
+        "visitors_expire_at": (day_number + 1) * 86400 + fixed.last_seen,
+        "seen_ttl": "",
+        "name": "",
+        "url": "",
+        "former": "",
+        "sampling": "0",
+    }
+    if visit.visitor:
         keys.append(visitors_key(shard, identity.utc_day(now)))
     if user is not None:
         keys += [shard.key("hidden" if kind == "users" else "users"), user_key(shard, member)]
-        args += [fixed.last_seen, user.name, user.url]
-    else:
-        args += ["", "", ""]
+        arguments.update(seen_ttl=fixed.last_seen, name=user.name, url=user.url)
     calls = []
-    if former:
+    if visit.former:
         former_sets = _FORMER_SETS[kind]
-        former_shard = member_shard(config, former_sets[0], former)
+        former_shard = member_shard(config, former_sets[0], visit.former)
         former_keys = [former_shard.key(name) for name in former_sets]
         if former_shard == shard:
             keys += former_keys
-            args.append(former)
+            arguments["former"] = visit.former
         else:
-            args.append("")
-            calls.append(ScriptCall(_LEAVE, former_keys, [former]))
-    else:
-        args.append("")
+            calls.append(ScriptCall(_LEAVE, former_keys, [visit.former]))
+    extra: list[str | int | float] = []
     if fixed.samples:
         keys += [shard.key(name) for name in KINDS] + [fixed.peak, fixed.known]
-        args += [
-            _sampling.flag(int(now)),
-            _score(now - config.window),
-            fixed.counter_prefix,
-            fixed.precisions,
-            fixed.may_stop,
-            int(now),
-            *counters.batch_args(config, batch),
-            *counters.increment_args(hits or {}),
-        ]
-    else:
-        args.append("0")
-    return [ScriptCall(_RECORD, keys, args), *calls]
+        arguments.update(
+            sampling=_sampling.flag(int(now)),
+            online_since=_score(now - config.window),
+            counter_prefix=fixed.counter_prefix,
+            precisions=fixed.precisions,
+            may_stop=fixed.may_stop,
+            second=int(now),
+        )
+        extra = [*counters.batch_args(config, batch), *counters.increment_args(hits or {})]
+    # Those after ``sampling`` are left out when it is '0'; a name missing before them fails here.
+    args = [arguments[name] for name in RECORD_ARGUMENTS[: len(arguments)]]
+    return [ScriptCall(_RECORD, keys, args + extra), *calls]
 
 
-def record(client: Client, config: Config, **visit: Any) -> Any:
+def record(client: Client, config: Config, visit: Visit) -> Any:
     """Record one visit (see ``record_calls``); returns 1 if the visitor was not online until
     now, else 0."""
-    return run(client, record_calls(config, **visit))[0]
+    return run(client, record_calls(config, visit))[0]
 
 
 class _SamplingSeconds:
@@ -575,7 +564,7 @@ def parse_snapshot(raw: Sequence[Any], limit: int | None) -> Snapshot:
         guests=int(guests),
         bots=int(bots),
         rows=rows,
-        peak=int(peak or 0),
+        peak_people=int(peak or 0),
         peak_at=float(peak_at) if peak_at is not None else None,
         visitors=int(visitors),
         limit=limit,
@@ -590,14 +579,14 @@ def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
     listed = sorted((row for part in parts for row in part.listed), key=lambda row: -row.seen)
     if limit is not None:
         listed = listed[:limit]
-    peak = max(parts, key=lambda part: part.peak)
+    peak = max(parts, key=lambda part: part.peak_people)
     return Snapshot(
         visible=sum(part.visible for part in parts),
         hidden=sum(part.hidden for part in parts),
         guests=sum(part.guests for part in parts),
         bots=sum(part.bots for part in parts),
         rows=[field for row in listed for field in (row.pk, repr(row.seen), row.name, row.url)],
-        peak=peak.peak,
+        peak_people=peak.peak_people,
         peak_at=peak.peak_at,
         visitors=sum(part.visitors for part in parts),
         limit=limit,

@@ -1,6 +1,6 @@
 """The JSON view of the counts, which pages poll, and the staff dashboard.
 
-The JSON view records nobody (``not_recorded``) and reads Redis once (``api.snapshot``). Its
+The JSON view records nobody (``not_recorded``) and reads Redis once (``snapshots.read``). Its
 answer is publicly cacheable for ``JSON_MAX_AGE`` seconds unless it names people only some
 viewers may see, so that a CDN can absorb the polls of a busy site. It fails open: while Redis
 cannot be read it answers the zero counts with ``"ok": false``, which the live widget takes as
@@ -30,9 +30,10 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from whos_online import api, dashboard, snapshots, store
+from whos_online import dashboard, snapshots
 from whos_online.conf import get_config, is_staff
 from whos_online.decorators import not_recorded
+from whos_online.results import EMPTY_SNAPSHOT, Snapshot
 from whos_online.visibility import may_see_names, shows_names_to_everyone
 
 if TYPE_CHECKING:
@@ -47,11 +48,11 @@ if TYPE_CHECKING:
 _HTML_SAFE: Final = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"}
 
 
-def counts_document(found: store.Snapshot | None, *, names: bool) -> dict[str, Any]:
+def counts_document(found: Snapshot | None, *, names: bool) -> dict[str, Any]:
     """The JSON view's document; ``found`` is None when Redis could not be read."""
-    snapshot = store.EMPTY_SNAPSHOT if found is None else found
-    counts = api.counts_of(snapshot)
-    peak = api.peak_of(snapshot)
+    snapshot = EMPTY_SNAPSHOT if found is None else found
+    counts = snapshot.counts
+    peak = snapshot.peak
     document: dict[str, Any] = {
         "ok": found is not None,
         "users": counts.users,
@@ -62,9 +63,9 @@ def counts_document(found: store.Snapshot | None, *, names: bool) -> dict[str, A
         "visitors_today": snapshot.visitors,
     }
     if names:
-        listed = api.listed_users(snapshot)
+        listed = snapshot.users
         document["names"] = [{"name": user.name, "url": user.url} for user in listed]
-        document["more"] = api.more_of(snapshot)
+        document["more"] = snapshot.more
     return document
 
 
@@ -74,7 +75,7 @@ def counts(request: HttpRequest) -> HttpResponse:
     config = get_config()
     names = may_see_names(request, config)
     # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-    found = api.snapshot(
+    found = snapshots.read(
         config.display_limit if names else 0,
         max_age=config.snapshot_max_age,
         fresh_after=snapshots.recorded_at(request),

@@ -29,8 +29,9 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, snapshots, store
+from whos_online import api, snapshots
 from whos_online.conf import get_config
+from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.visibility import may_see_names
 
 if TYPE_CHECKING:
@@ -45,20 +46,20 @@ _unmounted_logged = False
 _SNAPSHOT_ATTRIBUTE = "_whos_online_snapshot"
 
 
-def _snapshot(context: template.Context) -> store.Snapshot:
+def _snapshot(context: template.Context) -> Snapshot:
     request = context.get("request")
     cached = getattr(request, _SNAPSHOT_ATTRIBUTE, None)
-    if isinstance(cached, store.Snapshot):
+    if isinstance(cached, Snapshot):
         return cached
     config = get_config()
-    found = api.snapshot(
+    found = snapshots.read(
         config.display_limit,
         max_age=config.snapshot_max_age,
         fresh_after=snapshots.recorded_at(request),
     )
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
-        return store.EMPTY_SNAPSHOT
+        return EMPTY_SNAPSHOT
     if request is not None:
         setattr(request, _SNAPSHOT_ATTRIBUTE, found)
     return found
@@ -86,13 +87,13 @@ def whos_online(
     # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
     # falls back to the static widget: a URLconf slip must not show the names it restricts.
     names = not wants_live or may_see_names(context.get("request"), config)
-    counts = api.counts_of(found)
+    counts = found.counts
     listed = found.listed if names else []
-    more = api.more_of(found) if names else 0
+    more = found.more if names else 0
     texts = _count_texts(more, counts, named=names)
     # For templates that override online.html; the default one shows ``names``, and a list of
     # DISPLAY_LIMIT users is only built if a template asks for it.
-    users = SimpleLazyObject(lambda: api.listed_users(found) if names else [])
+    users = SimpleLazyObject(lambda: found.users if names else [])
     parts = SimpleLazyObject(lambda: [(user, "") for user in users] + [(None, t) for t in texts])
     return {
         "users": users,
@@ -100,7 +101,7 @@ def whos_online(
         "counts": counts,
         "parts": parts,
         "names": _names_html(listed, texts),
-        "peak": api.peak_of(found) if peak else None,
+        "peak": found.peak if peak else None,
         "visitors": found.visitors if visitors else None,
         "live": shown,
     }
@@ -171,7 +172,7 @@ def live_text() -> dict[str, Any]:
     }
 
 
-def _count_texts(more: int, counts: api.OnlineCounts, *, named: bool) -> list[str]:
+def _count_texts(more: int, counts: OnlineCounts, *, named: bool) -> list[str]:
     """The sentence's counted parts: "3 more", and "2 users" where users are not named."""
     texts = []
     if more:
@@ -192,7 +193,7 @@ def _count_texts(more: int, counts: api.OnlineCounts, *, named: bool) -> list[st
     return texts
 
 
-def _names_html(listed: list[store.ListedUser], texts: list[str]) -> SafeString:
+def _names_html(listed: list[ListedUser], texts: list[str]) -> SafeString:
     """The sentence's list: "alice, bob, 3 more and 12 guests", names linked to their profile.
 
     Built here rather than by a loop in the template, which took about 30 us per name (the list
@@ -218,7 +219,7 @@ def _user_html(name: str, url: str) -> str:
 @register.simple_tag(takes_context=True)
 def online_count(context: template.Context, kind: str = "total") -> int:
     """How many are online: ``total`` (users and guests), ``users``, ``guests`` or ``bots``."""
-    counts = api.counts_of(_snapshot(context))
+    counts = _snapshot(context).counts
     if kind not in counts._fields:
         msg = f"online_count takes one of {', '.join(counts._fields)}, not {kind!r}."
         raise template.TemplateSyntaxError(msg)

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
-from whos_online import api, counters, store
+from whos_online import counters, pruning, store
 from whos_online.conf import Config, get_config
 from whos_online.connection import REDIS_ERRORS, admin_client
 
@@ -148,12 +148,12 @@ class Command(BaseCommand):
                 return
             between = self.between_chunks(lock)
             try:
-                removed = api.prune_with(client, config, now=now, between_chunks=between)
+                removed = pruning.prune_with(client, config, now=now, between_chunks=between)
                 self.report(removed, now, "Removed")
-                left = api.prune_old_layouts(client, config, now=now, between_chunks=between)
+                left = pruning.prune_old_layouts(client, config, now=now, between_chunks=between)
                 if any(left.values()):
                     self.report(left, now, "Removed from layouts of another SHARDS")
-                found = api.sample_counts(client, config, now=now)
+                found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
                     self.log(
                         f"Sampled {found.visible + found.hidden} users, {found.guests} guests "

@@ -1,0 +1,142 @@
+"""Removing people gone from the online sets, in chunks, and what the cleanup command keeps.
+
+Used by the cleanup command with its patient client, letting Redis errors propagate, and by
+``api.prune`` behind the breaker. ``users_went_offline`` is sent once per chunk, so a huge prune
+never holds every id at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from whos_online import keyspace, signals, store
+from whos_online.throttle import recent
+from whos_online.users import pk_values
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+    from whos_online.results import Snapshot
+
+
+def prune_with(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+) -> dict[str, int]:
+    """Prune the configured layout in chunks; returns how many members of each kind went.
+
+    ``between_chunks`` is called after each chunk and its signal: the command extends its lock
+    there, and stops there when asked to, so that no removed user goes unreported.
+    """
+    removed_by_kind = dict.fromkeys(store.KINDS, 0)
+    _prune_layout(
+        client,
+        config,
+        keyspace.layout(config),
+        now=now,
+        removed_by_kind=removed_by_kind,
+        between_chunks=between_chunks,
+    )
+    return removed_by_kind
+
+
+def _prune_layout(
+    client: Client,
+    config: Config,
+    layout: Sequence[keyspace.Shard],
+    *,
+    now: float,
+    removed_by_kind: dict[str, int],
+    current: bool = True,
+    between_chunks: Callable[[], object] | None = None,
+) -> None:
+    for shard in layout:
+        for kind in store.KINDS:
+            _prune_set(
+                client,
+                config,
+                shard,
+                kind,
+                now=now,
+                removed_by_kind=removed_by_kind,
+                current=current,
+                between_chunks=between_chunks,
+            )
+
+
+def _prune_set(
+    client: Client,
+    config: Config,
+    shard: keyspace.Shard,
+    kind: str,
+    *,
+    now: float,
+    removed_by_kind: dict[str, int],
+    current: bool = True,
+    between_chunks: Callable[[], object] | None = None,
+) -> None:
+    """Prune one set in chunks. Only the ``current`` layout's removals are news: a member left
+    in an old layout is online in the new one, or was already reported by the earlier runs."""
+    while True:
+        removed = store.prune_chunk(client, config, kind, now=now, shard=shard)
+        removed_by_kind[kind] += len(removed)
+        is_user = kind in {"users", "hidden"}
+        if current:
+            recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
+            if is_user and removed:
+                from whos_online.api import prune  # the sender receivers know, as always
+
+                signals.users_went_offline.send(sender=prune, user_ids=pk_values(removed))
+        if between_chunks is not None:
+            between_chunks()
+        if len(removed) < store.PRUNE_CHUNK_SIZE:
+            break
+
+
+def prune_old_layouts(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+) -> dict[str, int]:
+    """Prune what layouts of another ``SHARDS`` left, and forget a layout once none of its sets
+    is left (``between_chunks`` as for ``prune_with``).
+
+    Nobody reads an old layout, so its members are not counted; they are pruned like the current
+    ones, once stale, rather than all at once, so that a process still running with the old
+    setting during a deploy loses nobody.
+    """
+    removed_by_kind = dict.fromkeys(store.KINDS, 0)
+    old = store.layouts_seen(client, config)[1:]
+    for shards in old:
+        _prune_layout(
+            client,
+            config,
+            keyspace.layout(config, shards),
+            now=now,
+            removed_by_kind=removed_by_kind,
+            current=False,
+            between_chunks=between_chunks,
+        )
+        if store.layout_is_empty(client, config, shards):
+            store.forget_layout(client, config, shards)
+    if old and config.shards == 1 and store.layouts_known(client, config) == [1]:
+        # Back to the one-shard layout and the others emptied: keep no record, as before.
+        store.forget_layout(client, config, 1)
+    return removed_by_kind
+
+
+def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | None:
+    """Raise the peak and sample the ``online:*`` counters from counts over every shard (the
+    command does so when ``SHARDS`` > 1, where a visit cannot count the whole site)."""
+    if config.shards == 1:
+        return None
+    found = store.snapshot(client, config, limit=0, now=now)
+    store.sample(client, config, found, now=now)
+    return found

@@ -1,0 +1,165 @@
+"""What reading whos_online returns: the values of the Python API, and the ``Snapshot`` that the
+template tags, the JSON view, the dashboard and the metrics read from.
+
+A ``Snapshot`` is one read of the whole site (counts, the newest names, the peak and the day's
+visitors), made in one round trip per shard. Everything shown about the site at one moment comes
+from one snapshot, so that a page never shows counts and names from two different moments; its
+properties turn the raw reply into API values only when a page asks for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from whos_online import keyspace
+from whos_online.text import linkable_url
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+@dataclass(frozen=True)
+class OnlineUser:
+    pk: object
+    name: str
+    url: str
+    last_seen: datetime
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class OnlineCounts(NamedTuple):
+    users: int
+    guests: int
+    bots: int
+    #: People online: users (hidden ones included) and guests, not bots.
+    total: int
+
+
+EMPTY_COUNTS: Final = OnlineCounts(0, 0, 0, 0)
+
+
+class Peak(NamedTuple):
+    """The most people (users and guests, not bots) ever online at once, and when."""
+
+    people: int
+    #: None until someone has been recorded (or since the peak was reset).
+    when: datetime | None
+
+
+NO_PEAK: Final = Peak(0, None)
+
+
+class Presence(NamedTuple):
+    online: bool
+    #: When the user was last recorded, or None (never, or longer ago than LAST_SEEN_DAYS).
+    last_seen: datetime | None
+
+
+UNKNOWN_PRESENCE: Final = Presence(online=False, last_seen=None)
+
+
+def as_timestamp(now: float | datetime | None) -> float:
+    """A time the API was given (Unix seconds, an aware datetime, or None for now)."""
+    if now is None:
+        return time.time()
+    if isinstance(now, datetime):
+        return now.timestamp()
+    return float(now)
+
+
+def as_datetime(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc)
+
+
+def as_peak(people: int, at: float | None) -> Peak:
+    if not people or at is None:
+        return NO_PEAK
+    return Peak(people, as_datetime(at))
+
+
+class ListedUser(NamedTuple):
+    """One listed user as the snapshot read it (a tuple: up to DISPLAY_LIMIT made per render)."""
+
+    pk: str
+    seen: float
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    visible: int
+    hidden: int
+    guests: int
+    bots: int
+    #: The listed users as the snapshot script returns them, (pk, score, name, url) flattened.
+    rows: Sequence[bytes | str] = ()
+    peak_people: int = 0
+    #: When the peak was reached (Unix time), or None before anyone was recorded.
+    peak_at: float | None = None
+    #: Approximate distinct users and guests of the snapshot's UTC day.
+    visitors: int = 0
+    #: How many names were asked for (None: everyone), so that a kept snapshot can tell whether
+    #: it answers a later read.
+    limit: int | None = 0
+
+    @functools.cached_property
+    def listed(self) -> list[ListedUser]:
+        """The newest visible users, read from ``rows`` on first use: a page that only counts
+        (``{% online_count %}``) never pays for the up to DISPLAY_LIMIT of them."""
+        text = keyspace.text
+        fields = iter(self.rows)
+        return [
+            # A URL stored by an older version, or by another app, is checked again here.
+            ListedUser(text(pk), float(seen), text(name), linkable_url(text(url)))
+            for pk, seen, name, url in zip(fields, fields, fields, fields, strict=True)
+        ]
+
+    @functools.cached_property
+    def users(self) -> list[OnlineUser]:
+        """The listed users as the API returns them, primary keys typed as the user model's."""
+        from whos_online.users import pk_values
+
+        pks = pk_values(row.pk for row in self.listed)
+        return [
+            OnlineUser(pk=pk, name=row.name, url=row.url, last_seen=as_datetime(row.seen))
+            for pk, row in zip(pks, self.listed, strict=True)
+        ]
+
+    @property
+    def more(self) -> int:
+        """Visible users online beyond those listed; hidden users are never part of it."""
+        return max(self.visible - len(self.listed), 0)
+
+    @property
+    def counts(self) -> OnlineCounts:
+        users = self.visible + self.hidden
+        return OnlineCounts(
+            users=users, guests=self.guests, bots=self.bots, total=users + self.guests
+        )
+
+    @property
+    def peak(self) -> Peak:
+        return as_peak(self.peak_people, self.peak_at)
+
+    def answers(self, limit: int | None) -> bool:
+        """Whether this snapshot holds everything a read of ``limit`` names would."""
+        if self.limit is None:
+            return True
+        return limit is not None and limit <= self.limit
+
+    def cut(self, limit: int | None) -> Snapshot:
+        """This snapshot with at most ``limit`` listed users (one that ``answers`` it)."""
+        if limit is None or 4 * limit >= len(self.rows):
+            return self
+        return replace(self, rows=self.rows[: 4 * limit], limit=limit)
+
+
+#: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
+EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0)
