@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import redis
 import redis.asyncio
+from django.dispatch import receiver
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from whos_online import connection, keyspace
-from whos_online.conf import Config, get_config
+from whos_online.conf import Config, config_changed, get_config
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -158,7 +159,8 @@ async def run(client: AsyncClient, calls: Sequence[ScriptCall]) -> list[Any]:
     return replies
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.aio.reset")
+def reset(**kwargs: object) -> None:
     """Forget every loop's clients (settings changed); their connections close with them."""
     with _lock:
         _clients.clear()

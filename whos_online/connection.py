@@ -23,13 +23,14 @@ import time
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import redis
+from django.dispatch import receiver
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
-from whos_online.conf import Config, get_config
+from whos_online.conf import Config, config_changed, get_config
 from whos_online.sentinels import FollowingSentinel
 
 if TYPE_CHECKING:
@@ -336,7 +337,8 @@ def close(client: Client) -> None:
     pool.disconnect()
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.connection.reset")
+def reset(**kwargs: object) -> None:
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()

@@ -26,6 +26,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from django.dispatch import receiver
+
+from whos_online.conf import config_changed
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -166,7 +170,8 @@ buffer = HitBuffer()
 timer = FlushTimer()
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.hits.reset")
+def reset(**kwargs: object) -> None:
     """Drop buffered hits and any pending flush (for tests)."""
     timer.cancel()
     _start_afresh()

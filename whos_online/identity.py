@@ -14,6 +14,9 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.dispatch import receiver
+
+from whos_online.conf import config_changed
 
 if TYPE_CHECKING:
     import re
@@ -162,7 +165,8 @@ def _matches(pattern: re.Pattern[str], agent: str) -> bool:
     return pattern.search(agent) is not None
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.identity.reset")
+def reset(**kwargs: object) -> None:
     _day_key.cache_clear()
     _pseudonym.cache_clear()
     _matches.cache_clear()

@@ -22,7 +22,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
+from django.dispatch import receiver
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from whos_online.conf import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,5 +149,6 @@ def text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.keyspace.reset")
+def reset(**kwargs: object) -> None:
     script.cache_clear()

@@ -28,8 +28,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
+from django.dispatch import receiver
+
 from whos_online import connection, keyspace, store
-from whos_online.conf import get_config
+from whos_online.conf import config_changed, get_config
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -88,7 +90,8 @@ class SnapshotCache:
 cache = SnapshotCache()
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.snapshots.reset")
+def reset(**kwargs: object) -> None:
     cache.invalidate()
 
 

@@ -18,9 +18,11 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from django.dispatch import receiver
 from redis.exceptions import NoScriptError
 
 from whos_online import counters, identity, keyspace
+from whos_online.conf import config_changed
 from whos_online.connection import is_cluster
 from whos_online.results import Snapshot
 
@@ -501,7 +503,8 @@ class _SamplingSeconds:
 _sampling: Final = _SamplingSeconds()
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.store.reset")
+def reset(**kwargs: object) -> None:
     _sampling.last = -1
 
 

@@ -25,6 +25,9 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
+from django.dispatch import receiver
+
+from whos_online.conf import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -152,7 +155,8 @@ class RecentIdentities:
 recent: Final = RecentIdentities()
 
 
-def reset() -> None:
+@receiver(config_changed, dispatch_uid="whos_online.throttle.reset")
+def reset(**kwargs: object) -> None:
     _cookie_key.cache_clear()
     _remembered_mac.cache_clear()
     recent.clear()

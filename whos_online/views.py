@@ -31,10 +31,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from whos_online import dashboard, snapshots
-from whos_online.conf import get_config, is_staff
+from whos_online.conf import get_config
 from whos_online.decorators import not_recorded
 from whos_online.results import EMPTY_SNAPSHOT, Snapshot
-from whos_online.visibility import may_see_names, shows_names_to_everyone
+from whos_online.visibility import is_staff, may_see_names, shows_names_to_everyone
 
 if TYPE_CHECKING:
     from collections.abc import Callable
