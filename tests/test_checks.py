@@ -11,6 +11,7 @@ from django.core.management.base import SystemCheckError
 from django_redis.cache import RedisCache
 
 from whos_online import checks
+from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -26,6 +27,13 @@ NOT_CALLABLE = "just a string"
 
 class MyAuthenticationMiddleware(AuthenticationMiddleware):
     """A project's own authentication middleware, as admin's checks also accept."""
+
+
+class MyWhosOnlineMiddleware(WhosOnlineMiddleware):
+    """A project's own extension of the middleware."""
+
+
+MINE = "tests.test_checks.MyWhosOnlineMiddleware"
 
 
 class InstrumentedRedisCache(RedisCache):  # type: ignore[misc]
@@ -423,6 +431,21 @@ def test_e021_authentication_middleware_missing(settings):
 def test_subclass_of_authentication_middleware_counts(settings):
     settings.MIDDLEWARE = [SESSION, "tests.test_checks.MyAuthenticationMiddleware", OURS]
     assert check_error_codes() == []
+
+
+def test_a_subclass_of_ours_counts(settings):
+    settings.MIDDLEWARE = [SESSION, AUTH, MINE]
+    assert check_error_codes() == []
+
+
+def test_e020_ours_and_a_subclass_of_it(settings):
+    settings.MIDDLEWARE = [SESSION, AUTH, OURS, MINE]
+    assert check_error_codes() == ["whos_online.E020"]
+
+
+def test_e021_a_subclass_of_ours_before_authentication_middleware(settings):
+    settings.MIDDLEWARE = [SESSION, MINE, AUTH]
+    assert check_error_codes() == ["whos_online.E021"]
 
 
 def test_e021_subclass_of_authentication_middleware_after_ours(settings):

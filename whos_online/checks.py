@@ -423,45 +423,49 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return validate(user_settings())
 
 
-def _index_of_subclass(middleware: list[str], base_path: str) -> int | None:
-    """Index of the first entry that is ``base_path`` or a subclass of it (admin checks do so)."""
+def _indexes_of_subclasses(middleware: list[str], base_path: str) -> list[int]:
+    """Indexes of the entries that are ``base_path`` or a subclass of it, as Django's admin
+    checks find its middleware: a site may extend ours, or Django's."""
     try:
         base = import_string(base_path)
-    except ImportError:  # pragma: no cover - Django's own middleware always imports
-        return None
+    except ImportError:  # pragma: no cover - both bases always import
+        return []
+    found = []
     for index, path in enumerate(middleware):
         if path == base_path:
-            return index
+            found.append(index)
+            continue
         try:
             candidate = import_string(path)
         except ImportError:
             continue
         if isinstance(candidate, type) and issubclass(candidate, base):
-            return index
-    return None
+            found.append(index)
+    return found
 
 
 def check_middleware(**kwargs: Any) -> list[CheckMessage]:
     middleware = list(getattr(settings, "MIDDLEWARE", None) or [])
-    ours = [index for index, path in enumerate(middleware) if path == MIDDLEWARE_PATH]
+    ours = _indexes_of_subclasses(middleware, MIDDLEWARE_PATH)
     if not ours:
         return [
             Warning(
                 f"{MIDDLEWARE_PATH} is not in MIDDLEWARE, so nobody is recorded as online.",
-                hint=f"Add it to MIDDLEWARE right after {AUTH_MIDDLEWARE_PATH}.",
+                hint=f"Add it (or a subclass of it) to MIDDLEWARE right after "
+                f"{AUTH_MIDDLEWARE_PATH}.",
                 id="whos_online.W003",
             )
         ]
     if len(ours) > 1:
         return [
             Error(
-                f"{MIDDLEWARE_PATH} is listed {len(ours)} times in MIDDLEWARE.",
+                f"{MIDDLEWARE_PATH} (or a subclass) is listed {len(ours)} times in MIDDLEWARE.",
                 hint="Keep one entry, right after AuthenticationMiddleware.",
                 id="whos_online.E020",
             )
         ]
-    auth = _index_of_subclass(middleware, AUTH_MIDDLEWARE_PATH)
-    if auth is None or auth > ours[0]:
+    auth = _indexes_of_subclasses(middleware, AUTH_MIDDLEWARE_PATH)
+    if not auth or auth[0] > ours[0]:
         return [
             Error(
                 f"{MIDDLEWARE_PATH} must come after {AUTH_MIDDLEWARE_PATH} in MIDDLEWARE.",
