@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from whos_online.connection import Client
 
 #: Longest counter name accepted; names become part of Redis keys.
-MAX_NAME_LENGTH: Final = 200
+MAX_COUNTER_NAME_LENGTH: Final = 200
 
 #: The range of a Redis integer, which is what a counter sample is.
 MIN_COUNT: Final = -(2**63)
@@ -151,8 +151,9 @@ def check_name(name: object) -> str:
     if not isinstance(name, str):
         msg = f"A counter name must be a str, not {type(name).__name__}."
         raise TypeError(msg)
-    if not name or len(name) > MAX_NAME_LENGTH:
-        msg = f"A counter name must have 1 to {MAX_NAME_LENGTH} characters, not {len(name)}."
+    if not name or len(name) > MAX_COUNTER_NAME_LENGTH:
+        longest = MAX_COUNTER_NAME_LENGTH
+        msg = f"A counter name must have 1 to {longest} characters, not {len(name)}."
         raise ValueError(msg)
     try:
         name.encode()

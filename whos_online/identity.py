@@ -1,7 +1,8 @@
 """Who made a request: the client IP, the guest's daily pseudonym, and whether it is a bot.
 
-Everything here is pure and cached where it runs on every request: parsing an address and
-deriving the day's key both show up in profiles of the request path otherwise.
+Nothing here calls Redis. What runs on every request is cached: parsing an address and deriving
+the day's key (from ``SECRET_KEY``, which is why the caches are dropped when settings change) both
+show up in profiles of the request path otherwise.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def client_ip(request: HttpRequest, config: Config) -> str | None:
 
 
 def utc_day(now: float) -> str:
+    """The UTC day of ``now`` as ISO text, as keys and pseudonyms are made from it."""
     return _day_text(int(now // 86400))
 
 
