@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 
 import whos_online
 from tests.helpers import HOSTILE, client_of, configure, members
-from whos_online import counters, dashboard
+from whos_online import checks, counters, dashboard
 from whos_online.conf import get_config
 from whos_online.throttle import COOKIE_NAME
 
@@ -131,7 +131,8 @@ def test_opening_the_page_records_the_staff_user_but_refreshing_does_not(
     client = client_of(staff)
 
     response = client.get(REFRESH)
-    assert [trip[0] for trip in redis_calls.trips] == ["EVALSHA", "ZRANGEBYLEX", "HMGET"]
+    trips = [trip[0] for trip in redis_calls.trips]
+    assert trips == ["EVALSHA", "ZRANGEBYLEX", "HMGET", "ZRANGE"]
     assert members(r, "users") == []
     assert COOKIE_NAME not in response.cookies
 
@@ -261,8 +262,54 @@ def test_reads_are_bounded_by_the_slices_shown(backend, settings, r, staff, redi
         ["EVALSHA"],
         ["ZRANGEBYLEX", "ZLEXCOUNT", "ZMSCORE"],
         ["HMGET"] * 4,
+        ["ZRANGE"] * 4,  # the longest-unseen member of each set: is the cleanup running?
     ]
     assert charts_in(markup)["signups"] == 30
+
+
+CLEANUP_LATE = "the cleanup command has not run since then"
+
+
+def test_people_gone_for_several_windows_show_that_the_cleanup_is_not_running(backend, staff):
+    window = get_config().window
+    now = time.time()
+    whos_online.record_guest("198.51.100.1", now=now - dashboard.OVERDUE_WINDOWS * window - 60)
+
+    text = visible_text(client_of(staff).get(URL).content.decode())
+
+    assert CLEANUP_LATE in text
+    assert "People last seen 31 minutes ago are still in the online sets" in text
+    [warning] = checks.check_cleanup_runs()
+    assert warning.id == "whos_online.W005"
+    assert "People last seen 31\xa0minutes ago" in warning.msg
+
+    assert whos_online.prune() == 1
+    assert CLEANUP_LATE not in visible_text(client_of(staff).get(URL).content.decode())
+    assert checks.check_cleanup_runs() == []
+
+
+def test_people_gone_for_less_than_that_are_no_sign_of_a_missing_cleanup(backend, staff):
+    window = get_config().window
+    now = time.time()
+    whos_online.record_guest("198.51.100.1", now=now - dashboard.OVERDUE_WINDOWS * window + 60)
+
+    assert CLEANUP_LATE not in visible_text(client_of(staff).get(URL).content.decode())
+    assert checks.check_cleanup_runs() == []
+
+
+def test_the_cleanup_check_says_nothing_while_redis_is_down(redis_down):
+    assert checks.check_cleanup_runs() == []
+
+
+def test_the_cleanup_check_runs_only_on_deploy_checks():
+    from django.core.checks import registry
+
+    def names(include_deployment_checks: bool) -> set[str]:
+        found = registry.registry.get_checks(include_deployment_checks=include_deployment_checks)
+        return {getattr(check, "__name__", "") for check in found}
+
+    assert "check_cleanup_runs" in names(include_deployment_checks=True)
+    assert "check_cleanup_runs" not in names(include_deployment_checks=False)
 
 
 def test_fails_open_while_redis_is_down(redis_down, staff):

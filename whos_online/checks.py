@@ -1,4 +1,5 @@
-"""System checks: every ``WHOS_ONLINE`` key, and the middleware's place in ``MIDDLEWARE``.
+"""System checks: every ``WHOS_ONLINE`` key, the middleware's place in ``MIDDLEWARE``, and (on
+``check --deploy``) whether the cleanup command runs.
 
 Each key is checked by one row of ``RULES``: its check id, what is wrong with a value (nothing,
 or the phrases that finish "WHOS_ONLINE['KEY'] …"), and a hint. The few checks that weigh two
@@ -10,6 +11,7 @@ too, and refuses to build a ``Config`` from settings with errors.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -421,6 +423,35 @@ _ACROSS_KEYS: Final[tuple[Callable[[Mapping[str, Any], set[str]], list[CheckMess
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return validate(user_settings())
+
+
+def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
+    """A deploy check (``manage.py check --deploy``), since it reads Redis: whether the online
+    sets hold people gone for several windows, which only happens when the cleanup command
+    does not run. Says nothing when Redis cannot be read or the settings are wrong."""
+    from django.utils.timesince import timesince
+
+    from whos_online import connection, dashboard, store
+    from whos_online.conf import get_config
+    from whos_online.results import as_datetime
+
+    if any(message.is_serious() for message in validate(user_settings())):
+        return []
+    now = time.time()
+    oldest = connection.call(None, store.oldest_seen)
+    late_since = dashboard.cleanup_late_since(oldest, get_config(), now=now)
+    if late_since is None:
+        return []
+    since = timesince(late_since, as_datetime(now))
+    return [
+        Warning(
+            f"People last seen {since} ago are still in whos_online's sets: the "
+            "cleanup command has not run since then, and the sets grow until it does.",
+            hint="Run 'manage.py whos_online_cleanup' from cron every few minutes, with the "
+            "virtual environment's python.",
+            id="whos_online.W005",
+        )
+    ]
 
 
 def _indexes_of_subclasses(middleware: list[str], base_path: str) -> list[int]:

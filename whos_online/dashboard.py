@@ -18,9 +18,16 @@ from django.utils import timezone as django_timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from whos_online import charts, connection, counters, hits, snapshots
+from whos_online import charts, connection, counters, hits, snapshots, store
 from whos_online.conf import get_config
-from whos_online.results import EMPTY_SNAPSHOT, OnlineCounts, OnlineUser, Peak, Snapshot
+from whos_online.results import (
+    EMPTY_SNAPSHOT,
+    OnlineCounts,
+    OnlineUser,
+    Peak,
+    Snapshot,
+    as_datetime,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -93,6 +100,9 @@ class Dashboard:
     charts: list[Chart]
     #: Counters kept at this precision that were left out (beyond ``MAX_CHARTS``).
     left_out: int
+    #: Set when the online sets hold people gone for several windows (see
+    #: ``cleanup_late_since``): the cleanup command is not running.
+    cleanup_late_since: datetime | None = None
 
     @property
     def users(self) -> list[OnlineUser]:
@@ -163,9 +173,13 @@ def slice_starts(now: float, precision: int, count: int) -> list[int]:
     return [current - precision * (count - 1 - index) for index in range(count)]
 
 
-#: What ``collect`` reads besides the snapshot: the counters charted, how many were left out, and
-#: the samples of each.
-_Read = tuple[list[str], int, list[list[int | None]]]
+#: What ``collect`` reads besides the snapshot: the counters charted, how many were left out, the
+#: samples of each, and when the longest-unseen member of the online sets was last seen.
+_Read = tuple[list[str], int, list[list[int | None]], float | None]
+
+#: Windows past which someone still in the online sets shows that the cleanup command is not
+#: running (it removes them within a window when cron runs it every few minutes).
+OVERDUE_WINDOWS: Final = 3
 
 
 def collect(precision: int, *, now: float) -> Dashboard:
@@ -183,11 +197,12 @@ def collect(precision: int, *, now: float) -> Dashboard:
         # whether or not they have samples yet, so only those that exist count as drawn.
         left_out = total - standard_kept - len(own)
         wanted = [*standard, *own]
-        return wanted, left_out, counters.samples(client, config, wanted, precision, starts)
+        samples = counters.samples(client, config, wanted, precision, starts)
+        return wanted, left_out, samples, store.oldest_seen(client, config)
 
     # While Redis cannot be read, the standard charts are drawn empty.
-    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard])
-    wanted, left_out, values = connection.call(unknown, read)
+    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None)
+    wanted, left_out, values, oldest = connection.call(unknown, read)
     return Dashboard(
         ok=found is not None,
         snapshot=EMPTY_SNAPSHOT if found is None else found,
@@ -197,7 +212,16 @@ def collect(precision: int, *, now: float) -> Dashboard:
             for index, (name, stored) in enumerate(zip(wanted, values, strict=True))
         ],
         left_out=left_out,
+        cleanup_late_since=cleanup_late_since(oldest, config, now=now),
     )
+
+
+def cleanup_late_since(oldest: float | None, config: Config, *, now: float) -> datetime | None:
+    """When the oldest member still in the online sets was last seen, if that is more than
+    ``OVERDUE_WINDOWS`` windows ago: the cleanup command has not run since (about) then."""
+    if oldest is None or oldest >= now - OVERDUE_WINDOWS * config.window:
+        return None
+    return as_datetime(oldest)
 
 
 def _chart(

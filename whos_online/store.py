@@ -674,6 +674,18 @@ def online_user_pks(client: Client, config: Config, *, now: float, limit: int) -
     return pks[:limit] if len(pks) > limit else pks
 
 
+def oldest_seen(client: Client, config: Config) -> float | None:
+    """When the longest-unseen member of any online set was last seen (None: the sets are
+    empty): one ZRANGE of the first member per set and shard, O(log N) each. Members older than
+    the window stay until the cleanup command removes them, so this tells whether it runs."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config):
+        for kind in KINDS:
+            pipe.zrange(shard.key(kind), 0, 0, withscores=True)
+    scores = [float(score) for first in pipe.execute() for _member, score in first]
+    return min(scores, default=None)
+
+
 def count_stale(
     client: Client, config: Config, *, now: float, shards: int | None = None
 ) -> dict[str, int]:
