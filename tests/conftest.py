@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,23 @@ def _fresh_state(settings) -> Iterator[None]:
     admin_client().flushdb()
     yield
     conf.reset()
+
+
+@pytest.fixture
+def mid_utc_day(monkeypatch) -> float:
+    """Moves the wall clock (``time.time``) to today's noon UTC and lets it run on from there.
+
+    For tests that count a UTC day's unique visitors from visits made "now": run in the last
+    moments of a day, their visits and the read that counts them would fall on two days. The
+    clock stays today's, so that keys which expire at a time computed from it outlive the test.
+    Returns the noon.
+    """
+    real_time = time.time
+    start = real_time()
+    noon = start - start % 86400 + 43200
+    offset = noon - start
+    monkeypatch.setattr(time, "time", lambda: real_time() + offset)
+    return noon
 
 
 @pytest.fixture(params=["fake", "real"])

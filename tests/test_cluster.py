@@ -68,7 +68,7 @@ def test_the_app_uses_the_cluster_client(on_cluster):
 
 
 def test_visits_through_the_middleware_show_in_tags_api_and_json(
-    on_cluster, client: Client, alice: AbstractUser, staff: AbstractUser
+    on_cluster, client: Client, alice: AbstractUser, staff: AbstractUser, mid_utc_day: float
 ):
     client.get("/plain/")
     client.get(f"/login/{alice.username}/")

@@ -89,8 +89,9 @@ def test_post_is_not_allowed(backend, staff):
 # What it shows
 
 
+@pytest.mark.usefixtures("mid_utc_day")
 def test_online_now_names_peak_and_visitors(backend, hiding_bob, staff, alice, bob):
-    now = time.time()  # visits milliseconds apart: ordered, and on one UTC day
+    now = time.time()  # visits milliseconds apart: ordered
     whos_online.record_user(alice, now=now - 0.030)
     whos_online.record_user(bob, now=now - 0.020)
     whos_online.record_guest("198.51.100.1", now=now - 0.010)

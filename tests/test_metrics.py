@@ -12,6 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 import whos_online
 from whos_online.metrics import OnlineCollector
 
+# Their counts of unique visitors today must not straddle a UTC midnight.
+pytestmark = pytest.mark.usefixtures("mid_utc_day")
+
 
 def scrape() -> dict[str, float]:
     """One scrape of a registry holding only the collector, as {sample with labels: value}."""

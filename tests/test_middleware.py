@@ -473,7 +473,7 @@ def test_ipv6_client_is_recorded_by_its_whole_address_with_a_prefix_of_128(r, cl
     assert members(r, "guests") == ["2001:db8::1"]
 
 
-def test_addresses_rotating_inside_one_network_are_one_guest(r, settings):
+def test_addresses_rotating_inside_one_network_are_one_guest(r, settings, mid_utc_day):
     """A device's privacy addresses, or a client making up one per request inside its /64,
     count once: in the guests online, the peak and today's unique visitors."""
     for host in range(1, 301):

@@ -127,7 +127,7 @@ def test_a_render_reads_every_shard_in_one_round_trip(sharded, redis_calls, db):
     assert widget_text(markup) == "Who's online: user00, user01, user02 and 1 guest"
 
 
-def test_the_day_s_visitors_add_up_over_the_shards(sharded, r, db):
+def test_the_day_s_visitors_add_up_over_the_shards(sharded, r, db, mid_utc_day):
     for number in range(40):
         whos_online.record_guest(f"198.51.100.{number}")
     assert len({text(key) for key in r.scan_iter(match="*:visitors:*")}) > 1

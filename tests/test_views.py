@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from tests.helpers import RedisCalls
 
+# Their counts of unique visitors today must not straddle a UTC midnight.
+pytestmark = pytest.mark.usefixtures("mid_utc_day")
+
 URL = "/online/counts.json"
 #: The document while nobody is online, for a viewer without names.
 NOBODY = {
@@ -54,8 +57,8 @@ def get(client: Client) -> tuple[Any, dict[str, Any]]:
 def populate(alice: AbstractUser, bob: AbstractUser) -> float:
     """alice (newest) and bob online, two guests and a bot; returns when alice was seen.
 
-    The visits are milliseconds apart, which orders them, so that only a test run in the last
-    milliseconds of a UTC day sees them fall on two days.
+    The visits are milliseconds apart, which orders them (the module's tests run at noon UTC,
+    so that they fall on one day).
     """
     now = time.time()
     whos_online.record_user(bob, now=now - 0.020)

@@ -124,6 +124,7 @@ def test_refresh_must_be_a_positive_whole_number(backend, value):
         render(f"{{% load whos_online %}}{{% whos_online refresh={value} %}}")
 
 
+@pytest.mark.usefixtures("mid_utc_day")  # counts today's visitors
 def test_anonymous_visitors_get_counts_not_names(backend, alice):
     populate(alice)
 
