@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--variants",
         help="comma-separated throughput variants to measure besides bare Django "
-        "(throttled, recording, naive, online_users, online_status; default: all)",
+        "(throttled, recording, recording_hits, naive, online_users, online_status; default: all)",
     )
     parser.add_argument(
         "--against",

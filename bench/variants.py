@@ -62,7 +62,15 @@ VARIANTS: Final = (
     ),
     Variant(
         "recording",
-        "whos_online, every request recorded (`THROTTLE=0`, `COUNT_HITS=True`)",
+        "whos_online, every request recorded (`THROTTLE=0`)",
+        apps=("whos_online",),
+        middleware=(WHOS_ONLINE_MIDDLEWARE,),
+        whos_online={"THROTTLE": 0},
+    ),
+    Variant(
+        "recording_hits",
+        "whos_online, every request recorded and its page hit counted (`THROTTLE=0`, "
+        "`COUNT_HITS=True`)",
         apps=("whos_online",),
         middleware=(WHOS_ONLINE_MIDDLEWARE,),
         whos_online={"THROTTLE": 0, "COUNT_HITS": True},

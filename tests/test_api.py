@@ -344,6 +344,20 @@ def test_record_guest_stores_a_pseudonym_not_the_ip(backend, r):
     assert b"2001:db8" not in stored
 
 
+def test_a_redis_that_lost_its_scripts_still_records(backend, r, alice, redis_calls):
+    """After a restart or SCRIPT FLUSH the server knows no script: the visit is sent with EVAL,
+    which also loads the script, and the next one is an EVALSHA again."""
+    assert whos_online.record_guest("192.0.2.1") is True
+    r.script_flush()
+    redis_calls.clear()
+
+    assert whos_online.record_guest("192.0.2.2") is True
+    assert whos_online.record_user(alice) is True
+
+    assert [trip[0] for trip in redis_calls.trips] == ["EVALSHA", "EVAL", "EVALSHA"]
+    assert whos_online.online_counts() == OnlineCounts(users=1, guests=2, bots=0, total=3)
+
+
 def test_record_guest_as_bot(backend, r):
     now = _recent_second()
 

@@ -32,6 +32,7 @@ from redis.retry import Retry
 
 from whos_online import connection, keyspace
 from whos_online.conf import Config, config_changed, get_config
+from whos_online.store import sha1_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -147,10 +148,10 @@ async def call(
 
 async def run(client: AsyncClient, calls: Sequence[ScriptCall]) -> list[Any]:
     """``store.run`` with an asyncio client: each call one awaited EVALSHA (a recorded visit is
-    one call), or EVAL on a server that lacks the script (see ``store._run_on_its_node``)."""
+    one call), or EVAL on a server that lacks the script (see ``store._run_one``)."""
     replies = []
     for call in calls:
-        sha = keyspace.script(client, call.source).sha
+        sha = sha1_of(call.source)
         try:
             reply = await client.evalsha(sha, len(call.keys), *call.keys, *call.args)
         except NoScriptError:
