@@ -182,6 +182,38 @@ def test_a_guest_sees_the_count_change_without_reloading(site, open_page):
     assert fresh.locator(".whos-online").inner_text() == written
 
 
+#: A site's own whos_online/online.html: other markup, other words, no class of the default one.
+OVERRIDE = (
+    "{% load i18n static %}"
+    '<aside id="crowd" data-whos-online-live="{{ live.url }}" '
+    'data-whos-online-refresh="{{ live.refresh }}">'
+    "{% blocktranslate count people=counts.total %}{{ people }} soul aboard{% plural %}"
+    "{{ people }} souls aboard{% endblocktranslate %}</aside>"
+    "{% if live %}<script src=\"{% static 'whos_online/live.js' %}\" defer></script>{% endif %}"
+)
+
+
+def test_a_sites_own_template_survives_the_refreshes(site, open_page, settings, tmp_path):
+    override = tmp_path / "whos_online" / "online.html"
+    override.parent.mkdir()
+    override.write_text(OVERRIDE)
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
+    guest = open_page()
+    guest.goto(f"{site}/live/")
+    crowd = guest.locator("#crowd")
+    # The page was rendered before its visit was recorded; the first refresh counts the guest.
+    expect(crowd).to_have_text("1 soul aboard", timeout=TIMEOUT_MS)
+    mark_page(guest)
+
+    whos_online.record_guest("198.51.100.7")
+    whos_online.record_guest("198.51.100.8")
+
+    expect(crowd).to_have_text("3 souls aboard", timeout=TIMEOUT_MS)
+    assert guest.locator(".whos-online").count() == 0
+    assert guest.locator("script").count() == 1  # the refreshes brought no script in
+    assert_not_reloaded(guest)
+
+
 def seed_history(users: list[AbstractUser]) -> None:
     """Two hours of visits, minute by minute, as the site would have recorded them."""
     now = time.time()
