@@ -1,5 +1,5 @@
 """The example project, as a person trying it would see it: its user admin shows who is online,
-and its /metrics page serves the Prometheus collector.
+its /metrics page serves the Prometheus collector, and its home page spells out the counts.
 
 It runs in a process of its own, on its own settings (a database in memory, the session's real
 redis-server), so that nothing of the test settings leaks into it.
@@ -16,9 +16,13 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCRIPT = """
+SCRIPT = r"""
+import re
+
 import example_project.settings as site
 site.DATABASES["default"]["NAME"] = ":memory:"
+# Every page reads Redis, so that a page shows the visit made just before it.
+site.WHOS_ONLINE["SNAPSHOT_MAX_AGE"] = 0
 import django
 django.setup()
 from django.contrib.auth import get_user_model
@@ -41,6 +45,21 @@ assert metrics.status_code == 200
 text = metrics.content.decode()
 assert 'whos_online_online{kind="users"} 1.0' in text, text
 assert "whos_online_redis_up 1.0" in text, text
+
+
+guest = Client(HTTP_USER_AGENT="Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0")
+
+
+def right_now() -> str:
+    page = guest.get("/").content.decode()
+    found = re.search(r"People online: <strong>\d+</strong>\s*\(([^)]*)\)", page)
+    assert found, page
+    return " ".join(found.group(1).split())
+
+
+# A visit is recorded after its page: the guest's second page counts the guest.
+assert (first := right_now()) == "1 logged in, 0 guests, 0 bots", first
+assert (second := right_now()) == "1 logged in, 1 guest, 0 bots", second
 print("ok")
 """
 
