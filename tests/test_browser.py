@@ -84,7 +84,7 @@ def site(live_server, backend, settings) -> str:
 
 
 @pytest.fixture
-def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
+def open_page(browser: Browser) -> Iterator[Callable[..., Page]]:
     """Opens a page in a browser context of its own (its own cookies: another visitor); script
     and console errors on it fail the test, and the site's HTML answers get a strict CSP."""
     contexts: list[BrowserContext] = []
@@ -97,9 +97,9 @@ def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
             headers["content-security-policy"] = CSP
         route.fulfill(response=response, headers=headers)
 
-    def open_one() -> Page:
+    def open_one(width: int = 1280, height: int = 800) -> Page:
         context = browser.new_context(
-            viewport={"width": 1280, "height": 800}, user_agent=USER_AGENT
+            viewport={"width": width, "height": height}, user_agent=USER_AGENT
         )
         context.set_default_timeout(TIMEOUT_MS)
         context.route("**/*", with_csp)
@@ -257,3 +257,21 @@ def test_the_dashboard_draws_charts_and_refreshes_itself(site, open_page, staff,
     whos_online.record_guest("198.51.100.99")
     expect(page.locator('[data-count="guests"]')).to_have_text(str(guests + 1))
     assert_not_reloaded(page)
+
+
+def test_the_dashboard_fits_a_phone(site, open_page, staff, alice, bob):
+    seed_history([alice, bob])
+    page = open_page(390, 844)
+    page.goto(f"{site}/login/{staff.get_username()}/")
+
+    page.goto(f"{site}/online/")
+
+    expect(page.locator('figure[data-counter="online:guests"] svg')).to_be_visible()
+    page.screenshot(path=SCREENSHOT.with_name("dashboard-phone.png"), full_page=True)
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+    chart = page.locator('figure[data-counter="online:guests"]').bounding_box()
+    assert chart is not None
+    assert chart["x"] >= 0
+    assert chart["x"] + chart["width"] <= 390
+    page.get_by_role("link", name="Back to the site").click()
+    expect(page.locator("main")).to_have_text("page")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.staticfiles import finders
 
 import whos_online
 from tests.helpers import HOSTILE, client_of, configure, members
@@ -138,6 +139,14 @@ def test_opening_the_page_records_the_staff_user_but_refreshing_does_not(
     response = client.get(URL)
     assert members(r, "users") == [str(staff.pk)]
     assert COOKIE_NAME in response.cookies
+
+
+def test_the_page_links_back_to_the_site_and_asks_for_no_favicon(backend, staff):
+    page = client_of(staff).get(URL).content.decode()
+
+    assert re.search(r'<header class="wo-header">.*<a class="wo-back" href="/">', page, re.S)
+    assert '<link rel="icon" href="/static/whos_online/favicon.svg" type="image/svg+xml">' in page
+    assert finders.find("whos_online/favicon.svg")
 
 
 def test_the_refresh_is_the_body_of_the_page(backend, staff):
