@@ -26,7 +26,6 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
@@ -210,6 +209,8 @@ def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
 
     The dashboard's refreshes are refused rather than redirected: a tab left open after its
     session ended would otherwise fetch the login page, a page view like any other, forever.
+    A refusal is a page saying why (``forbidden``), not ``PermissionDenied``: someone who is
+    simply not staff is no error worth a traceback in the site's log.
     """
 
     def decorator(view: View) -> View:
@@ -218,14 +219,28 @@ def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
             if not request.user.is_authenticated:
                 if redirect_anonymous:
                     return redirect_to_login(request.get_full_path())
-                raise PermissionDenied
+                return forbidden(request)
             if not is_staff(request.user):
-                raise PermissionDenied
+                return forbidden(request)
             return view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
+
+
+def forbidden(request: HttpRequest) -> HttpResponse:
+    """The 403 page of the dashboard: it needs staff access; back to the site, or log in."""
+    user = request.user
+    return render(
+        request,
+        "whos_online/dashboard_forbidden.html",
+        {
+            "username": user.get_username() if user.is_authenticated else "",
+            "login_url": redirect_to_login(reverse("whos_online:dashboard"))["Location"],
+        },
+        status=403,
+    )
 
 
 def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
