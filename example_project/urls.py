@@ -8,7 +8,8 @@ from example_project import views
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/", include("django.contrib.auth.urls")),
-    # The JSON view the live widget polls (/online/counts.json) and the staff dashboard (/online/).
+    # The view the live widget polls (/online/widget/), the JSON view of the counts
+    # (/online/counts.json) and the staff dashboard (/online/).
     path("online/", include("whos_online.urls")),
     path("admin/", admin.site.urls),
     # Prometheus scrapes who is online here (whos_online.metrics, with prometheus_client).

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.http import HttpResponse
@@ -10,9 +14,26 @@ from whos_online.decorators import not_recorded
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
+#: The repository's root, where manage.py is.
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "home.html")
+    return render(request, "home.html", {"cleanup_command": cleanup_command()})
+
+
+def cleanup_command() -> str:
+    """The command that cleans this site's Redis, to run from the repository's root.
+
+    ``scripts/dev.py example`` starts a redis-server on a free port and tells only the site's
+    process (``REDIS_URL``), so the command says the URL, and the Python that has Django.
+    """
+    python = Path(sys.executable)
+    if python.is_relative_to(ROOT):
+        python = python.relative_to(ROOT)
+    command = shlex.join([str(python), "manage.py", "whos_online_cleanup"])
+    url = os.environ.get("REDIS_URL")
+    return f"REDIS_URL={shlex.quote(url)} {command}" if url else command
 
 
 @not_recorded  # the scraper is not a visitor

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -298,9 +299,22 @@ def run_example(python: Path, runserver_args: Sequence[str]) -> int:
     try:
         with redis_server(server_path) as url:
             print(f"dev.py: redis-server is listening at {url}", flush=True)
+            print(f"dev.py: to clean it up: {cleanup_command(python, url)}", flush=True)
             return run_site(python, runserver_args, {**env, "REDIS_URL": url})
     except RedisStartError as error:
         fail(str(error))
+
+
+def cleanup_command(python: Path, redis_url: str) -> str:
+    """The cleanup command for the example site on ``redis_url``, to run from the repository root.
+
+    The throw-away redis-server's URL is given to the site's process only, so a bare
+    ``manage.py whos_online_cleanup`` would look for Redis on the default port instead.
+    """
+    if python.is_relative_to(ROOT):
+        python = python.relative_to(ROOT)
+    command = shlex.join([str(python), "manage.py", "whos_online_cleanup"])
+    return f"REDIS_URL={shlex.quote(redis_url)} {command}"
 
 
 def ensure_wrk() -> None:

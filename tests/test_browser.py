@@ -84,7 +84,7 @@ def site(live_server, backend, settings) -> str:
 
 
 @pytest.fixture
-def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
+def open_page(browser: Browser) -> Iterator[Callable[..., Page]]:
     """Opens a page in a browser context of its own (its own cookies: another visitor); script
     and console errors on it fail the test, and the site's HTML answers get a strict CSP."""
     contexts: list[BrowserContext] = []
@@ -97,9 +97,9 @@ def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
             headers["content-security-policy"] = CSP
         route.fulfill(response=response, headers=headers)
 
-    def open_one() -> Page:
+    def open_one(width: int = 1280, height: int = 800) -> Page:
         context = browser.new_context(
-            viewport={"width": 1280, "height": 800}, user_agent=USER_AGENT
+            viewport={"width": width, "height": height}, user_agent=USER_AGENT
         )
         context.set_default_timeout(TIMEOUT_MS)
         context.route("**/*", with_csp)
@@ -182,6 +182,38 @@ def test_a_guest_sees_the_count_change_without_reloading(site, open_page):
     assert fresh.locator(".whos-online").inner_text() == written
 
 
+#: A site's own whos_online/online.html: other markup, other words, no class of the default one.
+OVERRIDE = (
+    "{% load i18n static %}"
+    '<aside id="crowd" data-whos-online-live="{{ live.url }}" '
+    'data-whos-online-refresh="{{ live.refresh }}">'
+    "{% blocktranslate count people=counts.total %}{{ people }} soul aboard{% plural %}"
+    "{{ people }} souls aboard{% endblocktranslate %}</aside>"
+    "{% if live %}<script src=\"{% static 'whos_online/live.js' %}\" defer></script>{% endif %}"
+)
+
+
+def test_a_sites_own_template_survives_the_refreshes(site, open_page, settings, tmp_path):
+    override = tmp_path / "whos_online" / "online.html"
+    override.parent.mkdir()
+    override.write_text(OVERRIDE)
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
+    guest = open_page()
+    guest.goto(f"{site}/live/")
+    crowd = guest.locator("#crowd")
+    # The page was rendered before its visit was recorded; the first refresh counts the guest.
+    expect(crowd).to_have_text("1 soul aboard", timeout=TIMEOUT_MS)
+    mark_page(guest)
+
+    whos_online.record_guest("198.51.100.7")
+    whos_online.record_guest("198.51.100.8")
+
+    expect(crowd).to_have_text("3 souls aboard", timeout=TIMEOUT_MS)
+    assert guest.locator(".whos-online").count() == 0
+    assert guest.locator("script").count() == 1  # the refreshes brought no script in
+    assert_not_reloaded(guest)
+
+
 def seed_history(users: list[AbstractUser]) -> None:
     """Two hours of visits, minute by minute, as the site would have recorded them."""
     now = time.time()
@@ -225,3 +257,21 @@ def test_the_dashboard_draws_charts_and_refreshes_itself(site, open_page, staff,
     whos_online.record_guest("198.51.100.99")
     expect(page.locator('[data-count="guests"]')).to_have_text(str(guests + 1))
     assert_not_reloaded(page)
+
+
+def test_the_dashboard_fits_a_phone(site, open_page, staff, alice, bob):
+    seed_history([alice, bob])
+    page = open_page(390, 844)
+    page.goto(f"{site}/login/{staff.get_username()}/")
+
+    page.goto(f"{site}/online/")
+
+    expect(page.locator('figure[data-counter="online:guests"] svg')).to_be_visible()
+    page.screenshot(path=SCREENSHOT.with_name("dashboard-phone.png"), full_page=True)
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
+    chart = page.locator('figure[data-counter="online:guests"]').bounding_box()
+    assert chart is not None
+    assert chart["x"] >= 0
+    assert chart["x"] + chart["width"] <= 390
+    page.get_by_role("link", name="Back to the site").click()
+    expect(page.locator("main")).to_have_text("page")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import html
+import logging
 import re
 import time
 from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.staticfiles import finders
 
 import whos_online
 from tests.helpers import HOSTILE, client_of, configure, members
@@ -62,9 +64,26 @@ def test_refreshes_without_a_session_are_refused_and_count_nothing(backend, sett
     assert members(r, "guests") == []
 
 
-def test_users_who_are_not_staff_are_refused(backend, alice):
-    assert client_of(alice).get(URL).status_code == 403
-    assert client_of(alice).get(REFRESH).status_code == 403
+def test_users_who_are_not_staff_get_a_page_saying_why(backend, alice, caplog):
+    caplog.set_level(logging.DEBUG)
+    page = client_of(alice).get(URL)
+    refresh = client_of(alice).get(REFRESH)
+
+    assert page.status_code == refresh.status_code == 403
+    text = visible_text(page.content.decode())
+    assert "Staff access needed" in text
+    assert "You are logged in as alice, who has no staff access." in text
+    assert '<a href="/">Back to the site</a>' in page.content.decode()
+    assert 'href="/accounts/login/?next=/online/"' in page.content.decode()
+    # Not an error: at most Django's one-line warning for a 4xx, and no traceback.
+    assert all(record.levelno < logging.ERROR for record in caplog.records)
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_refreshes_without_a_session_say_to_log_in(backend):
+    text = visible_text(client_of(None).get(REFRESH).content.decode())
+
+    assert "log in with a staff account" in text
 
 
 def test_an_inactive_staff_user_is_not_let_in(backend, staff):
@@ -140,6 +159,14 @@ def test_opening_the_page_records_the_staff_user_but_refreshing_does_not(
     response = client.get(URL)
     assert members(r, "users") == [str(staff.pk)]
     assert COOKIE_NAME in response.cookies
+
+
+def test_the_page_links_back_to_the_site_and_asks_for_no_favicon(backend, staff):
+    page = client_of(staff).get(URL).content.decode()
+
+    assert re.search(r'<header class="wo-header">.*<a class="wo-back" href="/">', page, re.S)
+    assert '<link rel="icon" href="/static/whos_online/favicon.svg" type="image/svg+xml">' in page
+    assert finders.find("whos_online/favicon.svg")
 
 
 def test_the_refresh_is_the_body_of_the_page(backend, staff):

@@ -1,5 +1,6 @@
 """The example project, as a person trying it would see it: its user admin shows who is online,
-and its /metrics page serves the Prometheus collector.
+its /metrics page serves the Prometheus collector, and its home page spells out the counts and
+a cleanup command that works.
 
 It runs in a process of its own, on its own settings (a database in memory, the session's real
 redis-server), so that nothing of the test settings leaks into it.
@@ -16,9 +17,14 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCRIPT = """
+SCRIPT = r"""
+import html
+import re
+
 import example_project.settings as site
 site.DATABASES["default"]["NAME"] = ":memory:"
+# Every page reads Redis, so that a page shows the visit made just before it.
+site.WHOS_ONLINE["SNAPSHOT_MAX_AGE"] = 0
 import django
 django.setup()
 from django.contrib.auth import get_user_model
@@ -41,11 +47,32 @@ assert metrics.status_code == 200
 text = metrics.content.decode()
 assert 'whos_online_online{kind="users"} 1.0' in text, text
 assert "whos_online_redis_up 1.0" in text, text
+
+
+guest = Client(HTTP_USER_AGENT="Mozilla/5.0 (X11; Linux x86_64) Firefox/130.0")
+
+
+def right_now() -> str:
+    page = guest.get("/").content.decode()
+    found = re.search(r"People online: <strong>\d+</strong>\s*\(([^)]*)\)", page)
+    assert found, page
+    return " ".join(found.group(1).split())
+
+
+# A visit is recorded after its page: the guest's second page counts the guest.
+assert (first := right_now()) == "1 logged in, 0 guests, 0 bots", first
+assert (second := right_now()) == "1 logged in, 1 guest, 0 bots", second
+
+hint = re.search(r'<code class="cleanup-command">([^<]*)</code>', guest.get("/").content.decode())
+assert hint, "no cleanup command on the home page"
 print("ok")
+print(html.unescape(hint.group(1)))
 """
 
 
-def test_the_admin_and_metrics_of_the_example_project(real_redis_url):
+def run_example(real_redis_url: str) -> str:
+    """Run SCRIPT on a fresh database and the given Redis; returns the home page's cleanup
+    command."""
     redis.Redis.from_url(real_redis_url).flushdb()
     env = {
         **os.environ,
@@ -63,4 +90,40 @@ def test_the_admin_and_metrics_of_the_example_project(real_redis_url):
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    ok, hint = result.stdout.strip().splitlines()
+    assert ok == "ok"
+    return hint
+
+
+def test_the_admin_metrics_and_home_page_of_the_example_project(real_redis_url):
+    run_example(real_redis_url)
+
+
+def test_the_cleanup_command_on_the_home_page_cleans_the_sites_redis(real_redis_url):
+    """The site's Redis URL is known to the site's process only (scripts/dev.py starts a
+    redis-server on a free port): the command must carry it, and run as given."""
+    hint = run_example(real_redis_url)
+    assert hint.startswith(f"REDIS_URL={real_redis_url} ")
+    assert hint.endswith(" manage.py whos_online_cleanup")
+    site_redis = redis.Redis.from_url(real_redis_url)
+    site_redis.delete("{whos_online}:counters-cleaned")
+    # As in a newcomer's second terminal: none of the site's environment.
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
+    }
+
+    result = subprocess.run(
+        ["/bin/sh", "-c", hint],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "Removed" in result.stdout
+    assert site_redis.exists("{whos_online}:counters-cleaned")

@@ -185,7 +185,7 @@ def test_visits_leave_the_peak_and_counters_to_the_cleanup(sharded, r, db):
 
     output = cleanup()
 
-    assert "Sampled 3 users, 1 guests and 0 bots online over 4 shards." in output
+    assert "Sampled 3 users, 1 guest and 0 bots online over 4 shards." in output
     assert whos_online.peak().people == 4
     assert [count for _, count in whos_online.get_counter("online:users", 60)] == [3]
     assert [count for _, count in whos_online.get_counter("online:guests", 1)] == [1]

@@ -32,15 +32,17 @@ from django.dispatch import receiver
 
 from whos_online import connection, keyspace, store
 from whos_online.conf import config_changed, get_config
+from whos_online.results import Snapshot
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.conf import Config
-    from whos_online.results import Snapshot
 
 #: The attribute on which the middleware notes when a throttled browser was recorded.
 RECORDED_AT: Final = "_whos_online_recorded_at"
+#: The attribute on which the template tags keep the snapshot of the page they render.
+ON_REQUEST: Final = "_whos_online_snapshot"
 
 
 def note_recorded(request: HttpRequest, second: int) -> None:
@@ -51,6 +53,17 @@ def recorded_at(request: HttpRequest | None) -> int | None:
     """The Unix second in which the browser making ``request`` was last recorded, if known."""
     second = getattr(request, RECORDED_AT, None)
     return second if isinstance(second, int) else None
+
+
+def of_request(request: HttpRequest | None) -> Snapshot | None:
+    """The snapshot an earlier tag of the same page (or the widget view) read, if any."""
+    kept = getattr(request, ON_REQUEST, None)
+    return kept if isinstance(kept, Snapshot) else None
+
+
+def keep_on_request(request: HttpRequest, found: Snapshot) -> None:
+    """Let every tag rendered for ``request`` show ``found`` instead of reading Redis again."""
+    setattr(request, ON_REQUEST, found)
 
 
 class SnapshotCache:

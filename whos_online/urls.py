@@ -12,4 +12,5 @@ urlpatterns = [
     path("", views.dashboard_page, name="dashboard"),
     path("refresh/", views.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
+    path("widget/", views.widget, name="widget"),
 ]

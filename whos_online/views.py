@@ -1,10 +1,14 @@
-"""The JSON view of the counts, which pages poll, and the staff dashboard.
+"""What pages poll (the live widget's HTML and the JSON view of the counts), and the dashboard.
 
-The JSON view records nobody (``not_recorded``) and reads Redis once (``snapshots.read``). Its
-answer is publicly cacheable for ``JSON_MAX_AGE`` seconds unless it names people only some
-viewers may see, so that a CDN can absorb the polls of a busy site. It fails open: while Redis
-cannot be read it answers the zero counts with ``"ok": false``, which the live widget takes as
-"keep showing what you have".
+Both polled views record nobody (``not_recorded``) and read Redis once (``snapshots.read``). Their
+answers are publicly cacheable for ``JSON_MAX_AGE`` seconds unless they name people only some
+viewers may see, so that a CDN can absorb the polls of a busy site. They fail open: while Redis
+cannot be read they answer the zero counts, saying so (``"ok": false``, ``Whos-Online-Ok: 0``),
+which the live widget takes as "keep showing what you have".
+
+The live widget refreshes from ``widget``: ``{% whos_online live=True %}`` itself, rendered for
+the poll, so the site's own ``whos_online/online.html`` and the plural rules of every language
+apply to refreshes as they do to the page.
 
 The dashboard is for active staff users: anonymous visitors are sent to ``LOGIN_URL``, others
 get a 403 (and so does every refresh of a page whose session has ended). Opening it is a visit
@@ -18,14 +22,16 @@ import functools
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.template import Context, Engine, Template
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
@@ -39,7 +45,9 @@ from whos_online.visibility import is_staff, may_see_names, shows_names_to_every
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from django.http import HttpRequest
+    from django.http import HttpRequest, QueryDict
+
+    from whos_online.conf import Config
 
     View = Callable[..., HttpResponse]
 
@@ -69,23 +77,131 @@ def counts_document(found: Snapshot | None, *, names: bool) -> dict[str, Any]:
     return document
 
 
+def _poll_snapshot(request: HttpRequest, config: Config, *, names: bool) -> Snapshot | None:
+    # A limit of 0 reads no names at all: the counts alone are cheaper to read.
+    return snapshots.read(
+        config.display_limit if names else 0,
+        max_age=config.snapshot_max_age,
+        fresh_after=snapshots.recorded_at(request),
+    )
+
+
+def _poll_cache_control(response: HttpResponse, config: Config, *, names: bool) -> None:
+    """Public unless the answer names people that only some viewers may see."""
+    if names and not shows_names_to_everyone(config):
+        patch_cache_control(response, private=True, max_age=config.json_max_age)
+    else:
+        patch_cache_control(response, public=True, max_age=config.json_max_age)
+
+
 @not_recorded
 @require_safe
 def counts(request: HttpRequest) -> HttpResponse:
     config = get_config()
     names = may_see_names(request, config)
-    # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-    found = snapshots.read(
-        config.display_limit if names else 0,
-        max_age=config.snapshot_max_age,
-        fresh_after=snapshots.recorded_at(request),
-    )
+    found = _poll_snapshot(request, config, names=names)
     body = json.dumps(counts_document(found, names=names), cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    if names and not shows_names_to_everyone(config):
-        patch_cache_control(response, private=True, max_age=config.json_max_age)
+    _poll_cache_control(response, config, names=names)
+    return response
+
+
+#: The header of the widget view saying whether Redis was read ("1") or not ("0", the widget
+#: then shows zeros, which live.js does not swap in).
+OK_HEADER: Final = "Whos-Online-Ok"
+#: The longest refresh= a widget URL may ask for: a day.
+MAX_REFRESH: Final = 86_400
+_WIDGET_SOURCE: Final = (
+    "{% load whos_online %}{% whos_online live=True peak=peak visitors=visitors refresh=refresh %}"
+)
+_FLAGS: Final = {"0": False, "1": True}
+
+
+@functools.lru_cache(maxsize=4)
+def _widget_template(engine: Engine) -> Template:
+    """Compiled once per template engine (a change of TEMPLATES makes a new default engine)."""
+    return Template(_WIDGET_SOURCE, engine=engine)
+
+
+def widget_query(*, peak: bool, visitors: bool, refresh: int) -> str:
+    """The query string of the widget view for these tag arguments, in the current language."""
+    return urlencode(
+        {
+            "peak": int(peak),
+            "visitors": int(visitors),
+            "refresh": refresh,
+            "lang": translation.get_language() or settings.LANGUAGE_CODE,
+        }
+    )
+
+
+def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
+    """The tag's arguments from ``widget_query``'s query string; ValueError says what is wrong."""
+    arguments: dict[str, Any] = {}
+    for name, default in (("peak", True), ("visitors", False)):
+        raw = query.get(name)
+        if raw is not None and raw not in _FLAGS:
+            msg = f"{name} must be 0 or 1."
+            raise ValueError(msg)
+        arguments[name] = default if raw is None else _FLAGS[raw]
+    raw = query.get("refresh")
+    if raw is None:
+        arguments["refresh"] = config.refresh_interval
+    elif raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_REFRESH:
+        arguments["refresh"] = int(raw)
     else:
-        patch_cache_control(response, public=True, max_age=config.json_max_age)
+        msg = f"refresh must be a whole number of seconds from 1 to {MAX_REFRESH}."
+        raise ValueError(msg)
+    return arguments
+
+
+def _page_language(query: QueryDict) -> str | None:
+    """The language of the page that carries the widget, if this site still offers it.
+
+    It is taken as the page had it (``en-us``, not the ``en`` it falls back to), so that the
+    refresh carries the page's own URL. A language the site no longer offers (a page left open
+    across a deploy) is not an error: the widget is then rendered in the language of the
+    request, as any page would be.
+    """
+    raw = query.get("lang")
+    if not raw or not translation.check_for_language(raw):
+        return None
+    if raw == settings.LANGUAGE_CODE:
+        return raw
+    try:
+        translation.get_supported_language_variant(raw)
+    except LookupError:
+        return None
+    return raw
+
+
+@not_recorded
+@require_safe
+def widget(request: HttpRequest) -> HttpResponse:
+    """``{% whos_online live=True %}`` as the page would render it now: what live.js swaps in.
+
+    Same names rule, Redis read, caching and fail-open as the JSON view; rendered in the page's
+    language (``lang``), with the tag arguments the page's widget was given.
+    """
+    config = get_config()
+    try:
+        arguments = _widget_arguments(request.GET, config)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    names = may_see_names(request, config)
+    found = _poll_snapshot(request, config, names=names)
+    # The tag reads the snapshot kept on the request: one read, with or without names, as here.
+    snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found)
+    engine = Engine.get_default()
+    language = _page_language(request.GET) or translation.get_language()
+    with translation.override(language):
+        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
+        body = _widget_template(engine).render(context)
+    response = HttpResponse(body)
+    response[OK_HEADER] = "0" if found is None else "1"
+    if language:
+        response["Content-Language"] = language
+    _poll_cache_control(response, config, names=names)
     return response
 
 
@@ -94,6 +210,8 @@ def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
 
     The dashboard's refreshes are refused rather than redirected: a tab left open after its
     session ended would otherwise fetch the login page, a page view like any other, forever.
+    A refusal is a page saying why (``forbidden``), not ``PermissionDenied``: someone who is
+    simply not staff is no error worth a traceback in the site's log.
     """
 
     def decorator(view: View) -> View:
@@ -102,14 +220,28 @@ def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
             if not request.user.is_authenticated:
                 if redirect_anonymous:
                     return redirect_to_login(request.get_full_path())
-                raise PermissionDenied
+                return forbidden(request)
             if not is_staff(request.user):
-                raise PermissionDenied
+                return forbidden(request)
             return view(request, *args, **kwargs)
 
         return wrapper
 
     return decorator
+
+
+def forbidden(request: HttpRequest) -> HttpResponse:
+    """The 403 page of the dashboard: it needs staff access; back to the site, or log in."""
+    user = request.user
+    return render(
+        request,
+        "whos_online/dashboard_forbidden.html",
+        {
+            "username": user.get_username() if user.is_authenticated else "",
+            "login_url": redirect_to_login(reverse("whos_online:dashboard"))["Location"],
+        },
+        status=403,
+    )
 
 
 def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:

@@ -1,13 +1,11 @@
-"""``{% whos_online live=True %}``: the rendered state and what live.js gets to refresh it."""
+"""``{% whos_online live=True %}``: the rendered state and where live.js refreshes it from."""
 
 from __future__ import annotations
 
 import html
-import json
 import logging
 import re
 import time
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,8 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpResponse
 from django.template import TemplateSyntaxError
 from django.test import RequestFactory
-from django.utils import timezone
-from django.utils.formats import date_format
+from django.utils import translation
 
 import whos_online
 from tests.helpers import client_of, configure, render, widget_text
@@ -29,6 +26,9 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
 LIVE = "{% load whos_online %}{% whos_online live=True %}"
+WIDGET = "/online/widget/"
+#: The widget URL's query for the tag's defaults, on the test site (in American English).
+DEFAULTS = "peak=1&visitors=0&refresh=30&lang=en-us"
 HOSTILE = '<b onmouseover="x()">&amp;</b>'
 
 
@@ -68,40 +68,26 @@ def lazy_request(*, session_cookie: bool) -> Any:
     return request
 
 
-def test_live_widget_carries_the_json_url_interval_words_and_script(backend):
+def test_live_widget_carries_the_widget_url_interval_and_script(backend):
     markup = render(LIVE)
 
-    assert attribute(markup, "data-whos-online-live") == "/online/counts.json"
+    assert attribute(markup, "data-whos-online-live") == f"{WIDGET}?{DEFAULTS}"
     assert attribute(markup, "data-whos-online-refresh") == "30"
-    words = json.loads(attribute(markup, "data-whos-online-text"))
-    assert words == tags.live_text()
-    assert words["guests"] == ["%(count)d guest", "%(count)d guests"]
-    assert words["people"] == ["%(total)s person", "%(total)s people"]
     assert '<script src="/static/whos_online/live.js" defer></script>' in markup
     assert widget_text(markup) == "Who's online: nobody"
 
 
-@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "America/St_Johns"])
-def test_today_is_the_current_time_zones_day(backend, settings, zone):
-    settings.TIME_ZONE = zone
-    start, end, label = json.loads(attribute(render(LIVE), "data-whos-online-text"))["today"]
+def test_the_widget_url_carries_the_tag_arguments_and_the_page_language(backend, settings):
+    settings.LANGUAGES = [("en", "English"), ("fr", "French")]
+    source = "{% load whos_online %}{% whos_online peak=False visitors=True refresh=7 %}"
 
-    assert start <= time.time() * 1000 < end
-    assert end - start in {23 * 3_600_000, 24 * 3_600_000, 25 * 3_600_000}
-    assert label == date_format(timezone.localdate(), "DATE_FORMAT")
+    with translation.override("fr"):
+        markup = render(source)
 
-
-def test_without_time_zone_support_today_is_the_local_day(backend, settings, alice):
-    settings.USE_TZ = False
-    settings.TIME_ZONE = "America/St_Johns"
-    populate(alice)
-
-    markup = render(LIVE)
-
-    start, end, label = json.loads(attribute(markup, "data-whos-online-text"))["today"]
-    assert start <= time.time() * 1000 < end
-    assert label == date_format(datetime.now(), "DATE_FORMAT")
-    assert widget_text(markup).startswith("Who's online: 1 user, 1 guest and 1 bot")
+    url = attribute(markup, "data-whos-online-live")
+    assert url == f"{WIDGET}?peak=0&visitors=1&refresh=7&lang=fr"
+    # What the page shows is what the widget view renders for that URL.
+    assert client_of().get(url).content.decode() == markup
 
 
 def test_the_static_widget_has_none_of_it(backend):
@@ -184,16 +170,7 @@ def test_the_static_widget_never_looks_at_the_user(backend, alice):
     assert request.session.accessed is False
 
 
-def test_a_hidden_peak_line_waits_for_the_first_peak(backend, alice):
-    assert '<span class="whos-online-peak" data-peak="0" hidden></span>' in render(LIVE)
-    no_peak = render("{% load whos_online %}{% whos_online live=True peak=False %}")
-    assert "whos-online-peak" not in no_peak
-
-    populate(alice)
-    assert 'data-peak="2">Most people ever online was 2 on' in render(LIVE)
-
-
-def test_names_and_words_are_escaped(backend, settings, db):
+def test_names_are_escaped(backend, settings, db):
     configure(settings, SHOW_NAMES_TO="everyone")
     whos_online.record_user(get_user_model().objects.create_user(HOSTILE))
 
@@ -201,14 +178,13 @@ def test_names_and_words_are_escaped(backend, settings, db):
 
     assert "<b " not in markup
     assert HOSTILE in widget_text(markup)
-    json.loads(attribute(markup, "data-whos-online-text"))
 
 
 def test_renders_the_static_state_while_redis_is_down(redis_down):
     markup = render(LIVE)
 
     assert widget_text(markup) == "Who's online: nobody"
-    assert attribute(markup, "data-whos-online-live") == "/online/counts.json"
+    assert attribute(markup, "data-whos-online-live") == f"{WIDGET}?{DEFAULTS}"
 
 
 def test_without_the_urls_debug_says_what_to_add(backend, settings):

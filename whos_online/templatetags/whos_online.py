@@ -4,17 +4,17 @@ Thin wrappers over the API. A page that uses several of them reads Redis once: t
 kept on the request for the rest of the render.
 
 ``{% whos_online live=True %}`` renders the same markup plus what ``static/whos_online/live.js``
-needs to refresh it from the JSON view: the view's URL, the interval, and the sentence's words in
-the current language (so that the script writes what the template would). Because the refreshes
-come from the JSON view, the live widget names people only to those ``SHOW_NAMES_TO`` allows, from
-the first render on; others see counts ("2 users and 12 guests").
+needs to refresh it: the URL of the widget view, which renders this same tag with the same
+arguments in the page's language, and the interval. The sentence is thus written in one place
+(``whos_online/online.html``, with ``_names_html`` below for the list of names), whether on the
+page or in a refresh. Because the live widget's refreshes go to a public URL, it names people only
+to those ``SHOW_NAMES_TO`` allows, from the first render on; others see counts ("2 users and 12
+guests").
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from datetime import date, datetime, time, timedelta
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +23,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.template.base import render_value_in_context
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
@@ -32,9 +30,12 @@ from django.utils.translation import gettext, ngettext
 from whos_online import api, snapshots
 from whos_online.conf import get_config
 from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
+from whos_online.views import widget_query
 from whos_online.visibility import may_see_names
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from whos_online.conf import Config
 
 register = template.Library()
@@ -43,13 +44,11 @@ logger = logging.getLogger("whos_online")
 #: Set once the missing URLs have been logged, so that a misconfigured site logs it once.
 _unmounted_logged = False
 
-_SNAPSHOT_ATTRIBUTE = "_whos_online_snapshot"
-
 
 def _snapshot(context: template.Context) -> Snapshot:
     request = context.get("request")
-    cached = getattr(request, _SNAPSHOT_ATTRIBUTE, None)
-    if isinstance(cached, Snapshot):
+    cached = snapshots.of_request(request)
+    if cached is not None:
         return cached
     config = get_config()
     found = snapshots.read(
@@ -61,7 +60,7 @@ def _snapshot(context: template.Context) -> Snapshot:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
         return EMPTY_SNAPSHOT
     if request is not None:
-        setattr(request, _SNAPSHOT_ATTRIBUTE, found)
+        snapshots.keep_on_request(request, found)
     return found
 
 
@@ -83,7 +82,7 @@ def whos_online(
     config = get_config()
     found = _snapshot(context)
     wants_live = live or refresh is not None
-    shown = _live(config, refresh) if wants_live else None
+    shown = _live(config, refresh, peak=peak, visitors=visitors) if wants_live else None
     # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
     # falls back to the static widget: a URLconf slip must not show the names it restricts.
     names = not wants_live or may_see_names(context.get("request"), config)
@@ -107,7 +106,7 @@ def whos_online(
     }
 
 
-def _live(config: Config, refresh: object) -> dict[str, Any] | None:
+def _live(config: Config, refresh: object, *, peak: bool, visitors: bool) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
     if refresh is None:
         refresh = config.refresh_interval
@@ -117,11 +116,11 @@ def _live(config: Config, refresh: object) -> dict[str, Any] | None:
         )
         raise template.TemplateSyntaxError(msg)
     try:
-        url = reverse("whos_online:counts")
+        url = reverse("whos_online:widget")
     except NoReverseMatch:
         global _unmounted_logged  # noqa: PLW0603 - one warning per process, not per page
         msg = (
-            "{% whos_online live=True %} refreshes from whos_online's JSON view, but "
+            "{% whos_online live=True %} refreshes from whos_online's widget view, but "
             "whos_online.urls is not in the URLconf: add "
             'path("online/", include("whos_online.urls")) to your urlpatterns.'
         )
@@ -131,45 +130,8 @@ def _live(config: Config, refresh: object) -> dict[str, Any] | None:
             _unmounted_logged = True
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
-    return {"url": url, "refresh": refresh, "text": json.dumps(live_text())}
-
-
-def live_text() -> dict[str, Any]:
-    """The words of the sentence, as the template and the tag above write them, for live.js.
-
-    Plural phrases come as [one, other] (the forms for 1 and for 2); live.js picks one with the
-    page language's plural rules, so languages with more than two forms get the "other" form
-    for every count that is not "one". ``today`` is today in the current time zone, as
-    [start, end) in Unix milliseconds and its ``DATE_FORMAT`` text: a peak beaten while the page
-    is open is written with it, as the template would write it.
-    """
-
-    def forms(singular: str, plural: str) -> list[str]:
-        return [ngettext(singular, plural, 1), ngettext(singular, plural, 2)]
-
-    # Without USE_TZ, datetimes are naive and in TIME_ZONE, which Django made the process's.
-    zone = timezone.get_current_timezone() if settings.USE_TZ else None
-    today = timezone.localdate() if settings.USE_TZ else date.today()
-    start = datetime.combine(today, time.min, tzinfo=zone)
-    end = datetime.combine(today + timedelta(days=1), time.min, tzinfo=zone)
-    return {
-        "today": [
-            int(start.timestamp() * 1000),
-            int(end.timestamp() * 1000),
-            date_format(today, "DATE_FORMAT"),
-        ],
-        "and": gettext("and"),
-        "nobody": gettext("nobody"),
-        "more": forms("%(count)d more", "%(count)d more"),
-        "users": forms("%(count)d user", "%(count)d users"),
-        "guests": forms("%(count)d guest", "%(count)d guests"),
-        "bots": forms("%(count)d bot", "%(count)d bots"),
-        "people": forms("%(total)s person", "%(total)s people"),
-        "visitors": forms(
-            "%(visitors)s unique visitor today", "%(visitors)s unique visitors today"
-        ),
-        "peak": gettext("Most people ever online was %(people)s on %(day)s"),
-    }
+    query = widget_query(peak=bool(peak), visitors=bool(visitors), refresh=refresh)
+    return {"url": f"{url}?{query}", "refresh": refresh}
 
 
 def _count_texts(more: int, counts: OnlineCounts, *, named: bool) -> list[str]:

@@ -155,9 +155,11 @@ class Command(BaseCommand):
                     self.report(left, now, "Removed from layouts of another SHARDS")
                 found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
+                    users = _plural(found.visible + found.hidden, "user")
                     self.log(
-                        f"Sampled {found.visible + found.hidden} users, {found.guests} guests "
-                        f"and {found.bots} bots online over {config.shards} shards.",
+                        f"Sampled {users}, {_plural(found.guests, 'guest')} and "
+                        f"{_plural(found.bots, 'bot')} online over "
+                        f"{_plural(config.shards, 'shard')}.",
                         level=2,
                     )
                 between()
