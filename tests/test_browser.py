@@ -54,7 +54,10 @@ CSP = "default-src 'self'; base-uri 'none'; frame-ancestors 'none'"
 #: Generous, for a busy CI machine: the refreshes run every second.
 TIMEOUT_MS = 10_000
 
-pytestmark = pytest.mark.parametrize("backend", ["real"], indirect=True)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.parametrize("backend", ["real"], indirect=True),
+]
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
     from django.test import Client
 
+# Real clusters and Sentinel groups: seconds per test, minutes in all.
+pytestmark = pytest.mark.slow
+
 TAG = "{% load whos_online %}{% whos_online %}"
 SHARDS = 6
 

@@ -47,6 +47,7 @@ User.objects.bulk_create([User(username=f"load{{n}}") for n in range({USERS})])
 """
 
 pytestmark = [
+    pytest.mark.load,
     pytest.mark.skipif(sys.platform == "win32", reason="gunicorn runs on Unix only"),
     pytest.mark.parametrize("backend", ["real"], indirect=True),
 ]

@@ -24,6 +24,9 @@ from whos_online.sentinels import FollowingSentinel, SentinelListener
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+# Real clusters and Sentinel groups: seconds per test, minutes in all.
+pytestmark = pytest.mark.slow
+
 TAG = "{% load whos_online %}{% whos_online %}"
 
 

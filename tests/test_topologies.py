@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from tests.topologies import ServerProcess
 
 #: Generous for a loaded machine, short enough that a hung server fails the test.
+# Real clusters and Sentinel groups: seconds per test, minutes in all.
+pytestmark = pytest.mark.slow
+
 CLIENT_TIMEOUT = 5.0
 
 

@@ -538,12 +538,13 @@ class SentinelGroup:
                 return server
         raise RuntimeError(f"the Sentinel names port {port}, neither server of this group")
 
-    def failover(self, timeout: float = 20.0) -> None:
+    def failover(self, timeout: float = 40.0) -> None:
         """``SENTINEL FAILOVER``, then wait until the Sentinel names the replica as master and
         has finished the failover.
 
         A failover takes about a second. A second one right after a first takes about 21 s on
-        6.2 and 8.2 alike, so give it a longer ``timeout``: it waits until the Sentinel has turned
+        6.2 and 8.2 alike (and a test may come right after another's, in random order), hence the
+        long ``timeout``: it waits until the Sentinel has turned
         the former master into a replica (about 10 s, see the class) and then seen that replica's
         link up (Sentinel asks replicas for INFO every 10 s), as it promotes no other.
         """

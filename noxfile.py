@@ -1,0 +1,120 @@
+"""The project's sessions: lint, the tests (on one interpreter, the supported matrix, or the oldest
+dependencies), the docs, the example site and the benchmarks. ``nox -l`` lists them.
+
+Each session installs the project with the dependency groups of ``pyproject.toml``, in a virtual
+environment of its own under ``.nox/``, with uv where it is installed (pip otherwise). A session
+whose interpreter cannot be found fails instead of being skipped: a matrix that silently shrinks
+is not a matrix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "tests", "docs"]
+
+#: The Python versions each Django release supports, as the test matrix runs them.
+DJANGO_PYTHONS = {
+    "5.2": ("3.10", "3.11", "3.12", "3.13", "3.14"),
+    "6.0": ("3.12", "3.13", "3.14"),
+    "6.1": ("3.12", "3.13", "3.14"),
+}
+MATRIX = [
+    nox.param(python, django, id=f"{python}-django{django}")
+    for django, pythons in DJANGO_PYTHONS.items()
+    for python in pythons
+]
+#: The oldest redis-py and django-redis that ``pyproject.toml`` accepts, run by ``floor``.
+FLOOR = ("django>=5.2,<5.3", "redis==5.0.*", "django-redis==5.4.*")
+LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage.py", "noxfile.py"]
+#: Branch coverage (of the package and the tests) that a run of the whole suite must reach.
+COVERAGE_FLOOR = 97
+
+
+def install(session: nox.Session, *groups: str, pins: tuple[str, ...] = ()) -> None:
+    """The project (editable), the given dependency groups, and ``pins`` over them."""
+    arguments = ["-e", "."]
+    for group in groups:
+        arguments += ["--group", group]
+    session.install(*arguments)
+    if pins:
+        session.install(*pins)
+
+
+def pytest(session: nox.Session, *arguments: str) -> None:
+    # pytest exits with 5 when it collected no test: only 0 counts as success here.
+    session.run("python", "-m", "pytest", *arguments, *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format) and mypy; mypy reads the test dependencies' types too."""
+    install(session, "test", "lint", "tools")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", *LINTED)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole suite on the current interpreter and the newest dependencies, with the branch
+    coverage gate. Arguments after ``--`` go to pytest (``-m "not slow"`` for a quick run)."""
+    install(session, "test")
+    coverage = ["--cov", "--cov-report=term:skip-covered"]
+    if not session.posargs:  # a run of some tests only covers some of the code
+        coverage.append(f"--cov-fail-under={COVERAGE_FLOOR}")
+    pytest(session, *coverage)
+
+
+@nox.session
+@nox.parametrize(("python", "django"), MATRIX)
+def matrix(session: nox.Session, django: str) -> None:
+    """The suite on one supported pair of Python and Django."""
+    install(session, "test", pins=(f"django~={django}.0",))
+    pytest(session, "-p", "no:randomly")
+
+
+@nox.session(python="3.10")
+def floor(session: nox.Session) -> None:
+    """The suite on the oldest Python, Django, redis-py and django-redis the package accepts."""
+    install(session, "test", pins=FLOOR)
+    pytest(session, "-p", "no:randomly")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, with every Sphinx warning an error."""
+    install(session, "docs")
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-n", "-b", "html", "docs", "docs/_build/html"
+    )
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set."""
+    install(session, "server")
+    session.run("python", "scripts/example.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing."""
+    if shutil.which("wrk") is None:
+        _install_wrk(session)
+    install(session, "bench", "test")
+    session.run("python", "-m", "bench", *session.posargs)
+
+
+def _install_wrk(session: nox.Session) -> None:
+    """wrk is a C program, not a Python package: take it from Debian's archive when allowed."""
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
+        session.error("bench needs wrk: install Debian's package (sudo apt-get install wrk)")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    session.run("apt-get", "update", "-q", env=env, external=True)
+    session.run("apt-get", "install", "-y", "-q", "wrk", env=env, external=True)
