@@ -91,6 +91,9 @@ def test_the_metadata_declares_license_dependencies_and_readme(built):
     for needed in ("asgiref>=3.8", "django>=5.2", "django-redis>=5.4", "redis>=5"):
         assert needed in requirements
     assert found["Description-Content-Type"] == "text/markdown"
+    urls = dict(url.split(", ", 1) for url in found.get_all("Project-URL") or [])
+    assert urls["Documentation"] == "https://whos-online.readthedocs.io/"
+    assert {"Homepage", "Source", "Issues", "Changelog"} <= set(urls)
     description = found.get_payload()
     assert isinstance(description, str)
     assert description.strip() == (ROOT / "README.md").read_text().strip()
