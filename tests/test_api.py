@@ -344,6 +344,12 @@ def test_record_guest_stores_a_pseudonym_not_the_ip(backend, r):
     assert b"2001:db8" not in stored
 
 
+def test_the_package_exports_exactly_the_api():
+    """``whos_online`` lists the names lazily, without importing the API (and Django) itself."""
+    assert whos_online.__all__ == api.__all__
+    assert all(getattr(whos_online, name) is getattr(api, name) for name in api.__all__)
+
+
 def test_a_redis_that_lost_its_scripts_still_records(backend, r, alice, redis_calls):
     """After a restart or SCRIPT FLUSH the server knows no script: the visit is sent with EVAL,
     which also loads the script, and the next one is an EVALSHA again."""
