@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import nox
 
@@ -93,6 +94,16 @@ def docs(session: nox.Session) -> None:
     session.run(
         "sphinx-build", "-W", "--keep-going", "-n", "-b", "html", "docs", "docs/_build/html"
     )
+
+
+@nox.session
+def package(session: nox.Session) -> None:
+    """Build the wheel and the sdist as a release would, and have twine check them."""
+    session.install("build", "twine")
+    out = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(out))
+    session.run("twine", "check", "--strict", *sorted(str(path) for path in out.iterdir()))
 
 
 @nox.session
