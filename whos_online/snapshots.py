@@ -109,51 +109,55 @@ def reset(**kwargs: object) -> None:
 
 
 def read(
-    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None
+    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None, room: str = ""
 ) -> Snapshot | None:
-    """Counts and the newest ``limit`` visible users; None if Redis could not be read.
+    """Counts and the newest ``limit`` visible users of the site, or of ``room``; None if Redis
+    could not be read.
 
     With ``max_age``, the snapshot this process read last is reused while it is younger than
     that, unless it was read before the second ``fresh_after`` (see the module's docstring).
+    A room's snapshot is read afresh every time.
     """
-    kept = cache.get(limit, max_age, fresh_after=fresh_after)
-    if kept is not None:
-        return kept
+    if not room:
+        kept = cache.get(limit, max_age, fresh_after=fresh_after)
+        if kept is not None:
+            return kept
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
-        found = _read_by_shard(config, limit, now)
+        found = _read_by_shard(config, limit, now, room)
     else:
         found = connection.call(
-            None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
+            None,
+            lambda client, config: store.snapshot(client, config, limit=limit, now=now, room=room),
         )
-    if found is not None and max_age > 0:
+    if found is not None and max_age > 0 and not room:
         cache.put(found)
     return found
 
 
-def _read_by_shard(config: Config, limit: int | None, now: float) -> Snapshot | None:
+def _read_by_shard(config: Config, limit: int | None, now: float, room: str) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
     empty. A shard that ``store.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
     asked = store.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
-        found = _read_shard(config, shard, asked, now)
+        found = _read_shard(config, shard, asked, now, room)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
     for position in store.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
-        found = _read_shard(config, shards[index], limit, now)
+        found = _read_shard(config, shards[index], limit, now, room)
         if found is not None:
             parts[index] = found
     return store.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
-    config: Config, shard: keyspace.Shard, limit: int | None, now: float
+    config: Config, shard: keyspace.Shard, limit: int | None, now: float, room: str
 ) -> Snapshot | None:
-    calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+    calls = [store.snapshot_call(config, shard, limit=limit, now=now, room=room)]
     raw = connection.call(None, lambda client, _config: store.run(client, calls)[0], shard=shard)
     return None if raw is None else store.parse_snapshot(raw, limit)

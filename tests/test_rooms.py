@@ -1,0 +1,187 @@
+"""Rooms: who is on one page, kept next to who is on the site."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from django.contrib.auth import get_user_model, login
+from django.http import HttpRequest, HttpResponse
+from django.test import Client
+from django.urls import path
+
+import whos_online
+from tests.helpers import configure
+from whos_online import rooms, throttle
+from whos_online.api import OnlineCounts
+from whos_online.decorators import in_room
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
+    from tests.helpers import RedisCalls
+
+pytestmark = pytest.mark.urls(__name__)
+
+TOPIC_1 = "topic:1"
+TOPIC_2 = "topic:2"
+
+
+@in_room("topic:{pk}")
+def topic(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse("topic")
+
+
+def board(request: HttpRequest) -> HttpResponse:
+    whos_online.set_room(request, "board")
+    return HttpResponse("board")
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+def log_in(request: HttpRequest, username: str) -> HttpResponse:
+    user = get_user_model().objects.get(username=username)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return HttpResponse("in")
+
+
+urlpatterns = [
+    path("topics/<int:pk>/", topic),
+    path("board/", board),
+    path("plain/", plain),
+    path("login/<str:username>/", log_in),
+]
+
+
+def counts(room: str | None = None) -> OnlineCounts:
+    return whos_online.online_counts(room=room)
+
+
+def hide_everyone(user: object) -> bool:
+    return True
+
+
+GUEST = OnlineCounts(users=0, guests=1, bots=0, total=1)
+NOBODY = OnlineCounts(users=0, guests=0, bots=0, total=0)
+
+
+def test_a_guest_is_in_one_room_at_a_time(backend):
+    assert whos_online.record_guest("192.0.2.1", room=TOPIC_1) is True
+    assert counts(TOPIC_1) == GUEST
+    assert counts() == GUEST
+
+    assert whos_online.record_guest("192.0.2.1", room=TOPIC_2) is True
+    assert counts(TOPIC_1) == NOBODY
+    assert counts(TOPIC_2) == GUEST
+
+    assert whos_online.record_guest("192.0.2.1") is True  # a page without a room
+    assert counts(TOPIC_2) == NOBODY
+    assert counts() == GUEST  # still online on the site
+
+
+def test_users_are_listed_in_their_room_with_the_site_s_rules(backend, hiding_bob, alice, bob):
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(bob, room=TOPIC_1)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_2)
+
+    assert [user.name for user in whos_online.online_users(room=TOPIC_1)] == ["alice"]
+    assert counts(TOPIC_1) == OnlineCounts(users=2, guests=0, bots=0, total=2)
+    assert whos_online.online_users(room=TOPIC_2) == []
+
+
+def test_a_login_takes_the_guest_out_of_their_room(backend, alice):
+    client = Client(REMOTE_ADDR="192.0.2.9")
+    client.get("/topics/1/")
+    assert counts(TOPIC_1) == GUEST
+
+    client.get(f"/login/{alice.username}/")  # recorded at once, in no room: the guest leaves
+    assert counts(TOPIC_1) == NOBODY
+    client.get("/topics/1/")
+    assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+@pytest.mark.parametrize("name", ["", "x" * (rooms.MAX_ROOM_LENGTH + 1), 7, None, b"topic"])
+def test_a_bad_room_name_is_a_value_error(backend, name):
+    request = HttpRequest()
+    with pytest.raises(ValueError, match="room name"):
+        whos_online.set_room(request, name)
+    if name is not None:
+        with pytest.raises(ValueError, match="room name"):
+            whos_online.online_counts(room=name)
+    with pytest.raises(ValueError, match="room name"):
+        whos_online.record_guest("192.0.2.1", room="")
+
+
+def test_the_longest_name_is_a_room(backend):
+    name = "é" * rooms.MAX_ROOM_LENGTH
+    assert whos_online.record_guest("192.0.2.1", room=name) is True
+    assert counts(name) == GUEST
+
+
+def test_staying_in_a_room_is_throttled_and_moving_is_recorded_at_once(
+    backend, redis_calls: RedisCalls
+):
+    client = Client(REMOTE_ADDR="192.0.2.7")
+    client.get("/topics/1/")
+    cookie = client.cookies[throttle.COOKIE_NAME].value
+    assert throttle.cookie_room(cookie) == rooms.room_tag(TOPIC_1)
+
+    redis_calls.clear()
+    client.get("/topics/1/")
+    assert redis_calls.trips == []  # the same room: nothing to write
+
+    client.get("/topics/2/")
+    assert [trip[0] for trip in redis_calls.trips] == ["EVALSHA"]  # one round trip
+    assert counts(TOPIC_1) == NOBODY
+    assert counts(TOPIC_2) == GUEST
+
+    client.get("/plain/")  # no room: out of topic 2, at once
+    assert counts(TOPIC_2) == NOBODY
+    assert throttle.cookie_room(client.cookies[throttle.COOKIE_NAME].value) == ""
+
+
+def test_a_site_without_rooms_sends_the_cookie_it_always_sent(backend):
+    client = Client(REMOTE_ADDR="192.0.2.8")
+    client.get("/plain/")
+    cookie = client.cookies[throttle.COOKIE_NAME].value.removesuffix(throttle.ARRIVED_SUFFIX)
+    assert cookie.count(".") == 1  # EXPIRY.MAC
+    assert len(cookie) == 33
+
+
+def test_set_room_in_a_view(backend):
+    Client(REMOTE_ADDR="192.0.2.6").get("/board/")
+    assert counts("board") == GUEST
+
+
+def test_a_forged_room_tag_is_no_cookie(backend):
+    client = Client(REMOTE_ADDR="192.0.2.5")
+    client.get("/topics/1/")
+    genuine = client.cookies[throttle.COOKIE_NAME].value
+    forged = genuine.replace(rooms.room_tag(TOPIC_1), rooms.room_tag(TOPIC_2))
+    binding = throttle.binding("", "192.0.2.5")
+    expiry = throttle.fresh_expiry(genuine, binding, 0, 10**10)
+    assert expiry is not None
+    assert throttle.fresh_expiry(forged, binding, 0, 10**10) is None
+
+
+def test_a_cookie_less_client_is_remembered_with_its_room(backend, redis_calls: RedisCalls):
+    for _ in range(2):
+        Client(REMOTE_ADDR="192.0.2.4").get("/topics/1/")
+    redis_calls.clear()
+    Client(REMOTE_ADDR="192.0.2.4").get("/topics/1/")
+    assert redis_calls.trips == []  # remembered by this process, in this room
+    Client(REMOTE_ADDR="192.0.2.4").get("/topics/2/")
+    assert counts(TOPIC_2) == GUEST
+    assert counts(TOPIC_1) == NOBODY
+
+
+def test_a_user_who_becomes_hidden_leaves_the_room_s_visible_set(
+    backend, settings, alice: AbstractUser
+):
+    whos_online.record_user(alice, room=TOPIC_1)
+    configure(settings, HIDE_USER="tests.test_rooms.hide_everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    assert whos_online.online_users(room=TOPIC_1) == []
+    assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
