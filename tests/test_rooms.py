@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth import get_user_model, login
+from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
 
 import whos_online
 from tests.helpers import configure
-from whos_online import rooms, throttle
+from whos_online import pruning, rooms, store, throttle
 from whos_online.api import OnlineCounts
+from whos_online.conf import get_config
+from whos_online.connection import admin_client
 from whos_online.decorators import in_room
 
 if TYPE_CHECKING:
@@ -57,6 +62,18 @@ urlpatterns = [
 
 def counts(room: str | None = None) -> OnlineCounts:
     return whos_online.online_counts(room=room)
+
+
+def counts_at(room: str, now: float) -> OnlineCounts:
+    """A room's counts as the reader sees them at ``now`` (from its snapshot script)."""
+    found = store.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    return found.counts
+
+
+def cleanup_output() -> str:
+    out = io.StringIO()
+    call_command("whos_online_cleanup", stdout=out)
+    return out.getvalue()
 
 
 def hide_everyone(user: object) -> bool:
@@ -185,3 +202,60 @@ def test_a_user_who_becomes_hidden_leaves_the_room_s_visible_set(
     whos_online.record_user(alice, room=TOPIC_1)
     assert whos_online.online_users(room=TOPIC_1) == []
     assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+# The cleanup
+
+
+def room_keys(r) -> list[str]:
+    return sorted(key.decode() for key in r.scan_iter(match="*room*"))
+
+
+def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
+    now = time.time()
+    window = get_config().window
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now - window - 5)
+    whos_online.record_guest("192.0.2.2", room=TOPIC_2, now=now - window - 5)
+    whos_online.record_guest("192.0.2.3", room=TOPIC_2, now=now - 5)
+
+    assert "Took 2 people out of rooms; 1 room left empty." in cleanup_output()
+
+    assert counts_at(TOPIC_2, now) == GUEST
+    assert room_keys(r) == [
+        "{whos_online}:room:topic:2:guests",
+        "{whos_online}:rooms",
+        "{whos_online}:rooms:where",
+    ]
+    assert [room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1)] == [TOPIC_2]
+    assert r.hlen("{whos_online}:rooms:where") == 1
+
+    whos_online.prune(now=now + window + 1)  # everyone gone: nothing of the rooms is left
+    assert room_keys(r) == []
+
+
+def test_rooms_are_pruned_in_chunks(backend, r, monkeypatch):
+    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    now = 1_800_000_000.0
+    for number in range(7):
+        whos_online.record_guest(f"192.0.2.{number}", room=TOPIC_1, now=now - 700)
+    removed, emptied = pruning.prune_rooms(admin_client(), get_config(), now=now)
+    assert (removed, emptied) == (7, 1)
+    assert room_keys(r) == []
+
+
+def test_someone_back_in_a_room_during_the_cleanup_stays(backend, r):
+    now = 1_800_000_000.0
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now - 700)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)  # came back
+    pruning.prune_rooms(admin_client(), get_config(), now=now)
+    assert counts_at(TOPIC_1, now) == GUEST
+
+
+def test_a_room_read_is_one_round_trip_however_many_rooms_there_are(
+    backend, redis_calls: RedisCalls
+):
+    for number in range(50):
+        whos_online.record_guest(f"192.0.2.{number}", room=f"topic:{number}")
+    redis_calls.clear()
+    assert counts("topic:7") == GUEST
+    assert redis_calls.trips == [["EVALSHA"]]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from whos_online import connection, counters, identity, recording, rooms, snapshots, store
 from whos_online.conf import get_config
-from whos_online.pruning import prune_with
+from whos_online.pruning import prune_rooms, prune_with
 from whos_online.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -204,12 +204,16 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
 
 
 def prune(now: float | datetime | None = None) -> int:
-    """Remove everyone last seen before the window; returns how many members were removed."""
+    """Remove everyone last seen before the window, from the site and from the rooms; returns how
+    many members left the site's sets."""
     timestamp = as_timestamp(now)
-    removed = connection.call(
-        None, lambda client, config: prune_with(client, config, now=timestamp), writes=True
-    )
-    return sum(removed.values()) if removed else 0
+
+    def prune_all(client: Client, config: Config) -> int:
+        removed = prune_with(client, config, now=timestamp)
+        prune_rooms(client, config, now=timestamp)
+        return sum(removed.values())
+
+    return connection.call(0, prune_all, writes=True)
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:

@@ -140,3 +140,32 @@ def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | N
     found = store.snapshot(client, config, limit=0, now=now)
     store.sample(client, config, found, now=now)
     return found
+
+
+def prune_rooms(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+) -> tuple[int, int]:
+    """Take people gone for over the window out of the rooms, in chunks; returns how many
+    memberships went, and how many rooms were left empty (and leave no key).
+
+    Only the rooms of the shards' indexes are visited: those someone was in since the cleanup
+    last emptied them, so the work grows with the rooms in use, not with every room there was.
+    People who went offline leave the online sets through ``prune_with``; this only keeps the
+    rooms' sets from holding them.
+    """
+    removed = emptied = 0
+    for shard in keyspace.layout(config):
+        for room in store.rooms_of(client, shard):
+            while True:
+                count, gone = store.prune_room_chunk(client, config, shard, room, now=now)
+                removed += count
+                emptied += gone
+                if between_chunks is not None and count:
+                    between_chunks()
+                if count < store.PRUNE_CHUNK_SIZE:
+                    break
+    return removed, emptied

@@ -28,7 +28,7 @@ from whos_online.connection import is_cluster
 from whos_online.results import Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from datetime import date
 
     from whos_online.conf import Config
@@ -319,6 +319,41 @@ if #stale > 0 then
 end
 return stale
 """
+
+# Prunes one room in one shard, a chunk at a time: takes up to ARGV[2] members last seen before
+# ARGV[1] out of the room's four sets (KEYS[1..4]), and out of the HASH of who is where (KEYS[5])
+# when it still names this room (ARGV[3]) for them. A room left with no member leaves the index
+# of rooms (KEYS[6]), so that the cleanup stops visiting it and no key of it is left.
+# Returns {members removed, 1 if the room is gone}.
+_PRUNE_ROOM: Final = """
+local cutoff, chunk, room = '(' .. ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local kinds = {'users', 'hidden', 'guests', 'bots'}
+local removed = 0
+for i = 1, 4 do
+  if removed >= chunk then
+    return {removed, 0}
+  end
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, chunk - removed)
+  if #stale > 0 then
+    redis.call('ZREM', KEYS[i], unpack(stale))
+    local prefix = i <= 2 and 'u:' or kinds[i] .. ':'
+    for _, member in ipairs(stale) do
+      if redis.call('HGET', KEYS[5], prefix .. member) == room then
+        redis.call('HDEL', KEYS[5], prefix .. member)
+      end
+    end
+    removed = removed + #stale
+  end
+end
+if removed < chunk and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+  redis.call('ZREM', KEYS[6], room)
+  return {removed, 1}
+end
+return {removed, 0}
+"""
+
+#: Rooms of one shard read from its index per step of the cleanup.
+ROOMS_PAGE_SIZE: Final = 500
 
 #: Members removed per prune call: about a millisecond of Redis time each.
 PRUNE_CHUNK_SIZE: Final = 1000
@@ -893,3 +928,23 @@ def unique_visitors(client: Client, config: Config, day: date) -> int:
     """The day's visitors: the shards' HyperLogLogs hold different people, so their estimates
     add up. One PFCOUNT per shard (redis-py keeps PFCOUNT out of cluster pipelines)."""
     return sum(int(client.pfcount(visitors_key(shard, day))) for shard in keyspace.layout(config))
+
+
+def rooms_of(client: Client, shard: keyspace.Shard) -> Iterator[str]:
+    """The rooms the index of ``shard`` names: those with someone in them, or left since the
+    cleanup last ran. A page at a time (ZSCAN, which may name a room twice)."""
+    for room, _score in client.zscan_iter(shard.key(ROOMS_INDEX), count=ROOMS_PAGE_SIZE):
+        yield keyspace.text(room)
+
+
+def prune_room_chunk(
+    client: Client, config: Config, shard: keyspace.Shard, room: str, *, now: float
+) -> tuple[int, bool]:
+    """Take up to ``PRUNE_CHUNK_SIZE`` people gone for over the window out of ``room`` in
+    ``shard``; returns how many, and whether the room is gone (emptied, and out of the index)."""
+    keys = [room_key(shard, room, kind) for kind in KINDS]
+    keys += [shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)]
+    removed, gone = keyspace.script(client, _PRUNE_ROOM)(
+        keys=keys, args=[_score(now - config.window), PRUNE_CHUNK_SIZE, room]
+    )
+    return int(removed), bool(gone)
