@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import io
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -11,10 +13,10 @@ from django.contrib.auth import get_user_model, login
 from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
-from django.urls import path
+from django.urls import include, path
 
 import whos_online
-from tests.helpers import configure
+from tests.helpers import configure, render, widget_text
 from whos_online import pruning, rooms, store, throttle
 from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
@@ -53,6 +55,7 @@ def log_in(request: HttpRequest, username: str) -> HttpResponse:
 
 
 urlpatterns = [
+    path("online/", include("whos_online.urls")),
     path("topics/<int:pk>/", topic),
     path("board/", board),
     path("plain/", plain),
@@ -259,3 +262,50 @@ def test_a_room_read_is_one_round_trip_however_many_rooms_there_are(
     redis_calls.clear()
     assert counts("topic:7") == GUEST
     assert redis_calls.trips == [["EVALSHA"]]
+
+
+# Tags, the JSON view and the live widget
+
+
+def test_the_tags_show_a_room(backend, settings, alice, bob):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(bob, room=TOPIC_2)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1)
+
+    markup = render('{% load whos_online %}{% whos_online room="topic:1" %}')
+    assert widget_text(markup, peak=True) == "Here now: alice and 1 guest"
+    assert render('{% load whos_online %}{% online_count room="topic:1" %}') == "2"
+    assert render('{% load whos_online %}{% online_count "users" room=r %}', {"r": TOPIC_2}) == "1"
+    site = render("{% load whos_online %}{% whos_online %}")
+    assert widget_text(site).startswith("Who's online: bob, alice and 1 guest")
+
+
+def test_the_json_view_answers_for_a_room(backend, settings, alice):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_guest("192.0.2.1")
+
+    document = Client().get("/online/counts.json", {"room": TOPIC_1}).json()
+    assert document["room"] == TOPIC_1
+    assert (document["users"], document["guests"], document["total"]) == (1, 0, 1)
+    assert [user["name"] for user in document["names"]] == ["alice"]
+    assert Client().get("/online/counts.json").json()["total"] == 2
+
+
+@pytest.mark.parametrize("room", ["", "x" * (rooms.MAX_ROOM_LENGTH + 1)])
+def test_a_bad_room_is_a_bad_request(backend, room):
+    assert Client().get("/online/counts.json", {"room": room}).status_code == 400
+    assert Client().get("/online/widget/", {"room": room}).status_code == 400
+
+
+def test_the_live_widget_of_a_room_refreshes_that_room(backend, settings, alice):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    markup = render('{% load whos_online %}{% whos_online live=True room="topic:1" %}')
+    url = re.search(r'data-whos-online-live="([^"]+)"', markup)
+    assert url is not None
+    assert "room=topic%3A1" in html.unescape(url.group(1))
+
+    whos_online.record_user(alice, room=TOPIC_1)
+    refreshed = Client().get(html.unescape(url.group(1)))
+    assert widget_text(refreshed.content.decode()) == "Here now: alice"

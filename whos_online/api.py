@@ -199,7 +199,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
             store.remove_user(client, config, pk, erase=True, shards=shards)
         return True
 
-    snapshots.cache.invalidate()
+    snapshots.invalidate()
     return connection.call(False, erase, writes=True)
 
 

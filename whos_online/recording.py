@@ -312,7 +312,7 @@ def user_logged_out(
     else:
         kind, member = guest
         record_member(config, kind, member, now, former_user=pk)
-    snapshots.cache.invalidate()
+    snapshots.invalidate()
 
 
 def _hit_amounts(taken: dict[int, int]) -> dict[tuple[str, int], int]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
@@ -55,15 +56,21 @@ def recorded_at(request: HttpRequest | None) -> int | None:
     return second if isinstance(second, int) else None
 
 
-def of_request(request: HttpRequest | None) -> Snapshot | None:
-    """The snapshot an earlier tag of the same page (or the widget view) read, if any."""
+def of_request(request: HttpRequest | None, room: str = "") -> Snapshot | None:
+    """The snapshot (of the site, or of ``room``) an earlier tag of the same page, or the widget
+    view, read, if any."""
     kept = getattr(request, ON_REQUEST, None)
-    return kept if isinstance(kept, Snapshot) else None
+    found = kept.get(room) if isinstance(kept, dict) else None
+    return found if isinstance(found, Snapshot) else None
 
 
-def keep_on_request(request: HttpRequest, found: Snapshot) -> None:
+def keep_on_request(request: HttpRequest, found: Snapshot, room: str = "") -> None:
     """Let every tag rendered for ``request`` show ``found`` instead of reading Redis again."""
-    setattr(request, ON_REQUEST, found)
+    kept = getattr(request, ON_REQUEST, None)
+    if not isinstance(kept, dict):
+        kept = {}
+        setattr(request, ON_REQUEST, kept)
+    kept[room] = found
 
 
 class SnapshotCache:
@@ -102,10 +109,51 @@ class SnapshotCache:
 
 cache = SnapshotCache()
 
+#: Rooms whose last snapshot a process keeps: the busiest pages' rooms, the first to go being
+#: the one read least recently.
+ROOMS_KEPT: Final = 1024
+
+
+class RoomCaches:
+    """One ``SnapshotCache`` per room, for the ``ROOMS_KEPT`` rooms read most recently."""
+
+    def __init__(self, size: int = ROOMS_KEPT) -> None:
+        self._size = size
+        self._caches: OrderedDict[str, SnapshotCache] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, room: str) -> SnapshotCache:
+        with self._lock:
+            found = self._caches.get(room)
+            if found is None:
+                found = self._caches[room] = SnapshotCache()
+                while len(self._caches) > self._size:
+                    self._caches.popitem(last=False)
+            else:
+                self._caches.move_to_end(room)
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._caches.clear()
+
+
+room_caches = RoomCaches()
+
+
+def cache_of(room: str) -> SnapshotCache:
+    return room_caches.of(room) if room else cache
+
+
+def invalidate() -> None:
+    """Drop every kept snapshot: a logout or an erasure must not be shown by the next pages."""
+    cache.invalidate()
+    room_caches.clear()
+
 
 @receiver(config_changed, dispatch_uid="whos_online.snapshots.reset")
 def reset(**kwargs: object) -> None:
-    cache.invalidate()
+    invalidate()
 
 
 def read(
@@ -116,12 +164,11 @@ def read(
 
     With ``max_age``, the snapshot this process read last is reused while it is younger than
     that, unless it was read before the second ``fresh_after`` (see the module's docstring).
-    A room's snapshot is read afresh every time.
+    Each room's snapshot is kept apart (``ROOMS_KEPT`` of them).
     """
-    if not room:
-        kept = cache.get(limit, max_age, fresh_after=fresh_after)
-        if kept is not None:
-            return kept
+    kept = cache_of(room).get(limit, max_age, fresh_after=fresh_after)
+    if kept is not None:
+        return kept
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
@@ -131,8 +178,8 @@ def read(
             None,
             lambda client, config: store.snapshot(client, config, limit=limit, now=now, room=room),
         )
-    if found is not None and max_age > 0 and not room:
-        cache.put(found)
+    if found is not None and max_age > 0:
+        cache_of(room).put(found)
     return found
 
 
