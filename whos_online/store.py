@@ -243,8 +243,9 @@ return 0
 """
 )
 
-# Takes a person off the two sets of their former identity, in the shard that identity belongs to
-# (a login or logout whose two identities fall in different shards).
+# Takes a person off two sets (KEYS[1..2]) and out of the rooms their fields (ARGV[3]) name in the
+# HASH of who is where (KEYS[3]), and deletes KEYS[4] when given: a former identity in a shard of
+# its own (a login or logout whose two identities fall in different shards), a logout, an erasure.
 _LEAVE: Final = (
     _LUA_ROOMS
     + """
@@ -252,6 +253,9 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 for field in string.gmatch(ARGV[3], '[^,]+') do
   leave_room(KEYS[3], ARGV[2], field, ARGV[1])
+end
+if #KEYS >= 4 then
+  redis.call('DEL', KEYS[4])
 end
 return 1
 """
@@ -655,17 +659,16 @@ def peak_key(config: Config) -> str:
 def remove_user(
     client: Client, config: Config, pk: str, *, erase: bool = False, shards: int | None = None
 ) -> None:
-    """Take a user off the online list; with ``erase``, also drop their last-seen record.
+    """Take a user off the online list and out of their room, in one call; with ``erase``, also
+    drop their last-seen record.
 
     ``shards`` names another layout than the configured one (the cleanup's old layouts).
     """
     shard = _shard_in(config, keyspace.user_identity(pk), shards)
-    pipe = client.pipeline(transaction=False)
-    pipe.zrem(shard.key("users"), pk)
-    pipe.zrem(shard.key("hidden"), pk)
+    keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE)]
     if erase:
-        pipe.delete(user_key(shard, pk))
-    pipe.execute()
+        keys.append(user_key(shard, pk))
+    run(client, [ScriptCall(_LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
 
 
 def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
@@ -903,11 +906,12 @@ def layouts_known(client: Client, config: Config) -> list[int]:
 
 
 def layout_is_empty(client: Client, config: Config, shards: int) -> bool:
-    """Whether no sorted set of people is left in the layout of ``shards`` shards."""
+    """Whether no sorted set of people, and nothing of a room, is left in the layout of
+    ``shards`` shards."""
     pipe = client.pipeline(transaction=False)
     for shard in keyspace.layout(config, shards):
-        for kind in KINDS:
-            pipe.exists(shard.key(kind))
+        for name in (*KINDS, ROOMS_INDEX, ROOMS_WHERE):
+            pipe.exists(shard.key(name))
     return not any(pipe.execute())
 
 
