@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from bench.report import Section
 
-PARTS: Final = ("throughput", "redis-work", "tags", "cleanup", "memory")
+PARTS: Final = ("throughput", "redis-work", "tags", "cleanup", "memory", "rooms")
 
 
 def _setup_django() -> None:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     started = time.monotonic()
     _setup_django()
-    from bench import cleanup, memory, redis_work, tags, throughput
+    from bench import cleanup, memory, redis_work, rooms, tags, throughput
 
     with tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir:
         runs: dict[str, Callable[[], Section]] = {
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             "tags": tags.run,
             "cleanup": cleanup.run,
             "memory": memory.run,
+            "rooms": rooms.run,
         }
         sections = []
         for part in wanted:

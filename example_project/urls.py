@@ -7,6 +7,8 @@ from example_project import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("forum/", views.forum, name="forum"),
+    path("forum/topics/<int:pk>/", views.topic, name="topic"),
     path("accounts/", include("django.contrib.auth.urls")),
     # The view the live widget polls (/online/widget/), the JSON view of the counts
     # (/online/counts.json) and the staff dashboard (/online/).

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.http import HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 
-from whos_online.decorators import not_recorded
+from example_project.models import Board, Topic
+from whos_online.decorators import in_room, not_recorded
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -20,6 +21,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html", {"cleanup_command": cleanup_command()})
+
+
+def forum(request: HttpRequest) -> HttpResponse:
+    """The boards and their topics, each with how many are reading it (one read per topic)."""
+    boards = Board._default_manager.prefetch_related("topics")
+    return render(request, "forum.html", {"boards": boards})
+
+
+@in_room("topic:{pk}")
+def topic(request: HttpRequest, pk: int) -> HttpResponse:
+    """A topic: its readers are in its room, and the page says who they are, live."""
+    found = get_object_or_404(Topic._default_manager.select_related("board"), pk=pk)
+    return render(request, "topic.html", {"topic": found})
 
 
 def cleanup_command() -> str:

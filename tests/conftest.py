@@ -159,6 +159,8 @@ SCRIPTS = (
     store._RECORD,
     store._SNAPSHOT,
     store._PRUNE_CHUNK,
+    store._LEAVE,
+    store._PRUNE_ROOM,
     counters._UPDATE,
     counters._DELETE_SLICES,
     counters._DROP_COUNTER,

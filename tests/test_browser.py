@@ -161,6 +161,28 @@ def test_two_users_see_each_other_online(site, open_page, alice, bob):
     assert_not_reloaded(alices)
 
 
+def test_readers_of_a_topic_see_each_other_come_and_go(site, open_page, alice, bob):
+    alices = open_page()
+    alices.goto(f"{site}/login/alice/")
+    alices.goto(f"{site}/topics/1/")
+    expect(widget_list(alices)).to_have_text("alice", timeout=TIMEOUT_MS)
+    mark_page(alices)
+
+    bobs = open_page()
+    bobs.goto(f"{site}/login/bob/")
+    bobs.goto(f"{site}/topics/2/")  # another topic: alice's page does not list bob
+    expect(widget_list(bobs)).to_have_text("bob", timeout=TIMEOUT_MS)
+    bobs.goto(f"{site}/topics/1/")  # bob comes to alice's topic
+    expect(widget_list(alices)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
+    expect(widget_list(bobs)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
+
+    bobs.goto(f"{site}/topics/2/")  # and leaves it again
+    expect(widget_list(alices)).to_have_text("alice", timeout=TIMEOUT_MS)
+    expect(widget_list(bobs)).to_have_text("bob", timeout=TIMEOUT_MS)
+    expect(alices.locator(".whos-online-label")).to_have_text("Here now:")
+    assert_not_reloaded(alices)
+
+
 def test_a_guest_sees_the_count_change_without_reloading(site, open_page):
     guest = open_page()
     guest.goto(f"{site}/live/")

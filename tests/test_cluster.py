@@ -5,6 +5,7 @@ dashboard and the cleanup, with one shard and with shards spread over the master
 from __future__ import annotations
 
 import logging
+import time
 from io import StringIO
 from typing import TYPE_CHECKING
 
@@ -120,6 +121,30 @@ def test_shards_spread_over_every_master(sharded, cluster, db):
     tags = keyspace.layout(get_config())
     assert {cluster.node_of_slot(keyspace.slot(shard.tag)).port for shard in tags} == holders
     assert whos_online.online_counts().guests == 60
+
+
+def test_a_room_s_people_live_with_their_shard_and_are_read_together(
+    on_cluster, cluster, alice, db
+):
+    for number in range(30):
+        whos_online.record_guest(f"198.51.100.{number}", room="topic:1")
+    whos_online.record_user(alice, room="topic:1")
+    whos_online.record_guest("198.51.100.0", room="topic:2")  # moves to another room
+
+    assert whos_online.online_counts(room="topic:1") == (1, 29, 0, 30)
+    assert whos_online.online_counts(room="topic:2") == (0, 1, 0, 1)
+    assert [user.name for user in whos_online.online_users(room="topic:1")] == ["alice"]
+    holders = {
+        node.port
+        for node in cluster.nodes
+        for _key in node.client().scan_iter(match="*:room:topic:1:guests")
+    }
+    assert len(holders) == (1 if on_cluster == 1 else len(cluster.nodes))
+
+    whos_online.prune(now=time.time() + get_config().window + 1)
+    assert whos_online.online_counts(room="topic:1") == (0, 0, 0, 0)
+    left = [key for node in cluster.nodes for key in node.client().scan_iter(match="*room*")]
+    assert left == []
 
 
 def test_a_stopped_master_takes_only_its_shards_out(sharded, cluster, caplog, db):

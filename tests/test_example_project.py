@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r"""
 import html
+import io
 import re
 
 import example_project.settings as site
@@ -66,6 +67,29 @@ def right_now() -> str:
 # A visit is recorded after its page: the guest's second page counts the guest.
 assert (first := right_now()) == "1 logged in, 0 guests, 0 bots", first
 assert (second := right_now()) == "1 logged in, 1 guest, 0 bots", second
+
+# The forum: each topic is a room, and its page says who is reading it.
+call_command("whos_online_demo", stdout=io.StringIO())
+
+
+def readers(client: Client, topic: int) -> str:
+    page = client.get(f"/forum/topics/{topic}/").content.decode()
+    found = re.search(r'<aside class="readers">(.*?)</aside>', page, re.S)
+    assert found, page
+    text = html.unescape(re.sub(r"<[^>]+>", " ", found.group(1)))
+    return " ".join(text.split())
+
+
+browser.get("/forum/topics/1/")  # the boss reads topic 1 (recorded after the page)
+# A guest sees counts, and logged-in users the names (SHOW_NAMES_TO "authenticated").
+assert (reading := readers(guest, 1)) == "Here now: 1 user", reading
+assert (reading := readers(browser, 1)) == "Here now: boss and 1 guest", reading
+browser.get("/forum/topics/2/")  # the boss moves: out of topic 1 at once
+assert (reading := readers(guest, 1)) == "Here now: 1 guest", reading
+assert (reading := readers(browser, 2)) == "Here now: boss", reading
+# A page without a room takes its reader out of theirs, once it has been shown.
+forum = browser.get("/forum/").content.decode()
+assert forum.count("(1 reading)") == 2, forum
 
 hint = re.search(r'<code class="cleanup-command">([^<]*)</code>', guest.get("/").content.decode())
 assert hint, "no cleanup command on the home page"

@@ -222,6 +222,20 @@ def test_changing_shards_counts_nobody_twice_and_cleanup_removes_the_old_layout(
     assert list(r.scan_iter(match="*/4*:users")) == []
 
 
+def test_rooms_of_an_old_layout_are_emptied_before_it_is_forgotten(settings, backend, r, alice):
+    now = time.time()
+    whos_online.record_user(alice, now=now - 700, room="topic:1")  # stale by the cleanup
+    configure(settings, SHARDS=SHARDS)
+    whos_online.record_user(alice, now=now, room="topic:1")
+    assert whos_online.online_counts(room="topic:1").users == 1
+
+    cleanup()
+
+    assert list(r.scan_iter(match="{whos_online}:room*")) == []  # the old layout's rooms
+    assert {text(each) for each in r.smembers("{whos_online}:layouts")} == {"4"}
+    assert whos_online.online_counts(room="topic:1").users == 1
+
+
 def test_forget_user_reaches_the_layouts_the_cleanup_has_seen(settings, backend, r, alice):
     whos_online.record_user(alice)
     configure(settings, SHARDS=SHARDS)

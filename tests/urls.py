@@ -8,13 +8,25 @@ from django.template import engines
 from django.urls import URLPattern, URLResolver, include, path
 
 from whos_online.admin import OnlineUserAdminMixin
-from whos_online.decorators import not_recorded
+from whos_online.decorators import in_room, not_recorded
 
 PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
 LIVE_PAGE = engines["django"].from_string(
     '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>live</title></head>'
     "<body><main>live</main>{% whos_online live=True visitors=True %}</body></html>"
 )
+
+
+TOPIC_PAGE = engines["django"].from_string(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>topic</title></head>'
+    "<body><main>topic {{ pk }}</main>{% whos_online live=True room=room %}</body></html>"
+)
+
+
+@in_room("topic:{pk}")
+def topic(request: HttpRequest, pk: int) -> HttpResponse:
+    """A forum topic: its readers are in its room, and it shows who they are, live."""
+    return HttpResponse(TOPIC_PAGE.render({"pk": pk, "room": f"topic:{pk}"}, request))
 
 
 def page(request: HttpRequest) -> HttpResponse:
@@ -64,6 +76,7 @@ admin_site.register(get_user_model(), UserAdmin)
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
     path("live/", live_page),
+    path("topics/<int:pk>/", topic),
     path("plain/", plain),
     path("async/", async_plain),
     path("poll/", poll),

@@ -25,6 +25,7 @@ __all__ = [
     "prune",
     "record_guest",
     "record_user",
+    "set_room",
     "unique_visitors",
     "update_counter",
 ]
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         prune,
         record_guest,
         record_user,
+        set_room,
         unique_visitors,
         update_counter,
     )

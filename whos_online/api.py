@@ -13,9 +13,9 @@ import time
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING
 
-from whos_online import connection, counters, identity, recording, snapshots, store
+from whos_online import connection, counters, identity, recording, rooms, snapshots, store
 from whos_online.conf import get_config
-from whos_online.pruning import prune_with
+from whos_online.pruning import prune_rooms, prune_with
 from whos_online.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -27,6 +27,7 @@ from whos_online.results import (
     as_peak,
     as_timestamp,
 )
+from whos_online.rooms import set_room
 from whos_online.throttle import recent
 from whos_online.users import pk_text, pk_values
 
@@ -57,23 +58,29 @@ __all__ = [
     "prune",
     "record_guest",
     "record_user",
+    "set_room",
     "unique_visitors",
     "update_counter",
 ]
 
 
-def online_users(limit: int | None = None) -> list[OnlineUser]:
-    """Users online now, newest first; hidden users are never listed.
+def online_users(limit: int | None = None, room: str | None = None) -> list[OnlineUser]:
+    """Users online now, newest first (in ``room``, if given); hidden users are never listed.
 
     ``limit=None`` lists everyone online, which is O(N): on a big site pass a limit.
     """
-    found = snapshots.read(limit)
+    found = snapshots.read(limit, room=_room(room))
     return [] if found is None else found.users
 
 
-def online_counts() -> OnlineCounts:
-    found = snapshots.read(0)
+def online_counts(room: str | None = None) -> OnlineCounts:
+    """How many are online on the site, or in ``room``."""
+    found = snapshots.read(0, room=_room(room))
     return EMPTY_COUNTS if found is None else found.counts
+
+
+def _room(room: str | None) -> str:
+    return "" if room is None else rooms.check_room(room)
 
 
 def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
@@ -144,21 +151,27 @@ def record_user(
     *,
     now: float | datetime | None = None,
     former_guest: str = "",
+    room: str | None = None,
 ) -> bool:
     """Record ``user`` as online now. Returns False if Redis could not be written.
 
     ``former_guest`` is the member the visitor had as a guest (or bot) before logging in; it
     leaves the guests and bots in the same step, and this process forgets having recorded it, so
-    that another browser at the same address is counted as a guest again at once.
+    that another browser at the same address is counted as a guest again at once. With ``room``,
+    the user is in that room (and leaves the one they were in); without, they leave theirs.
     """
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
-    return bool(recording.record_user(user, as_timestamp(now), former_guest=former_guest))
+    timestamp = as_timestamp(now)
+    return bool(recording.record_user(user, timestamp, former_guest=former_guest, room=_room(room)))
 
 
-def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = None) -> bool:
-    """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip')."""
+def record_guest(
+    ip: str, *, bot: bool = False, now: float | datetime | None = None, room: str | None = None
+) -> bool:
+    """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip'),
+    in ``room`` if given."""
     address = identity.normalize_ip(ip)
     if address is None:
         msg = f"record_guest() needs an IPv4 or IPv6 address, not {ip!r}."
@@ -166,7 +179,8 @@ def record_guest(ip: str, *, bot: bool = False, now: float | datetime | None = N
     config = get_config()
     timestamp = as_timestamp(now)
     member = identity.guest_id(address, config, timestamp)
-    return bool(recording.record_member(config, "bots" if bot else "guests", member, timestamp))
+    kind = "bots" if bot else "guests"
+    return bool(recording.record_member(config, kind, member, timestamp, room=_room(room)))
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
@@ -185,17 +199,21 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
             store.remove_user(client, config, pk, erase=True, shards=shards)
         return True
 
-    snapshots.cache.invalidate()
+    snapshots.invalidate()
     return connection.call(False, erase, writes=True)
 
 
 def prune(now: float | datetime | None = None) -> int:
-    """Remove everyone last seen before the window; returns how many members were removed."""
+    """Remove everyone last seen before the window, from the site and from the rooms; returns how
+    many members left the site's sets."""
     timestamp = as_timestamp(now)
-    removed = connection.call(
-        None, lambda client, config: prune_with(client, config, now=timestamp), writes=True
-    )
-    return sum(removed.values()) if removed else 0
+
+    def prune_all(client: Client, config: Config) -> int:
+        removed = prune_with(client, config, now=timestamp)
+        prune_rooms(client, config, now=timestamp)
+        return sum(removed.values())
+
+    return connection.call(0, prune_all, writes=True)
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:

@@ -1,13 +1,17 @@
-"""``not_recorded``: a view whose requests record nobody and count no page hit.
+"""``not_recorded``: a view whose requests record nobody and count no page hit; ``in_room``: a view
+whose requests put the person in a room (see ``rooms``).
 
-Meant for views that pages poll, such as the JSON view of the counts: a poll is not a visit, and
-recording it would write to Redis on every poll, set a throttle cookie (so that a CDN could not
-cache the response) and count a page view that nobody made.
+``not_recorded`` is meant for views that pages poll, such as the JSON view of the counts: a poll
+is not a visit, and recording it would write to Redis on every poll, set a throttle cookie (so
+that a CDN could not cache the response) and count a page view that nobody made.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, TypeVar
+import functools
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+from asgiref.sync import iscoroutinefunction
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,3 +42,33 @@ def is_not_recorded(request: HttpRequest) -> bool:
     """
     match = request.resolver_match
     return match is not None and getattr(match.func, ATTRIBUTE, False) is True
+
+
+def in_room(pattern: str) -> Callable[[ViewT], ViewT]:
+    """Put every request of the decorated view in the room ``pattern`` names, formatted with the
+    view's keyword arguments: ``@in_room("topic:{pk}")`` on a view of ``topics/<int:pk>/``.
+
+    A pattern that names an argument the view does not get raises ``KeyError`` on its first
+    request: a mistake in the code, not in the request.
+    """
+
+    def decorate(view: ViewT) -> ViewT:
+        from whos_online.rooms import set_room
+
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                set_room(request, pattern.format(**kwargs))
+                return await view(request, *args, **kwargs)
+
+            return cast("ViewT", async_view)
+
+        @functools.wraps(view)
+        def sync_view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            set_room(request, pattern.format(**kwargs))
+            return view(request, *args, **kwargs)
+
+        return cast("ViewT", sync_view)
+
+    return decorate

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from whos_online import identity, recording, snapshots, throttle
+from whos_online import identity, recording, rooms, snapshots, throttle
 from whos_online.conf import Config, get_config
 from whos_online.decorators import is_not_recorded
 
@@ -68,21 +68,21 @@ class WhosOnlineMiddleware:
         return result
 
 
-#: What ``needs_recording`` decides: leave the request alone, count its page hit, or also record.
+#: What ``needs_recording`` decides before the view: leave the request alone (an ignored path),
+#: record it unless the view put it in another room than its cookie's (THROTTLED), or record it.
 IGNORE: Final = 0
-COUNT: Final = 1
+THROTTLED: Final = 1
 RECORD: Final = 2
+#: The attribute on which the throttle cookie's room tag waits for the end of the view.
+COOKIE_ROOM: Final = "_whos_online_cookie_room"
 
 
 def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
-    """Decide from cookies and headers alone what to do after the view: IGNORE, COUNT or RECORD.
-
-    A throttled request without ``COUNT_HITS`` is IGNOREd, so that it costs nothing more.
-    """
+    """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
+    RECORD. Only the room, which the view sets, is left for after it."""
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return IGNORE
-    fallback = COUNT if config.count_hits else IGNORE
     if not config.throttle:
         return RECORD
     cookie = request.COOKIES.get(throttle.COOKIE_NAME)
@@ -93,17 +93,25 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
         return RECORD
     if throttle.arrived(cookie):
         snapshots.note_recorded(request, expiry - config.throttle)
-    return fallback
+    setattr(request, COOKIE_ROOM, throttle.cookie_room(cookie))
+    return THROTTLED
 
 
 def after_view(request: HttpRequest, config: Config, now: float, decision: int) -> bool:
     """Count the page hit (in memory, no Redis call) unless the view was ``not_recorded``, and
-    say whether to record; called only when ``needs_recording`` did not IGNORE the request."""
+    say whether to record: a throttled request is recorded only when the view put it in another
+    room than the one its cookie was issued for. Called unless the path is ignored."""
+    if decision == THROTTLED:
+        moved = rooms.room_tag(rooms.room_of(request)) != getattr(request, COOKIE_ROOM, "")
+        if not moved and not config.count_hits:
+            return False
+    else:
+        moved = True
     if is_not_recorded(request):
         return False
     if config.count_hits:
         recording.count_hit(now)
-    return decision == RECORD
+    return moved
 
 
 def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
@@ -123,6 +131,7 @@ def hand_out_cookie(
             now,
             config.throttle,
             arrived=recorded == recording.ARRIVED,
+            room=rooms.room_tag(rooms.room_of(request)),
         ),
         max_age=config.throttle,
         httponly=True,

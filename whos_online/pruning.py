@@ -115,15 +115,17 @@ def prune_old_layouts(
     removed_by_kind = dict.fromkeys(store.KINDS, 0)
     old = store.layouts_seen(client, config)[1:]
     for shards in old:
+        old_layout = keyspace.layout(config, shards)
         _prune_layout(
             client,
             config,
-            keyspace.layout(config, shards),
+            old_layout,
             now=now,
             removed_by_kind=removed_by_kind,
             current=False,
             between_chunks=between_chunks,
         )
+        prune_rooms(client, config, now=now, between_chunks=between_chunks, layout=old_layout)
         if store.layout_is_empty(client, config, shards):
             store.forget_layout(client, config, shards)
     if old and config.shards == 1 and store.layouts_known(client, config) == [1]:
@@ -140,3 +142,33 @@ def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | N
     found = store.snapshot(client, config, limit=0, now=now)
     store.sample(client, config, found, now=now)
     return found
+
+
+def prune_rooms(
+    client: Client,
+    config: Config,
+    *,
+    now: float,
+    between_chunks: Callable[[], object] | None = None,
+    layout: Sequence[keyspace.Shard] | None = None,
+) -> tuple[int, int]:
+    """Take people gone for over the window out of the rooms, in chunks; returns how many
+    memberships went, and how many rooms were left empty (and leave no key).
+
+    Only the rooms of the shards' indexes are visited: those someone was in since the cleanup
+    last emptied them, so the work grows with the rooms in use, not with every room there was.
+    People who went offline leave the online sets through ``prune_with``; this only keeps the
+    rooms' sets from holding them.
+    """
+    removed = emptied = 0
+    for shard in keyspace.layout(config) if layout is None else layout:
+        for room in store.rooms_of(client, shard):
+            while True:
+                count, gone = store.prune_room_chunk(client, config, shard, room, now=now)
+                removed += count
+                emptied += gone
+                if between_chunks is not None and count:
+                    between_chunks()
+                if count < store.PRUNE_CHUNK_SIZE:
+                    break
+    return removed, emptied

@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Any, Final
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from whos_online import aio, connection, counters, hits, identity, keyspace, snapshots, store, users
+from whos_online import (
+    aio,
+    connection,
+    counters,
+    hits,
+    identity,
+    keyspace,
+    rooms,
+    snapshots,
+    store,
+    users,
+)
 from whos_online.conf import Config, get_config
 from whos_online.results import as_timestamp
 from whos_online.throttle import recent
@@ -58,6 +69,8 @@ class PendingVisit:
     replaced: tuple[str, ...] = ()
     #: Page hits riding along: settled with the buffer once the write's outcome is known.
     batch: hits.Batch | None = None
+    #: The tag of the visit's room, which the memory keeps with the entry.
+    room_tag: str = ""
 
     @property
     def shard(self) -> keyspace.Shard:
@@ -70,13 +83,18 @@ class PendingVisit:
         if reply is None:
             return FAILED
         if self.config.throttle:
-            recent.remember(self.remembered, self.until, self.epoch)
+            recent.remember(self.remembered, self.until, self.epoch, self.room_tag)
             recent.forget(self.replaced)
         return WRITTEN if reply == 0 else ARRIVED
 
 
 def user_visit(
-    details: store.UserDetails, config: Config, timestamp: float, *, former_guest: str = ""
+    details: store.UserDetails,
+    config: Config,
+    timestamp: float,
+    *,
+    former_guest: str = "",
+    room: str = "",
 ) -> PendingVisit:
     pk = details.pk
     visit = store.Visit(
@@ -86,18 +104,25 @@ def user_visit(
         user=details,
         former=former_guest,
         visitor=identity.visitor_id(f"u:{pk}", timestamp),
+        room=room,
     )
     replaced = (f"guests:{former_guest}", f"bots:{former_guest}") if former_guest else ()
     return _pending(config, visit, remembered=f"u:{pk}", replaced=replaced)
 
 
 def member_visit(
-    config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
+    config: Config,
+    kind: str,
+    member: str,
+    timestamp: float,
+    *,
+    former_user: str = "",
+    room: str = "",
 ) -> PendingVisit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
     visit = store.Visit(
-        kind=kind, member=member, now=timestamp, former=former_user, visitor=visitor
+        kind=kind, member=member, now=timestamp, former=former_user, visitor=visitor, room=room
     )
     return _pending(config, visit, remembered=f"{kind}:{member}")
 
@@ -127,6 +152,7 @@ def _pending(
         epoch=epoch,
         replaced=replaced,
         batch=batch,
+        room_tag=rooms.room_tag(visit.room),
     )
 
 
@@ -142,17 +168,27 @@ def write(pending: PendingVisit) -> int:
 
 
 def record_user(
-    user: AbstractBaseUser | AnonymousUser, timestamp: float, *, former_guest: str = ""
+    user: AbstractBaseUser | AnonymousUser,
+    timestamp: float,
+    *,
+    former_guest: str = "",
+    room: str = "",
 ) -> int:
     config = get_config()
     details = users.details(user, config)
-    return write(user_visit(details, config, timestamp, former_guest=former_guest))
+    return write(user_visit(details, config, timestamp, former_guest=former_guest, room=room))
 
 
 def record_member(
-    config: Config, kind: str, member: str, timestamp: float, *, former_user: str = ""
+    config: Config,
+    kind: str,
+    member: str,
+    timestamp: float,
+    *,
+    former_user: str = "",
+    room: str = "",
 ) -> int:
-    return write(member_visit(config, kind, member, timestamp, former_user=former_user))
+    return write(member_visit(config, kind, member, timestamp, former_user=former_user, room=room))
 
 
 def record_request(request: HttpRequest, config: Config, now: float) -> int:
@@ -165,12 +201,13 @@ def record_request(request: HttpRequest, config: Config, now: float) -> int:
     only since Redis last failed (see ``RecentIdentities``).
     """
     user = getattr(request, "user", None)
-    found = _to_record(user, request, config, now)
+    room = rooms.room_of(request)
+    found = _to_record(user, request, config, now, room)
     if isinstance(found, int):
         return found
     if isinstance(found, tuple):
-        return record_member(config, *found, now)
-    return record_user(found, now)
+        return record_member(config, *found, now, room=room)
+    return record_user(found, now, room=room)
 
 
 async def arecord_request(request: HttpRequest, config: Config, now: float) -> int:
@@ -183,18 +220,19 @@ async def arecord_request(request: HttpRequest, config: Config, now: float) -> i
         return await sync_to_async(record_request)(request, config, now)
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
-    found = _to_record(user, request, config, now)
+    room = rooms.room_of(request)
+    found = _to_record(user, request, config, now, room)
     if isinstance(found, int):
         return found
     if isinstance(found, tuple):
-        pending = member_visit(config, *found, now)
+        pending = member_visit(config, *found, now, room=room)
     else:
         try:
             details = users.details(found, config)
         except SynchronousOnlyOperation:
             # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
             details = await sync_to_async(users.details)(found, config)
-        pending = user_visit(details, config, now)
+        pending = user_visit(details, config, now, room=room)
 
     async def write(client: aio.AsyncClient, _config: Config) -> Any:
         return (await aio.run(client, pending.calls))[0]
@@ -204,20 +242,27 @@ async def arecord_request(request: HttpRequest, config: Config, now: float) -> i
 
 
 def _to_record(
-    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config, now: float
+    user: AbstractBaseUser | AnonymousUser | None,
+    request: HttpRequest,
+    config: Config,
+    now: float,
+    room: str,
 ) -> int | tuple[str, str] | AbstractBaseUser | AnonymousUser:
     """Whom a request should be recorded as: the user, or a (kind, member) for an anonymous
-    visitor; or, when there is nothing to write, what recording came to (see record_request)."""
+    visitor; or, when there is nothing to write, what recording came to (see record_request).
+    The process's memory spares a write only for a visitor who stays in the same ``room``."""
     epoch = connection.failures()
+    tag = rooms.room_tag(room)
     if user is not None and user.is_authenticated:
-        if config.throttle and recent.seen_recently(f"u:{users.pk_text(user)}", now, epoch):
+        pk = users.pk_text(user)
+        if config.throttle and recent.seen_recently(f"u:{pk}", now, epoch, tag):
             return ARRIVED
         return user
     guest = guest_of(request, config, now)
     if guest is None:
         return WRITTEN
     kind, member = guest
-    if config.throttle and recent.seen_recently(f"{kind}:{member}", now, epoch):
+    if config.throttle and recent.seen_recently(f"{kind}:{member}", now, epoch, tag):
         return ARRIVED
     return guest
 
@@ -267,7 +312,7 @@ def user_logged_out(
     else:
         kind, member = guest
         record_member(config, kind, member, now, former_user=pk)
-    snapshots.cache.invalidate()
+    snapshots.invalidate()
 
 
 def _hit_amounts(taken: dict[int, int]) -> dict[tuple[str, int], int]:

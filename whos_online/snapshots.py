@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
@@ -55,15 +56,21 @@ def recorded_at(request: HttpRequest | None) -> int | None:
     return second if isinstance(second, int) else None
 
 
-def of_request(request: HttpRequest | None) -> Snapshot | None:
-    """The snapshot an earlier tag of the same page (or the widget view) read, if any."""
+def of_request(request: HttpRequest | None, room: str = "") -> Snapshot | None:
+    """The snapshot (of the site, or of ``room``) an earlier tag of the same page, or the widget
+    view, read, if any."""
     kept = getattr(request, ON_REQUEST, None)
-    return kept if isinstance(kept, Snapshot) else None
+    found = kept.get(room) if isinstance(kept, dict) else None
+    return found if isinstance(found, Snapshot) else None
 
 
-def keep_on_request(request: HttpRequest, found: Snapshot) -> None:
+def keep_on_request(request: HttpRequest, found: Snapshot, room: str = "") -> None:
     """Let every tag rendered for ``request`` show ``found`` instead of reading Redis again."""
-    setattr(request, ON_REQUEST, found)
+    kept = getattr(request, ON_REQUEST, None)
+    if not isinstance(kept, dict):
+        kept = {}
+        setattr(request, ON_REQUEST, kept)
+    kept[room] = found
 
 
 class SnapshotCache:
@@ -102,58 +109,102 @@ class SnapshotCache:
 
 cache = SnapshotCache()
 
+#: Rooms whose last snapshot a process keeps: the busiest pages' rooms, the first to go being
+#: the one read least recently.
+ROOMS_KEPT: Final = 1024
+
+
+class RoomCaches:
+    """One ``SnapshotCache`` per room, for the ``ROOMS_KEPT`` rooms read most recently."""
+
+    def __init__(self, size: int = ROOMS_KEPT) -> None:
+        self._size = size
+        self._caches: OrderedDict[str, SnapshotCache] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, room: str) -> SnapshotCache:
+        with self._lock:
+            found = self._caches.get(room)
+            if found is None:
+                found = self._caches[room] = SnapshotCache()
+                while len(self._caches) > self._size:
+                    self._caches.popitem(last=False)
+            else:
+                self._caches.move_to_end(room)
+            return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._caches.clear()
+
+
+room_caches = RoomCaches()
+
+
+def cache_of(room: str) -> SnapshotCache:
+    return room_caches.of(room) if room else cache
+
+
+def invalidate() -> None:
+    """Drop every kept snapshot: a logout or an erasure must not be shown by the next pages."""
+    cache.invalidate()
+    room_caches.clear()
+
 
 @receiver(config_changed, dispatch_uid="whos_online.snapshots.reset")
 def reset(**kwargs: object) -> None:
-    cache.invalidate()
+    invalidate()
 
 
 def read(
-    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None
+    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None, room: str = ""
 ) -> Snapshot | None:
-    """Counts and the newest ``limit`` visible users; None if Redis could not be read.
+    """Counts and the newest ``limit`` visible users of the site, or of ``room``; None if Redis
+    could not be read.
 
     With ``max_age``, the snapshot this process read last is reused while it is younger than
     that, unless it was read before the second ``fresh_after`` (see the module's docstring).
+    Each room's snapshot is kept apart (``ROOMS_KEPT`` of them).
     """
-    kept = cache.get(limit, max_age, fresh_after=fresh_after)
+    kept = cache_of(room).get(limit, max_age, fresh_after=fresh_after)
     if kept is not None:
         return kept
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
-        found = _read_by_shard(config, limit, now)
+        found = _read_by_shard(config, limit, now, room)
     else:
         found = connection.call(
-            None, lambda client, config: store.snapshot(client, config, limit=limit, now=now)
+            None,
+            lambda client, config: store.snapshot(client, config, limit=limit, now=now, room=room),
         )
     if found is not None and max_age > 0:
-        cache.put(found)
+        cache_of(room).put(found)
     return found
 
 
-def _read_by_shard(config: Config, limit: int | None, now: float) -> Snapshot | None:
+def _read_by_shard(config: Config, limit: int | None, now: float, room: str) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
     empty. A shard that ``store.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
     asked = store.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
-        found = _read_shard(config, shard, asked, now)
+        found = _read_shard(config, shard, asked, now, room)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
     for position in store.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
-        found = _read_shard(config, shards[index], limit, now)
+        found = _read_shard(config, shards[index], limit, now, room)
         if found is not None:
             parts[index] = found
     return store.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
-    config: Config, shard: keyspace.Shard, limit: int | None, now: float
+    config: Config, shard: keyspace.Shard, limit: int | None, now: float, room: str
 ) -> Snapshot | None:
-    calls = [store.snapshot_call(config, shard, limit=limit, now=now)]
+    calls = [store.snapshot_call(config, shard, limit=limit, now=now, room=room)]
     raw = connection.call(None, lambda client, _config: store.run(client, calls)[0], shard=shard)
     return None if raw is None else store.parse_snapshot(raw, limit)

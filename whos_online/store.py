@@ -28,11 +28,17 @@ from whos_online.connection import is_cluster
 from whos_online.results import Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from datetime import date
 
     from whos_online.conf import Config
     from whos_online.connection import Client
+
+#: Per shard: the HASH of who is in which room, the sorted set of rooms by their latest visit,
+#: and how the keys of a room's sets begin (``room:<name>:<kind>``).
+ROOMS_WHERE: Final = "rooms:where"
+ROOMS_INDEX: Final = "rooms"
+ROOM_PREFIX: Final = "room:"
 
 #: The sorted sets of people and bots, by kind. ``hidden`` holds users who are counted, not named.
 KINDS: Final = ("users", "hidden", "guests", "bots")
@@ -76,6 +82,25 @@ end
 """
 )
 
+# Takes ``member`` out of the room that the HASH ``where`` gives for ``field`` ("u:<pk>" for a
+# user, "<kind>:<member>" for a guest or bot), from the sets of its kind (a user from both user
+# sets), and forgets the field. The room's sets are named from ``room_prefix`` in Lua: they share
+# the shard's hash tag, so they live in the slot of the declared keys.
+_LUA_ROOMS: Final = """
+local function leave_room(where, room_prefix, field, member)
+  local room = redis.call('HGET', where, field)
+  if not room then
+    return
+  end
+  local kind = string.match(field, '^[^:]+')
+  local sets = kind == 'u' and {'users', 'hidden'} or {kind}
+  for _, set in ipairs(sets) do
+    redis.call('ZREM', room_prefix .. room .. ':' .. set, member)
+  end
+  redis.call('HDEL', where, field)
+end
+"""
+
 # The record script's arguments, in ARGV order. ``record_calls`` fills them by name and the script
 # reads them as Lua locals of the same names, so that neither side counts positions:
 # - member, score: who joins the kind's set, and when (the set's score);
@@ -84,6 +109,9 @@ end
 # - seen_ttl, name, url: for a user, how long the display HASH lives, and what it holds ('' for a
 #   guest or bot);
 # - former: the identity the visitor had until now, which leaves its two sets ('' for none);
+# - place, former_places: the visitor's field in the shard's HASH of who is in which room, and
+#   the fields (comma-separated) of the former identity, which leave their rooms too;
+# - room, room_prefix: the room the visit is in ('' for none) and how its sets' keys begin;
 # - sampling: whether the visit samples the online counts (see below); with '0', the arguments
 #   after it are not sent;
 # - online_since: the score from which someone counts as online; counter_prefix, precisions,
@@ -98,6 +126,10 @@ RECORD_ARGUMENTS: Final = (
     "name",
     "url",
     "former",
+    "place",
+    "former_places",
+    "room",
+    "room_prefix",
     "sampling",
     "online_since",
     "counter_prefix",
@@ -133,6 +165,7 @@ def _lua_locals(names: Sequence[str]) -> str:
 # tag.
 _RECORD: Final = (
     _LUA_SAMPLING
+    + _LUA_ROOMS
     + _lua_locals(RECORD_ARGUMENTS)
     + """
 local n = 1
@@ -162,6 +195,29 @@ if former ~= '' then
   redis.call('ZREM', take(), former)
   redis.call('ZREM', take(), former)
 end
+-- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
+-- set of their kind. A visit in another room (or in none) takes them out of the one they were in.
+local where, index = take(), take()
+for field in string.gmatch(former_places, '[^,]+') do
+  leave_room(where, room_prefix, field, former)
+end
+local was = redis.call('HGET', where, place)
+if was and was ~= room then
+  leave_room(where, room_prefix, place, member)
+end
+if room ~= '' then
+  if was ~= room then
+    redis.call('HSET', where, place, room)
+  end
+  local kind = string.match(KEYS[1], '[^:]+$')
+  redis.call('ZADD', room_prefix .. room .. ':' .. kind, score, member)
+  if seen_ttl ~= '' then
+    -- A user who was hidden, or was not, leaves the room's other user set.
+    local other = kind == 'users' and 'hidden' or 'users'
+    redis.call('ZREM', room_prefix .. room .. ':' .. other, member)
+  end
+  redis.call('ZADD', index, score, room)
+end
 if sampling ~= '0' then
   local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
   local precision_list = parse_precisions(precisions)
@@ -187,13 +243,23 @@ return 0
 """
 )
 
-# Takes a person off the two sets of their former identity, in the shard that identity belongs to
-# (a login or logout whose two identities fall in different shards).
-_LEAVE: Final = """
+# Takes a person off two sets (KEYS[1..2]) and out of the rooms their fields (ARGV[3]) name in the
+# HASH of who is where (KEYS[3]), and deletes KEYS[4] when given: a former identity in a shard of
+# its own (a login or logout whose two identities fall in different shards), a logout, an erasure.
+_LEAVE: Final = (
+    _LUA_ROOMS
+    + """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+for field in string.gmatch(ARGV[3], '[^,]+') do
+  leave_room(KEYS[3], ARGV[2], field, ARGV[1])
+end
+if #KEYS >= 4 then
+  redis.call('DEL', KEYS[4])
+end
 return 1
 """
+)
 
 # The site-wide counts, as the cleanup command reads them from every shard, into the peak and the
 # online counters. KEYS: the peak, the known counters; ARGV: the time, the counter prefix,
@@ -240,7 +306,11 @@ if #KEYS >= 6 then
 else
   result[6] = {}
 end
-result[7] = redis.call('PFCOUNT', KEYS[5])
+if #KEYS >= 5 then
+  result[7] = redis.call('PFCOUNT', KEYS[5])
+else
+  result[7] = 0
+end
 return result
 """
 
@@ -253,6 +323,41 @@ if #stale > 0 then
 end
 return stale
 """
+
+# Prunes one room in one shard, a chunk at a time: takes up to ARGV[2] members last seen before
+# ARGV[1] out of the room's four sets (KEYS[1..4]), and out of the HASH of who is where (KEYS[5])
+# when it still names this room (ARGV[3]) for them. A room left with no member leaves the index
+# of rooms (KEYS[6]), so that the cleanup stops visiting it and no key of it is left.
+# Returns {members removed, 1 if the room is gone}.
+_PRUNE_ROOM: Final = """
+local cutoff, chunk, room = '(' .. ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local kinds = {'users', 'hidden', 'guests', 'bots'}
+local removed = 0
+for i = 1, 4 do
+  if removed >= chunk then
+    return {removed, 0}
+  end
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, chunk - removed)
+  if #stale > 0 then
+    redis.call('ZREM', KEYS[i], unpack(stale))
+    local prefix = i <= 2 and 'u:' or kinds[i] .. ':'
+    for _, member in ipairs(stale) do
+      if redis.call('HGET', KEYS[5], prefix .. member) == room then
+        redis.call('HDEL', KEYS[5], prefix .. member)
+      end
+    end
+    removed = removed + #stale
+  end
+end
+if removed < chunk and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+  redis.call('ZREM', KEYS[6], room)
+  return {removed, 1}
+end
+return {removed, 0}
+"""
+
+#: Rooms of one shard read from its index per step of the cleanup.
+ROOMS_PAGE_SIZE: Final = 500
 
 #: Members removed per prune call: about a millisecond of Redis time each.
 PRUNE_CHUNK_SIZE: Final = 1000
@@ -416,6 +521,18 @@ class Visit:
     user: UserDetails | None = None
     former: str = ""
     visitor: str = ""
+    #: The room the visit is in ("" for none: the visitor leaves the room they were in).
+    room: str = ""
+
+
+def place(kind: str, member: str) -> str:
+    """A person's field in the HASH of who is in which room: users by pk, whether hidden or not."""
+    return f"u:{member}" if kind in {"users", "hidden"} else f"{kind}:{member}"
+
+
+def _former_places(kind: str, former: str) -> str:
+    """The fields of the identity a visitor leaves: a guest's or bot's, or a user's."""
+    return ",".join(dict.fromkeys(place(name, former) for name in _FORMER_SETS[kind]))
 
 
 def record_calls(
@@ -447,6 +564,10 @@ def record_calls(
         "name": "",
         "url": "",
         "former": "",
+        "place": "",
+        "former_places": "",
+        "room": "",
+        "room_prefix": "",
         "sampling": "0",
     }
     if visit.visitor:
@@ -459,11 +580,20 @@ def record_calls(
         former_sets = _FORMER_SETS[kind]
         former_shard = member_shard(config, former_sets[0], visit.former)
         former_keys = [former_shard.key(name) for name in former_sets]
+        places = _former_places(kind, visit.former)
         if former_shard == shard:
             keys += former_keys
-            arguments["former"] = visit.former
+            arguments.update(former=visit.former, former_places=places)
         else:
-            calls.append(ScriptCall(_LEAVE, former_keys, [visit.former]))
+            calls.append(
+                ScriptCall(
+                    _LEAVE,
+                    [*former_keys, former_shard.key(ROOMS_WHERE)],
+                    [visit.former, former_shard.key(ROOM_PREFIX), places],
+                )
+            )
+    keys += [shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)]
+    arguments.update(place=place(kind, member), room=visit.room, room_prefix=shard.key(ROOM_PREFIX))
     extra: list[str | int | float] = []
     if fixed.samples:
         keys += [shard.key(name) for name in KINDS] + [fixed.peak, fixed.known]
@@ -529,17 +659,16 @@ def peak_key(config: Config) -> str:
 def remove_user(
     client: Client, config: Config, pk: str, *, erase: bool = False, shards: int | None = None
 ) -> None:
-    """Take a user off the online list; with ``erase``, also drop their last-seen record.
+    """Take a user off the online list and out of their room, in one call; with ``erase``, also
+    drop their last-seen record.
 
     ``shards`` names another layout than the configured one (the cleanup's old layouts).
     """
     shard = _shard_in(config, keyspace.user_identity(pk), shards)
-    pipe = client.pipeline(transaction=False)
-    pipe.zrem(shard.key("users"), pk)
-    pipe.zrem(shard.key("hidden"), pk)
+    keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE)]
     if erase:
-        pipe.delete(user_key(shard, pk))
-    pipe.execute()
+        keys.append(user_key(shard, pk))
+    run(client, [ScriptCall(_LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
 
 
 def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
@@ -549,12 +678,21 @@ def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard
     return layout[keyspace.bucket(person, len(layout))]
 
 
+def room_key(shard: keyspace.Shard, room: str, kind: str) -> str:
+    return shard.key(f"{ROOM_PREFIX}{room}:{kind}")
+
+
 def snapshot_call(
-    config: Config, shard: keyspace.Shard, *, limit: int | None, now: float
+    config: Config, shard: keyspace.Shard, *, limit: int | None, now: float, room: str = ""
 ) -> ScriptCall:
-    keys = [shard.key(kind) for kind in KINDS] + [visitors_key(shard, identity.utc_day(now))]
-    if shard.is_base:
-        keys.append(peak_key(config))
+    """One shard's part of a snapshot of the site, or of ``room`` (its four sets only: a room
+    has no visitors of the day or peak of its own)."""
+    if room:
+        keys = [room_key(shard, room, kind) for kind in KINDS]
+    else:
+        keys = [shard.key(kind) for kind in KINDS] + [visitors_key(shard, identity.utc_day(now))]
+        if shard.is_base:
+            keys.append(peak_key(config))
     args: list[str | int | float] = [
         _score(now - config.window),
         -1 if limit is None else limit,
@@ -601,17 +739,21 @@ def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
     )
 
 
-def snapshot(client: Client, config: Config, *, limit: int | None, now: float) -> Snapshot:
+def snapshot(
+    client: Client, config: Config, *, limit: int | None, now: float, room: str = ""
+) -> Snapshot:
     """Counts, the newest ``limit`` visible users, the peak and the day's visitors of the whole
     site: one call per shard, in one round trip on one Redis (a second one, for the few shards
     that need it, when the first could not tell the newest names; see ``shard_limit``)."""
     shards = keyspace.layout(config)
     asked = shard_limit(limit, len(shards))
-    calls = [snapshot_call(config, shard, limit=asked, now=now) for shard in shards]
+    calls = [snapshot_call(config, shard, limit=asked, now=now, room=room) for shard in shards]
     parts = [parse_snapshot(raw, asked) for raw in run(client, calls)]
     again = unfinished(parts, limit, asked)
     if again:
-        more = [snapshot_call(config, shards[index], limit=limit, now=now) for index in again]
+        more = [
+            snapshot_call(config, shards[index], limit=limit, now=now, room=room) for index in again
+        ]
         for index, raw in zip(again, run(client, more), strict=True):
             parts[index] = parse_snapshot(raw, limit)
     return combine(parts, limit)
@@ -764,11 +906,12 @@ def layouts_known(client: Client, config: Config) -> list[int]:
 
 
 def layout_is_empty(client: Client, config: Config, shards: int) -> bool:
-    """Whether no sorted set of people is left in the layout of ``shards`` shards."""
+    """Whether no sorted set of people, and nothing of a room, is left in the layout of
+    ``shards`` shards."""
     pipe = client.pipeline(transaction=False)
     for shard in keyspace.layout(config, shards):
-        for kind in KINDS:
-            pipe.exists(shard.key(kind))
+        for name in (*KINDS, ROOMS_INDEX, ROOMS_WHERE):
+            pipe.exists(shard.key(name))
     return not any(pipe.execute())
 
 
@@ -789,3 +932,23 @@ def unique_visitors(client: Client, config: Config, day: date) -> int:
     """The day's visitors: the shards' HyperLogLogs hold different people, so their estimates
     add up. One PFCOUNT per shard (redis-py keeps PFCOUNT out of cluster pipelines)."""
     return sum(int(client.pfcount(visitors_key(shard, day))) for shard in keyspace.layout(config))
+
+
+def rooms_of(client: Client, shard: keyspace.Shard) -> Iterator[str]:
+    """The rooms the index of ``shard`` names: those with someone in them, or left since the
+    cleanup last ran. A page at a time (ZSCAN, which may name a room twice)."""
+    for room, _score in client.zscan_iter(shard.key(ROOMS_INDEX), count=ROOMS_PAGE_SIZE):
+        yield keyspace.text(room)
+
+
+def prune_room_chunk(
+    client: Client, config: Config, shard: keyspace.Shard, room: str, *, now: float
+) -> tuple[int, bool]:
+    """Take up to ``PRUNE_CHUNK_SIZE`` people gone for over the window out of ``room`` in
+    ``shard``; returns how many, and whether the room is gone (emptied, and out of the index)."""
+    keys = [room_key(shard, room, kind) for kind in KINDS]
+    keys += [shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)]
+    removed, gone = keyspace.script(client, _PRUNE_ROOM)(
+        keys=keys, args=[_score(now - config.window), PRUNE_CHUNK_SIZE, room]
+    )
+    return int(removed), bool(gone)

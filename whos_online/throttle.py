@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 COOKIE_NAME: Final = "whos_online"
-#: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC), with room.
-MAX_COOKIE_LENGTH: Final = 48
+#: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC, a room's ".r"
+#: and 8-character tag, ".n"), with room to spare.
+MAX_COOKIE_LENGTH: Final = 64
 #: Identities the in-process memory holds; the oldest is forgotten first beyond this.
 MEMORY_SIZE: Final = 10_000
 #: Longest binding whose MAC is remembered: a session key (32 characters with Django's database
@@ -81,9 +82,37 @@ def binding(session_key: str, address: str) -> str:
 ARRIVED_SUFFIX: Final = ".n"
 
 
-def make_cookie(binding: str, now: float, throttle: int, *, arrived: bool = False) -> str:
+#: Before the tag of the room a cookie was issued for (see ``rooms.room_tag``).
+ROOM_MARK: Final = ".r"
+
+
+def _bound_to(binding: str, room: str) -> str:
+    # Without a room, what the MAC covers is what it always covered: such cookies stay valid.
+    return f"{binding}|{room}" if room else binding
+
+
+def make_cookie(
+    binding: str, now: float, throttle: int, *, arrived: bool = False, room: str = ""
+) -> str:
+    """The cookie for a visit just recorded; ``room`` is the tag of the visit's room."""
     expiry = int(now) + throttle
-    return f"{expiry}.{_mac(expiry, binding)}{ARRIVED_SUFFIX if arrived else ''}"
+    mac = _mac(expiry, _bound_to(binding, room))
+    return f"{expiry}.{mac}{ROOM_MARK + room if room else ''}{ARRIVED_SUFFIX if arrived else ''}"
+
+
+def _parts(value: str) -> tuple[str, str, str] | None:
+    """The expiry, MAC and room tag of ``EXPIRY.MAC[.rTAG][.n]``, or None for another shape."""
+    expiry, _, rest = value.removesuffix(ARRIVED_SUFFIX).partition(".")
+    mac, dot, room = rest.partition(".")
+    if dot and (not room.startswith("r") or "." in room):
+        return None
+    return expiry, mac, room[1:]
+
+
+def cookie_room(value: str) -> str:
+    """The room tag a cookie (one ``fresh_expiry`` accepted) was issued for, "" for none."""
+    parts = _parts(value)
+    return parts[2] if parts else ""
 
 
 def arrived(value: str) -> bool:
@@ -100,15 +129,18 @@ def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> 
     expired, else None. It was issued, and its browser recorded, ``throttle`` seconds before."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
         return None
-    expiry_text, dot, mac = value.removesuffix(ARRIVED_SUFFIX).partition(".")
-    if not dot or not expiry_text.isascii() or not expiry_text.isdigit():
+    parts = _parts(value)
+    if parts is None:
+        return None
+    expiry_text, mac, room = parts
+    if not mac or not expiry_text.isascii() or not expiry_text.isdigit():
         return None
     expiry = int(expiry_text)
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
     if not now < expiry <= now + throttle:
         return None
     # compare_digest raises TypeError on non-ASCII text, which a client can send.
-    if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, binding)):
+    if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, _bound_to(binding, room))):
         return expiry
     return None
 
@@ -125,16 +157,17 @@ class RecentIdentities:
 
     def __init__(self, size: int = MEMORY_SIZE) -> None:
         self._size = size
-        self._until: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._until: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def seen_recently(self, identity: str, now: float, epoch: int = 0) -> bool:
+    def seen_recently(self, identity: str, now: float, epoch: int = 0, room: str = "") -> bool:
+        """Whether ``identity`` was written, in ``room`` (a room tag), within its throttle."""
         entry = self._until.get(identity)
-        return entry is not None and now < entry[0] and entry[1] == epoch
+        return entry is not None and now < entry[0] and entry[1] == epoch and entry[2] == room
 
-    def remember(self, identity: str, until: float, epoch: int = 0) -> None:
+    def remember(self, identity: str, until: float, epoch: int = 0, room: str = "") -> None:
         with self._lock:
-            self._until[identity] = (until, epoch)
+            self._until[identity] = (until, epoch, room)
             self._until.move_to_end(identity)
             while len(self._until) > self._size:
                 self._until.popitem(last=False)

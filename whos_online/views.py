@@ -36,7 +36,7 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from whos_online import dashboard, snapshots
+from whos_online import dashboard, rooms, snapshots
 from whos_online.conf import get_config
 from whos_online.decorators import not_recorded
 from whos_online.results import EMPTY_SNAPSHOT, Snapshot
@@ -77,12 +77,15 @@ def counts_document(found: Snapshot | None, *, names: bool) -> dict[str, Any]:
     return document
 
 
-def _poll_snapshot(request: HttpRequest, config: Config, *, names: bool) -> Snapshot | None:
+def _poll_snapshot(
+    request: HttpRequest, config: Config, *, names: bool, room: str = ""
+) -> Snapshot | None:
     # A limit of 0 reads no names at all: the counts alone are cheaper to read.
     return snapshots.read(
         config.display_limit if names else 0,
         max_age=config.snapshot_max_age,
         fresh_after=snapshots.recorded_at(request),
+        room=room,
     )
 
 
@@ -97,10 +100,19 @@ def _poll_cache_control(response: HttpResponse, config: Config, *, names: bool) 
 @not_recorded
 @require_safe
 def counts(request: HttpRequest) -> HttpResponse:
+    """The counts as JSON; ``?room=name`` for a room's (400 for a bad name)."""
     config = get_config()
+    room = request.GET.get("room")
+    try:
+        name = "" if room is None else rooms.check_room(room)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
     names = may_see_names(request, config)
-    found = _poll_snapshot(request, config, names=names)
-    body = json.dumps(counts_document(found, names=names), cls=DjangoJSONEncoder)
+    found = _poll_snapshot(request, config, names=names, room=name)
+    document = counts_document(found, names=names)
+    if name:
+        document["room"] = name
+    body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
     _poll_cache_control(response, config, names=names)
     return response
@@ -112,7 +124,8 @@ OK_HEADER: Final = "Whos-Online-Ok"
 #: The longest refresh= a widget URL may ask for: a day.
 MAX_REFRESH: Final = 86_400
 _WIDGET_SOURCE: Final = (
-    "{% load whos_online %}{% whos_online live=True peak=peak visitors=visitors refresh=refresh %}"
+    "{% load whos_online %}"
+    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room %}"
 )
 _FLAGS: Final = {"0": False, "1": True}
 
@@ -123,16 +136,17 @@ def _widget_template(engine: Engine) -> Template:
     return Template(_WIDGET_SOURCE, engine=engine)
 
 
-def widget_query(*, peak: bool, visitors: bool, refresh: int) -> str:
+def widget_query(*, peak: bool, visitors: bool, refresh: int, room: str | None = None) -> str:
     """The query string of the widget view for these tag arguments, in the current language."""
-    return urlencode(
-        {
-            "peak": int(peak),
-            "visitors": int(visitors),
-            "refresh": refresh,
-            "lang": translation.get_language() or settings.LANGUAGE_CODE,
-        }
-    )
+    query: dict[str, str | int] = {
+        "peak": int(peak),
+        "visitors": int(visitors),
+        "refresh": refresh,
+        "lang": translation.get_language() or settings.LANGUAGE_CODE,
+    }
+    if room is not None:
+        query["room"] = room
+    return urlencode(query)
 
 
 def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
@@ -152,6 +166,8 @@ def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
     else:
         msg = f"refresh must be a whole number of seconds from 1 to {MAX_REFRESH}."
         raise ValueError(msg)
+    room = query.get("room")
+    arguments["room"] = None if room is None else rooms.check_room(room)
     return arguments
 
 
@@ -189,9 +205,10 @@ def widget(request: HttpRequest) -> HttpResponse:
     except ValueError as error:
         return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
     names = may_see_names(request, config)
-    found = _poll_snapshot(request, config, names=names)
+    room = arguments["room"] or ""
+    found = _poll_snapshot(request, config, names=names, room=room)
     # The tag reads the snapshot kept on the request: one read, with or without names, as here.
-    snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found)
+    snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found, room)
     engine = Engine.get_default()
     language = _page_language(request.GET) or translation.get_language()
     with translation.override(language):

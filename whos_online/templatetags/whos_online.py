@@ -27,7 +27,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, snapshots
+from whos_online import api, rooms, snapshots
 from whos_online.conf import get_config
 from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.views import widget_query
@@ -45,9 +45,11 @@ logger = logging.getLogger("whos_online")
 _unmounted_logged = False
 
 
-def _snapshot(context: template.Context) -> Snapshot:
+def _snapshot(context: template.Context, room: str | None = None) -> Snapshot:
+    """The snapshot of the site (or of ``room``) for this page: one read however many tags."""
     request = context.get("request")
-    cached = snapshots.of_request(request)
+    name = "" if room is None else rooms.check_room(room)
+    cached = snapshots.of_request(request, name)
     if cached is not None:
         return cached
     config = get_config()
@@ -55,12 +57,13 @@ def _snapshot(context: template.Context) -> Snapshot:
         config.display_limit,
         max_age=config.snapshot_max_age,
         fresh_after=snapshots.recorded_at(request),
+        room=name,
     )
     if found is None:
         # Fail open; not cached, so that the next render can show Redis again once it is back.
         return EMPTY_SNAPSHOT
     if request is not None:
-        snapshots.keep_on_request(request, found)
+        snapshots.keep_on_request(request, found, name)
     return found
 
 
@@ -72,17 +75,21 @@ def whos_online(
     visitors: bool = False,
     live: bool = False,
     refresh: int | None = None,
+    room: str | None = None,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
     ``peak=False`` leaves out "Most people ever online was N on DATE"; ``visitors=True`` adds
     today's unique visitors. Both come from the same single read as the names. ``live=True``
     refreshes the counts every ``REFRESH_INTERVAL`` seconds, ``refresh=N`` every N seconds.
+    ``room=name`` shows who is in that room instead (a room has no peak or visitors of its own).
     """
     config = get_config()
-    found = _snapshot(context)
+    found = _snapshot(context, room)
+    if room is not None:
+        peak = visitors = False
     wants_live = live or refresh is not None
-    shown = _live(config, refresh, peak=peak, visitors=visitors) if wants_live else None
+    shown = _live(config, refresh, peak=peak, visitors=visitors, room=room) if wants_live else None
     # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
     # falls back to the static widget: a URLconf slip must not show the names it restricts.
     names = not wants_live or may_see_names(context.get("request"), config)
@@ -103,10 +110,13 @@ def whos_online(
         "peak": found.peak if peak else None,
         "visitors": found.visitors if visitors else None,
         "live": shown,
+        "room": room,
     }
 
 
-def _live(config: Config, refresh: object, *, peak: bool, visitors: bool) -> dict[str, Any] | None:
+def _live(
+    config: Config, refresh: object, *, peak: bool, visitors: bool, room: str | None
+) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
     if refresh is None:
         refresh = config.refresh_interval
@@ -130,7 +140,7 @@ def _live(config: Config, refresh: object, *, peak: bool, visitors: bool) -> dic
             _unmounted_logged = True
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
-    query = widget_query(peak=bool(peak), visitors=bool(visitors), refresh=refresh)
+    query = widget_query(peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room)
     return {"url": f"{url}?{query}", "refresh": refresh}
 
 
@@ -179,9 +189,10 @@ def _user_html(name: str, url: str) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def online_count(context: template.Context, kind: str = "total") -> int:
-    """How many are online: ``total`` (users and guests), ``users``, ``guests`` or ``bots``."""
-    counts = _snapshot(context).counts
+def online_count(context: template.Context, kind: str = "total", room: str | None = None) -> int:
+    """How many are online (in ``room``, if given): ``total`` (users and guests), ``users``,
+    ``guests`` or ``bots``."""
+    counts = _snapshot(context, room).counts
     if kind not in counts._fields:
         msg = f"online_count takes one of {', '.join(counts._fields)}, not {kind!r}."
         raise template.TemplateSyntaxError(msg)

@@ -153,6 +153,13 @@ class Command(BaseCommand):
                 left = pruning.prune_old_layouts(client, config, now=now, between_chunks=between)
                 if any(left.values()):
                     self.report(left, now, "Removed from layouts of another SHARDS")
+                gone, emptied = pruning.prune_rooms(client, config, now=now, between_chunks=between)
+                if gone or emptied:
+                    self.log(
+                        f"Took {_plural(gone, 'person', 'people')} out of rooms; "
+                        f"{_plural(emptied, 'room')} left empty.",
+                        level=1,
+                    )
                 found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
                     users = _plural(found.visible + found.hidden, "user")
@@ -244,5 +251,5 @@ class Command(BaseCommand):
             self.stdout.write(msg)
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
+def _plural(count: int, noun: str, nouns: str = "") -> str:
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"

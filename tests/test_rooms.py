@@ -1,0 +1,323 @@
+"""Rooms: who is on one page, kept next to who is on the site."""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from django.contrib.auth import get_user_model, login
+from django.core.management import call_command
+from django.http import HttpRequest, HttpResponse
+from django.test import Client
+from django.urls import include, path
+
+import whos_online
+from tests.helpers import configure, render, widget_text
+from whos_online import pruning, recording, rooms, store, throttle
+from whos_online.api import OnlineCounts
+from whos_online.conf import get_config
+from whos_online.connection import admin_client
+from whos_online.decorators import in_room
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
+    from tests.helpers import RedisCalls
+
+pytestmark = pytest.mark.urls(__name__)
+
+TOPIC_1 = "topic:1"
+TOPIC_2 = "topic:2"
+
+
+@in_room("topic:{pk}")
+def topic(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse("topic")
+
+
+def board(request: HttpRequest) -> HttpResponse:
+    whos_online.set_room(request, "board")
+    return HttpResponse("board")
+
+
+def plain(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("plain")
+
+
+def log_in(request: HttpRequest, username: str) -> HttpResponse:
+    user = get_user_model().objects.get(username=username)
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    return HttpResponse("in")
+
+
+urlpatterns = [
+    path("online/", include("whos_online.urls")),
+    path("topics/<int:pk>/", topic),
+    path("board/", board),
+    path("plain/", plain),
+    path("login/<str:username>/", log_in),
+]
+
+
+def counts(room: str | None = None) -> OnlineCounts:
+    return whos_online.online_counts(room=room)
+
+
+def counts_at(room: str, now: float) -> OnlineCounts:
+    """A room's counts as the reader sees them at ``now`` (from its snapshot script)."""
+    found = store.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    return found.counts
+
+
+def cleanup_output() -> str:
+    out = io.StringIO()
+    call_command("whos_online_cleanup", stdout=out)
+    return out.getvalue()
+
+
+def hide_everyone(user: object) -> bool:
+    return True
+
+
+GUEST = OnlineCounts(users=0, guests=1, bots=0, total=1)
+NOBODY = OnlineCounts(users=0, guests=0, bots=0, total=0)
+
+
+def test_a_guest_is_in_one_room_at_a_time(backend):
+    assert whos_online.record_guest("192.0.2.1", room=TOPIC_1) is True
+    assert counts(TOPIC_1) == GUEST
+    assert counts() == GUEST
+
+    assert whos_online.record_guest("192.0.2.1", room=TOPIC_2) is True
+    assert counts(TOPIC_1) == NOBODY
+    assert counts(TOPIC_2) == GUEST
+
+    assert whos_online.record_guest("192.0.2.1") is True  # a page without a room
+    assert counts(TOPIC_2) == NOBODY
+    assert counts() == GUEST  # still online on the site
+
+
+def test_users_are_listed_in_their_room_with_the_site_s_rules(backend, hiding_bob, alice, bob):
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(bob, room=TOPIC_1)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_2)
+
+    assert [user.name for user in whos_online.online_users(room=TOPIC_1)] == ["alice"]
+    assert counts(TOPIC_1) == OnlineCounts(users=2, guests=0, bots=0, total=2)
+    assert whos_online.online_users(room=TOPIC_2) == []
+
+
+def test_a_login_takes_the_guest_out_of_their_room(backend, alice):
+    client = Client(REMOTE_ADDR="192.0.2.9")
+    client.get("/topics/1/")
+    assert counts(TOPIC_1) == GUEST
+
+    client.get(f"/login/{alice.username}/")  # recorded at once, in no room: the guest leaves
+    assert counts(TOPIC_1) == NOBODY
+    client.get("/topics/1/")
+    assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+@pytest.mark.parametrize("name", ["", "x" * (rooms.MAX_ROOM_LENGTH + 1), 7, None, b"topic"])
+def test_a_bad_room_name_is_a_value_error(backend, name):
+    request = HttpRequest()
+    with pytest.raises(ValueError, match="room name"):
+        whos_online.set_room(request, name)
+    if name is not None:
+        with pytest.raises(ValueError, match="room name"):
+            whos_online.online_counts(room=name)
+    with pytest.raises(ValueError, match="room name"):
+        whos_online.record_guest("192.0.2.1", room="")
+
+
+def test_the_longest_name_is_a_room(backend):
+    name = "é" * rooms.MAX_ROOM_LENGTH
+    assert whos_online.record_guest("192.0.2.1", room=name) is True
+    assert counts(name) == GUEST
+
+
+def test_staying_in_a_room_is_throttled_and_moving_is_recorded_at_once(
+    backend, redis_calls: RedisCalls
+):
+    client = Client(REMOTE_ADDR="192.0.2.7")
+    client.get("/topics/1/")
+    cookie = client.cookies[throttle.COOKIE_NAME].value
+    assert throttle.cookie_room(cookie) == rooms.room_tag(TOPIC_1)
+
+    redis_calls.clear()
+    client.get("/topics/1/")
+    assert redis_calls.trips == []  # the same room: nothing to write
+
+    client.get("/topics/2/")
+    assert [trip[0] for trip in redis_calls.trips] == ["EVALSHA"]  # one round trip
+    assert counts(TOPIC_1) == NOBODY
+    assert counts(TOPIC_2) == GUEST
+
+    client.get("/plain/")  # no room: out of topic 2, at once
+    assert counts(TOPIC_2) == NOBODY
+    assert throttle.cookie_room(client.cookies[throttle.COOKIE_NAME].value) == ""
+
+
+def test_a_site_without_rooms_sends_the_cookie_it_always_sent(backend):
+    client = Client(REMOTE_ADDR="192.0.2.8")
+    client.get("/plain/")
+    cookie = client.cookies[throttle.COOKIE_NAME].value.removesuffix(throttle.ARRIVED_SUFFIX)
+    assert cookie.count(".") == 1  # EXPIRY.MAC
+    assert len(cookie) == 33
+
+
+def test_set_room_in_a_view(backend):
+    Client(REMOTE_ADDR="192.0.2.6").get("/board/")
+    assert counts("board") == GUEST
+
+
+def test_a_forged_room_tag_is_no_cookie(backend):
+    client = Client(REMOTE_ADDR="192.0.2.5")
+    client.get("/topics/1/")
+    genuine = client.cookies[throttle.COOKIE_NAME].value
+    forged = genuine.replace(rooms.room_tag(TOPIC_1), rooms.room_tag(TOPIC_2))
+    binding = throttle.binding("", "192.0.2.5")
+    expiry = throttle.fresh_expiry(genuine, binding, 0, 10**10)
+    assert expiry is not None
+    assert throttle.fresh_expiry(forged, binding, 0, 10**10) is None
+
+
+def test_a_cookie_less_client_is_remembered_with_its_room(backend, redis_calls: RedisCalls):
+    for _ in range(2):
+        Client(REMOTE_ADDR="192.0.2.4").get("/topics/1/")
+    redis_calls.clear()
+    Client(REMOTE_ADDR="192.0.2.4").get("/topics/1/")
+    assert redis_calls.trips == []  # remembered by this process, in this room
+    Client(REMOTE_ADDR="192.0.2.4").get("/topics/2/")
+    assert counts(TOPIC_2) == GUEST
+    assert counts(TOPIC_1) == NOBODY
+
+
+def test_a_user_who_becomes_hidden_leaves_the_room_s_visible_set(
+    backend, settings, alice: AbstractUser
+):
+    whos_online.record_user(alice, room=TOPIC_1)
+    configure(settings, HIDE_USER="tests.test_rooms.hide_everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    assert whos_online.online_users(room=TOPIC_1) == []
+    assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+# The cleanup
+
+
+def room_keys(r) -> list[str]:
+    return sorted(key.decode() for key in r.scan_iter(match="*room*"))
+
+
+def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
+    now = time.time()
+    window = get_config().window
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now - window - 5)
+    whos_online.record_guest("192.0.2.2", room=TOPIC_2, now=now - window - 5)
+    whos_online.record_guest("192.0.2.3", room=TOPIC_2, now=now - 5)
+
+    assert "Took 2 people out of rooms; 1 room left empty." in cleanup_output()
+
+    assert counts_at(TOPIC_2, now) == GUEST
+    assert room_keys(r) == [
+        "{whos_online}:room:topic:2:guests",
+        "{whos_online}:rooms",
+        "{whos_online}:rooms:where",
+    ]
+    assert [room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1)] == [TOPIC_2]
+    assert r.hlen("{whos_online}:rooms:where") == 1
+
+    whos_online.prune(now=now + window + 1)  # everyone gone: nothing of the rooms is left
+    assert room_keys(r) == []
+
+
+def test_rooms_are_pruned_in_chunks(backend, r, monkeypatch):
+    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    now = 1_800_000_000.0
+    for number in range(7):
+        whos_online.record_guest(f"192.0.2.{number}", room=TOPIC_1, now=now - 700)
+    removed, emptied = pruning.prune_rooms(admin_client(), get_config(), now=now)
+    assert (removed, emptied) == (7, 1)
+    assert room_keys(r) == []
+
+
+def test_someone_back_in_a_room_during_the_cleanup_stays(backend, r):
+    now = 1_800_000_000.0
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now - 700)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)  # came back
+    pruning.prune_rooms(admin_client(), get_config(), now=now)
+    assert counts_at(TOPIC_1, now) == GUEST
+
+
+def test_a_room_read_is_one_round_trip_however_many_rooms_there_are(
+    backend, redis_calls: RedisCalls
+):
+    for number in range(50):
+        whos_online.record_guest(f"192.0.2.{number}", room=f"topic:{number}")
+    redis_calls.clear()
+    assert counts("topic:7") == GUEST
+    assert redis_calls.trips == [["EVALSHA"]]
+
+
+# Tags, the JSON view and the live widget
+
+
+def test_the_tags_show_a_room(backend, settings, alice, bob):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(bob, room=TOPIC_2)
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1)
+
+    markup = render('{% load whos_online %}{% whos_online room="topic:1" %}')
+    assert widget_text(markup, peak=True) == "Here now: alice and 1 guest"
+    assert render('{% load whos_online %}{% online_count room="topic:1" %}') == "2"
+    assert render('{% load whos_online %}{% online_count "users" room=r %}', {"r": TOPIC_2}) == "1"
+    site = render("{% load whos_online %}{% whos_online %}")
+    assert widget_text(site).startswith("Who's online: bob, alice and 1 guest")
+
+
+def test_the_json_view_answers_for_a_room(backend, settings, alice):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_guest("192.0.2.1")
+
+    document = Client().get("/online/counts.json", {"room": TOPIC_1}).json()
+    assert document["room"] == TOPIC_1
+    assert (document["users"], document["guests"], document["total"]) == (1, 0, 1)
+    assert [user["name"] for user in document["names"]] == ["alice"]
+    assert Client().get("/online/counts.json").json()["total"] == 2
+
+
+@pytest.mark.parametrize("room", ["", "x" * (rooms.MAX_ROOM_LENGTH + 1)])
+def test_a_bad_room_is_a_bad_request(backend, room):
+    assert Client().get("/online/counts.json", {"room": room}).status_code == 400
+    assert Client().get("/online/widget/", {"room": room}).status_code == 400
+
+
+def test_the_live_widget_of_a_room_refreshes_that_room(backend, settings, alice):
+    configure(settings, SHOW_NAMES_TO="everyone")
+    markup = render('{% load whos_online %}{% whos_online live=True room="topic:1" %}')
+    url = re.search(r'data-whos-online-live="([^"]+)"', markup)
+    assert url is not None
+    assert "room=topic%3A1" in html.unescape(url.group(1))
+
+    whos_online.record_user(alice, room=TOPIC_1)
+    refreshed = Client().get(html.unescape(url.group(1)))
+    assert widget_text(refreshed.content.decode()) == "Here now: alice"
+
+
+def test_a_logout_and_an_erasure_take_the_user_out_of_their_room(backend, r, alice, bob):
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(bob, room=TOPIC_1)
+
+    recording.user_logged_out(alice)
+    assert [user.name for user in whos_online.online_users(room=TOPIC_1)] == ["bob"]
+
+    assert whos_online.forget_user(bob) is True
+    assert counts(TOPIC_1) == NOBODY
+    assert r.hlen("{whos_online}:rooms:where") == 0
