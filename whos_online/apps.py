@@ -27,8 +27,9 @@ class WhosOnlineConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
         )
-        # Buffered page hits are written when the process exits normally. A worker that
-        # multiprocessing started (uvicorn --workers) ends with os._exit once its finalizers
-        # have run, skipping atexit: a finalizer writes them there.
+        # Buffered page hits are written when the process exits normally. A process that
+        # multiprocessing started ends with os._exit once its finalizers have run, skipping
+        # atexit: a finalizer writes them there. (uvicorn's processes, single or --workers, end
+        # on their own re-raised SIGTERM, which neither survives: see whos_online.hits.)
         atexit.register(recording.flush_hits_at_exit)
         multiprocessing.util.Finalize(None, recording.flush_hits_at_exit, exitpriority=10)

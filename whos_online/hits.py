@@ -5,7 +5,8 @@ counts per second. The buffer rides along with the next recorded visit (the same
 otherwise a timer writes it at most ``FLUSH_INTERVAL`` seconds after it stopped being empty. A
 process that exits normally writes what it holds (``atexit``, or a multiprocessing finalizer);
 one that is killed loses what it held, at most the hits of the last ``FLUSH_INTERVAL`` (and, if
-Redis was failing, those it could not write).
+Redis was failing, those it could not write). uvicorn kills its own processes in this sense: once
+its graceful shutdown is over it raises the SIGTERM it caught again, with the default handler.
 
 Counts are kept per second so that each hit lands in the slice it happened in at every precision,
 however late it is written.
