@@ -69,6 +69,28 @@ def test_a_browser_recorded_after_the_kept_snapshot_was_read_gets_a_fresh_one(
     assert redis_calls.trips == [["EVALSHA"]]
 
 
+def test_a_new_visitor_reloading_within_the_second_of_their_visit_sees_themselves(
+    kept, clock, client, alice, *, redis_calls, monkeypatch
+):
+    """The first page of a new visitor is rendered before their visit is written, from a read
+    that this process then keeps: their reload, within the same second, must not be shown it."""
+    whos_online.record_user(alice)
+    second = int(time.time()) + 10
+    wall = [second + 0.1]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    assert "Who's online: alice" in widget_text(client.get("/").content.decode())
+    wall[0] = second + 0.6
+    redis_calls.clear()
+
+    assert "alice and 1 guest" in widget_text(client.get("/").content.decode())
+    assert redis_calls.trips == [["EVALSHA"]]
+    # From the next second on, what that read kept serves them and everybody else.
+    wall[0] = second + 1.2
+    assert "alice and 1 guest" in widget_text(client.get("/").content.decode())
+    assert widget_text(render(TAG)) == "Who's online: alice and 1 guest"
+    assert redis_calls.trips == [["EVALSHA"], ["EVALSHA"]]
+
+
 def test_a_visit_recorded_does_not_drop_the_kept_snapshot_for_others(
     kept, clock, redis_calls, alice, bob
 ):
@@ -152,11 +174,20 @@ def test_a_visitor_online_already_is_shown_the_kept_snapshot(
     assert redis_calls.trips == []
 
 
-def test_a_forged_flag_costs_one_read_at_most(kept, clock, client, *, redis_calls):
+def test_a_forged_flag_costs_one_read_at_most_after_its_second(
+    kept, clock, client, *, redis_calls, monkeypatch
+):
+    """The flag is not signed, but the second it names is: a browser that adds it has its own
+    pages read afresh during that one second, and then once at most."""
+    second = int(time.time()) + 10
+    wall = [second + 0.5]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
     client.get("/plain/")
     cookie = client.cookies[throttle.COOKIE_NAME].value.removesuffix(throttle.ARRIVED_SUFFIX)
     client.cookies[throttle.COOKIE_NAME] = cookie + throttle.ARRIVED_SUFFIX
+    wall[0] = second + 1.1
     redis_calls.clear()
-    for _ in range(3):
+    for step in range(3):
+        wall[0] = second + 1.1 + step / 10
         client.get("/")
     assert len(redis_calls.trips) <= 1

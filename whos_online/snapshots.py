@@ -10,8 +10,8 @@ makes the read load grow with the number of processes instead of the number of p
 The person who was just recorded still sees the list with themselves in it on their next page,
 whichever process serves it: when they were not online before, their throttle cookie says so and
 in which second they were recorded, the middleware notes it on the request, and a kept snapshot
-read before that second is not used for them. Someone online already is in the kept snapshot's
-counts anyway, so recording them again (most recorded visits) costs no read.
+read before the end of that second is not used for them. Someone online already is in the kept
+snapshot's counts anyway, so recording them again (most recorded visits) costs no read.
 
 Dropping the kept snapshot whenever a process records a visit would do the same for that process
 only, and at scale, where every process records visits all the time, it would make nearly every
@@ -84,17 +84,21 @@ class SnapshotCache:
         self, limit: int | None, max_age: float, *, fresh_after: int | None = None
     ) -> Snapshot | None:
         """The kept snapshot, cut to ``limit`` names, if it is younger than ``max_age`` seconds,
-        was read with at least ``limit`` names, and was read in or after the second
-        ``fresh_after`` (when the viewer was recorded: the cookie knows no finer time, and a read
-        later in that same second must count, or every page of that second would read again);
-        None otherwise."""
+        was read with at least ``limit`` names, and was read after the second ``fresh_after``
+        (in which the viewer was recorded); None otherwise.
+
+        The cookie knows the second of the recording and no finer time, and the page that
+        recorded the viewer was rendered, from a read, before its visit was written: a read in
+        that same second may not include them. So only a read from the next second on counts,
+        which costs the viewer's own pages of that second a read each, and nobody else's.
+        """
         kept = self._kept
         if kept is None or max_age <= 0:
             return None
         read_at, read_at_unix, found = kept
         if time.monotonic() - read_at >= max_age or not found.answers(limit):
             return None
-        if fresh_after is not None and read_at_unix < fresh_after:
+        if fresh_after is not None and read_at_unix < fresh_after + 1:
             return None
         return found.cut(limit)
 
