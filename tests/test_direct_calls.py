@@ -1,0 +1,79 @@
+"""Scripts sent straight over a pooled connection (``connection.execute``), and what a failure
+in the middle of one leaves behind."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+import whos_online
+from whos_online import connection
+
+
+def _no_client_path(*args: object, **kwargs: object) -> None:
+    msg = "went through redis-py's execute_command"
+    raise AssertionError(msg)
+
+
+def test_a_recorded_visit_goes_straight_over_a_pooled_connection(backend, r, monkeypatch):
+    monkeypatch.setattr(connection.request_client(), "execute_command", _no_client_path)
+
+    whos_online.record_guest("192.0.2.1")
+
+    assert r.zcard("{whos_online}:guests") == 1
+    client = connection.request_client()
+    assert isinstance(client, redis.Redis)
+    assert client.connection_pool._in_use_connections == set()
+
+
+def test_a_script_the_server_lost_is_sent_whole(backend, r, monkeypatch):
+    whos_online.record_guest("192.0.2.1")
+    r.script_flush()
+    monkeypatch.setattr(connection.request_client(), "execute_command", _no_client_path)
+
+    whos_online.record_guest("192.0.2.2")
+
+    assert r.zcard("{whos_online}:guests") == 2
+
+
+def test_a_connection_broken_mid_call_is_dropped_and_the_call_fails_open(backend, r, monkeypatch):
+    whos_online.record_guest("192.0.2.1")
+    client = connection.request_client()
+    assert isinstance(client, redis.Redis)
+    pool = client.connection_pool
+    (idle,) = pool._available_connections
+    connection_class = type(idle)
+
+    def broken(self: redis.Connection, *args: object, **kwargs: object) -> object:
+        # What the connection does on a socket error: disconnect, then raise.
+        self.disconnect()  # type: ignore [no-untyped-call]
+        msg = "Connection reset by peer"
+        raise redis.ConnectionError(msg)
+
+    monkeypatch.setattr(connection_class, "read_response", broken)
+
+    assert whos_online.record_guest("192.0.2.2") is False
+
+    assert pool._in_use_connections == set()
+    monkeypatch.undo()
+    assert r.zcard("{whos_online}:guests") in {1, 2}  # sent, but its reply lost
+
+
+def test_a_client_it_did_not_make_runs_commands_as_usual(backend, monkeypatch):
+    made = redis.Redis(connection_pool=redis.BlockingConnectionPool())  # type: ignore [no-untyped-call]
+    seen: list[tuple[object, ...]] = []
+
+    def execute_command(*args: object) -> int:
+        seen.append(args)
+        return 1
+
+    monkeypatch.setattr(made, "execute_command", execute_command)
+
+    assert connection.execute(made, "PING") == 1
+    assert seen == [("PING",)]
+
+
+@pytest.mark.parametrize("pool_class", [redis.ConnectionPool, redis.BlockingConnectionPool])
+def test_only_redis_pys_own_pools_are_sent_over_directly(pool_class):
+    client = redis.Redis(connection_pool=pool_class())
+    assert connection._made_here(client) is (pool_class is redis.ConnectionPool)
