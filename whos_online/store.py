@@ -167,6 +167,8 @@ _RECORD: Final = (
     _LUA_SAMPLING
     + _LUA_ROOMS
     + _lua_locals(RECORD_ARGUMENTS)
+    # The page-hit batch's arguments follow the named ones (see ``add_batch``).
+    + f"local batch = {len(RECORD_ARGUMENTS) + 1}\n"
     + """
 local n = 1
 local function take()
@@ -218,10 +220,15 @@ if room ~= '' then
   end
   redis.call('ZADD', index, score, room)
 end
-if sampling ~= '0' then
+-- The counts are sampled, and a batch of hits added, only when there is something to do: on
+-- most visits (someone online already, no hits riding along) this part runs no command.
+local samples = sampling == '1' or (sampling == '?'
+  and (added == 1 or tonumber(before) < tonumber(online_since)))
+local has_hits = sampling ~= '0' and (ARGV[batch] ~= '' or tonumber(ARGV[batch + 3]) > 0)
+if samples or has_hits then
   local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
   local precision_list = parse_precisions(precisions)
-  if sampling == '1' or added == 1 or tonumber(before) < tonumber(online_since) then
+  if samples then
     local online_users = redis.call('ZCOUNT', users, online_since, '+inf')
       + redis.call('ZCOUNT', hidden, online_since, '+inf')
     local online_guests = redis.call('ZCOUNT', guests, online_since, '+inf')
@@ -230,9 +237,9 @@ if sampling ~= '0' then
     sample_all(known, counter_prefix, precision_list, may_stop, tonumber(second),
       online_users, online_guests, online_bots)
   end
-  add_batch(counter_prefix, known, precision_list, """
-    + str(len(RECORD_ARGUMENTS) + 1)
-    + """)
+  if has_hits then
+    add_batch(counter_prefix, known, precision_list, batch)
+  end
 end
 -- Whether the visitor was not online until now: their next page should not be shown a kept
 -- snapshot read before this visit (see ``snapshots``).
