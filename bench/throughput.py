@@ -102,6 +102,9 @@ class Site:
     def cpu_seconds(self) -> float:
         return servers.cpu_seconds([*servers.children(self.master), self.redis_pid])
 
+    def redis_cpu_seconds(self) -> float:
+        return servers.cpu_seconds([self.redis_pid])
+
     def commands(self) -> int:
         """Commands run so far, not counting the INFO that asks (it counts once it has run)."""
         return int(self.redis.info("stats")["total_commands_processed"])
@@ -113,10 +116,16 @@ class Sample:
     #: CPU seconds the site's workers and its Redis spent during the cell.
     cpu: float
     commands: int
+    #: The part of ``cpu`` that its Redis spent.
+    redis_cpu: float = 0.0
 
     @property
     def cpu_per_request(self) -> float:
         return self.cpu / max(self.result.requests, 1)
+
+    @property
+    def redis_cpu_per_request(self) -> float:
+        return self.redis_cpu / max(self.result.requests, 1)
 
 
 METRICS: Final[dict[str, Callable[[Sample], float]]] = {
@@ -234,10 +243,15 @@ def run(
             crowd = browsers[identity]
             extra = cookies.get(site, identity) if site.variant.throttled else [{}] * len(crowd)
             headers = [browser.headers(more) for browser, more in zip(crowd, extra, strict=True)]
-            cpu, commands = site.cpu_seconds(), site.commands()
+            cpu, redis_cpu, commands = site.cpu_seconds(), site.redis_cpu_seconds(), site.commands()
             result = wrk.run(site.port, headers, duration)
-            # Less the INFO that read the count before the cell.
-            return Sample(result, site.cpu_seconds() - cpu, site.commands() - commands - 1)
+            return Sample(
+                result,
+                site.cpu_seconds() - cpu,
+                # Less the INFO that read the count before the cell.
+                site.commands() - commands - 1,
+                site.redis_cpu_seconds() - redis_cpu,
+            )
 
         for identity, group in groups.items():
             for site in [sites["bare"], *group]:
@@ -374,6 +388,7 @@ def _section(
                     _spread(ratios["p99"]),
                     stats.us(statistics.median(s.cpu_per_request for s in samples)),
                     _spread(ratios["cpu"]),
+                    stats.us(statistics.median(s.redis_cpu_per_request for s in samples)),
                 ]
             )
             errors = sum(s.result.errors for s in samples)
@@ -409,6 +424,7 @@ def _section(
         "× bare",
         "CPU µs/req",
         "× bare",
+        "of which Redis",
     ]
     return Section(
         title="Request throughput, ASGI" if asgi else "Request throughput",
@@ -419,7 +435,8 @@ def _section(
             f"users in turn, each with its own X-Forwarded-For (one trusted proxy). {repeats} "
             f"repetitions of {seconds} s cells, each variant between two cells of bare Django; "
             "ratios are to the mean of those two: median (min–max). CPU µs/req is the CPU "
-            "time of the site's workers and its own redis-server per request."
+            "time of the site's workers and its own redis-server per request, and the last "
+            "column the redis-server's part of it."
         ),
         tables=[stats.table(header, rows)],
         notes=notes,
