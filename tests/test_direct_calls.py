@@ -8,6 +8,7 @@ import redis
 
 import whos_online
 from whos_online import connection
+from whos_online.sentinels import FollowingSentinel
 
 
 def _no_client_path(*args: object, **kwargs: object) -> None:
@@ -77,3 +78,9 @@ def test_a_client_it_did_not_make_runs_commands_as_usual(backend, monkeypatch):
 def test_only_redis_pys_own_pools_are_sent_over_directly(pool_class):
     client = redis.Redis(connection_pool=pool_class())
     assert connection._made_here(client) is (pool_class is redis.ConnectionPool)
+
+
+def test_a_sentinel_managed_master_is_sent_over_directly():
+    sentinel = FollowingSentinel([("127.0.0.1", 1)], socket_timeout=0.1)
+    master = sentinel.master_for("mymaster")  # type: ignore [no-untyped-call]
+    assert connection._made_here(master)
