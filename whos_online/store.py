@@ -457,11 +457,11 @@ def _run_one(client: Client, call: ScriptCall) -> Any:
     primary, so that a master that is down would make every node that has not run the script yet
     fail too. Sent by ``connection.execute``, which spares one Redis redis-py's per-call work.
     """
-    keys = len(call.keys)
+    numkeys = len(call.keys)
     try:
-        return execute(client, "EVALSHA", sha1_of(call.source), keys, *call.keys, *call.args)
+        return execute(client, "EVALSHA", sha1_of(call.source), numkeys, *call.keys, *call.args)
     except NoScriptError:
-        return execute(client, "EVAL", call.source, keys, *call.keys, *call.args)
+        return execute(client, "EVAL", call.source, numkeys, *call.keys, *call.args)
 
 
 @functools.cache
