@@ -27,6 +27,21 @@ def test_a_recorded_visit_goes_straight_over_a_pooled_connection(backend, r, mon
     assert client.connection_pool._in_use_connections == set()
 
 
+@pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
+def test_a_visit_with_unicode_and_numbers_reaches_redis_intact(backend, r, monkeypatch, packer):
+    if packer == "redis-py":
+        monkeypatch.setattr(connection, "_pack_command", None)
+    elif connection._pack_command is None:
+        pytest.skip("hiredis is not installed")
+    client = connection.request_client()
+
+    assert connection.execute(client, "ZADD", "{whos_online}:x", 1.5, "Zoë") == 1
+    assert connection.execute(client, "HSET", "{whos_online}:h", "n", 7) == 1
+
+    assert r.zscore("{whos_online}:x", "Zoë") == 1.5
+    assert r.hget("{whos_online}:h", "n") == b"7"
+
+
 def test_a_script_the_server_lost_is_sent_whole(backend, r, monkeypatch):
     whos_online.record_guest("192.0.2.1")
     r.script_flush()

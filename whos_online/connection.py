@@ -25,6 +25,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import redis
+import redis.utils
 from django.dispatch import receiver
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
@@ -95,6 +96,21 @@ def _pool_wants_command_name() -> bool:
 _CONNECTION_ARGS: Final = ("EVALSHA",) if _pool_wants_command_name() else ()
 
 
+def _hiredis_packer() -> Callable[[tuple[str | int | float, ...]], bytes] | None:
+    # redis-py packs every command with hiredis when hiredis is installed (encoding str as
+    # UTF-8 whatever the client's encoding), after a pass over the arguments that only converts
+    # bytearrays and memoryviews, which this module never sends: about 5 µs of the 7 that
+    # packing a recorded visit's 35 arguments takes.
+    if not redis.utils.HIREDIS_AVAILABLE:
+        return None
+    import hiredis
+
+    return getattr(hiredis, "pack_command", None)
+
+
+_pack_command: Final = _hiredis_packer()
+
+
 def execute(client: Client, *args: str | int | float) -> Any:
     """Run one command and return its reply as Redis sent it (no response callback applies).
 
@@ -113,7 +129,10 @@ def execute(client: Client, *args: str | int | float) -> Any:
     pool = client.connection_pool
     conn = pool.get_connection(*_CONNECTION_ARGS)
     try:
-        conn.send_command(*args)  # type: ignore [no-untyped-call]
+        if _pack_command is None:
+            conn.send_command(*args)  # type: ignore [no-untyped-call]
+        else:
+            conn.send_packed_command([_pack_command(args)])  # type: ignore [no-untyped-call]
         return conn.read_response()
     finally:
         pool.release(conn)
