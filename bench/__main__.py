@@ -27,7 +27,15 @@ if TYPE_CHECKING:
 
     from bench.report import Section
 
-PARTS: Final = ("throughput", "redis-work", "tags", "cleanup", "memory", "rooms")
+PARTS: Final = (
+    "throughput",
+    "redis-work",
+    "request-cost",
+    "tags",
+    "cleanup",
+    "memory",
+    "rooms",
+)
 
 
 def _setup_django() -> None:
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     started = time.monotonic()
     _setup_django()
-    from bench import cleanup, memory, redis_work, rooms, tags, throughput
+    from bench import cleanup, memory, redis_work, request_cost, rooms, tags, throughput
 
     with tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir:
         runs: dict[str, Callable[[], Section]] = {
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 asgi=options.asgi,
             ),
             "redis-work": redis_work.run,
+            "request-cost": request_cost.run,
             "tags": tags.run,
             "cleanup": cleanup.run,
             "memory": memory.run,
