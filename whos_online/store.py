@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from django.dispatch import receiver
@@ -384,6 +384,11 @@ def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
     return shard.key(f"visitors:{text}")
 
 
+@functools.lru_cache(maxsize=64)
+def _day_visitors_key(shard: keyspace.Shard, day_number: int) -> str:
+    return visitors_key(shard, identity.utc_day(day_number * 86400))
+
+
 def _score(now: float) -> str:
     return f"{now:.3f}"
 
@@ -483,8 +488,25 @@ _FORMER_SETS: Final = {
 
 
 @dataclass(frozen=True)
+class _ShardLayout:
+    """The keys and arguments that every visit of one kind to one shard sends alike."""
+
+    joined: str
+    #: For a user, the user set they are not in ("hidden" for one who is not hidden).
+    other_user_set: str
+    rooms: tuple[str, str]
+    room_prefix: str
+    #: What the visitor's field in the HASH of who is in which room begins with (see ``place``).
+    place_prefix: str
+    #: With one shard, the keys that sampling the counts reads and writes.
+    counts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class _Recording:
-    """What every recorded visit under one Config sends alike."""
+    """What every recorded visit under one Config sends alike, and, per shard and kind, the keys
+    and arguments its visits share: worked out once and kept, rather than made again on every
+    recorded request."""
 
     peak: str
     known: str
@@ -494,6 +516,22 @@ class _Recording:
     last_seen: int
     #: Whether a visit samples the online counts itself: only when one shard holds everybody.
     samples: bool
+    _layouts: dict[tuple[int, str], _ShardLayout] = field(default_factory=dict, compare=False)
+
+    def layout(self, shard: keyspace.Shard, kind: str) -> _ShardLayout:
+        found = self._layouts.get((shard.index, kind))
+        if found is None:
+            found = self._layouts[shard.index, kind] = _ShardLayout(
+                joined=shard.key(kind),
+                other_user_set=shard.key("hidden" if kind == "users" else "users"),
+                rooms=(shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)),
+                room_prefix=shard.key(ROOM_PREFIX),
+                place_prefix=place(kind, ""),
+                counts=(*(shard.key(name) for name in KINDS), self.peak, self.known)
+                if self.samples
+                else (),
+            )
+        return found
 
 
 def _recording(config: Config) -> _Recording:
@@ -560,29 +598,14 @@ def record_calls(
     kind = visit.kind if user is None else ("hidden" if user.hidden else "users")
     fixed = _recording_of(config)
     shard = member_shard(config, kind, member)
-    keys = [shard.key(kind)]
+    layout = fixed.layout(shard, kind)
     day_number = int(now // 86400)
-    arguments: dict[str, str | int | float] = {
-        "member": member,
-        "score": _score(now),
-        "visitor": visit.visitor,
-        # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
-        "visitors_expire_at": (day_number + 1) * 86400 + fixed.last_seen,
-        "seen_ttl": "",
-        "name": "",
-        "url": "",
-        "former": "",
-        "place": "",
-        "former_places": "",
-        "room": "",
-        "room_prefix": "",
-        "sampling": "0",
-    }
+    keys = [layout.joined]
     if visit.visitor:
-        keys.append(visitors_key(shard, identity.utc_day(now)))
+        keys.append(_day_visitors_key(shard, day_number))
     if user is not None:
-        keys += [shard.key("hidden" if kind == "users" else "users"), user_key(shard, member)]
-        arguments.update(seen_ttl=fixed.last_seen, name=user.name, url=user.url)
+        keys += (layout.other_user_set, user_key(shard, member))
+    former = former_places = ""
     calls = []
     if visit.former:
         former_sets = _FORMER_SETS[kind]
@@ -591,7 +614,7 @@ def record_calls(
         places = _former_places(kind, visit.former)
         if former_shard == shard:
             keys += former_keys
-            arguments.update(former=visit.former, former_places=places)
+            former, former_places = visit.former, places
         else:
             calls.append(
                 ScriptCall(
@@ -600,11 +623,26 @@ def record_calls(
                     [visit.former, former_shard.key(ROOM_PREFIX), places],
                 )
             )
-    keys += [shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)]
-    arguments.update(place=place(kind, member), room=visit.room, room_prefix=shard.key(ROOM_PREFIX))
+    keys += layout.rooms
+    arguments: dict[str, str | int | float] = {
+        "member": member,
+        "score": _score(now),
+        "visitor": visit.visitor,
+        # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
+        "visitors_expire_at": (day_number + 1) * 86400 + fixed.last_seen,
+        "seen_ttl": "" if user is None else fixed.last_seen,
+        "name": "" if user is None else user.name,
+        "url": "" if user is None else user.url,
+        "former": former,
+        "place": layout.place_prefix + member,
+        "former_places": former_places,
+        "room": visit.room,
+        "room_prefix": layout.room_prefix,
+        "sampling": "0",
+    }
     extra: list[str | int | float] = []
     if fixed.samples:
-        keys += [shard.key(name) for name in KINDS] + [fixed.peak, fixed.known]
+        keys += layout.counts
         arguments.update(
             sampling=_sampling.flag(int(now)),
             online_since=_score(now - config.window),
