@@ -30,7 +30,7 @@ from django.test import RequestFactory, override_settings
 from bench import servers, stats
 from bench.naive import NaiveZaddMiddleware
 from bench.report import Section
-from whos_online import store
+from whos_online import connection, store
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ def _server_cpu(admin: redis.Redis) -> float:
 
 class _NoRedis:
     """What the naive middleware's client becomes when its Python alone is measured: a plain
-    method, because a ``Mock`` call costs more than the middleware itself."""
+    method, because a ``Mock`` call costs more than the middleware itself (and, with the real
+    ``zadd`` timed in its place, when its Redis call is timed)."""
 
     def zadd(self, name: str, mapping: dict[str, float]) -> int:
         return 1
@@ -82,45 +83,75 @@ def _no_command(client: object, *command: str | int | float) -> int:
     return 0
 
 
+class _CallTimer:
+    """This thread's CPU time spent inside Redis calls, summed: the rest of a request's is the
+    middleware's Python (and Django's) around them."""
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+
+    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.spent += time.thread_time() - started
+
+        return timed_call
+
+
 def _worker(requests: list[HttpRequest]) -> dict[str, list[float]]:
-    """CPU per request in this thread, by middleware, with Redis and with a no-op in its place."""
+    """CPU per request in this thread, by middleware: in all, inside the Redis call, and with
+    a no-op in place of the call."""
 
     def view(request: HttpRequest) -> HttpResponse:
         return HttpResponse()
 
     ours = WhosOnlineMiddleware(view)
     naive = NaiveZaddMiddleware(view)
+    timer = _CallTimer()
+    real_client = naive.client
+    timed_client = _NoRedis()
+    timed_client.zadd = timer.timed(real_client.zadd)  # type: ignore [method-assign]
+    timed_execute = timer.timed(connection.execute)
 
-    def serve(middleware: Callable[[HttpRequest], Any]) -> Callable[[], None]:
+    def serve(middleware: Callable[[HttpRequest], Any]) -> None:
+        for request in requests:
+            middleware(request)
+
+    def naive_with(client: object) -> Callable[[], None]:
         def calls() -> None:
-            for request in requests:
-                middleware(request)
+            naive.client = client  # type: ignore [assignment]
+            try:
+                serve(naive)
+            finally:
+                naive.client = real_client
 
         return calls
 
-    def naive_without_redis() -> None:
-        real, naive.client = naive.client, _NoRedis()  # type: ignore [assignment]
-        try:
-            serve(naive)()
-        finally:
-            naive.client = real
+    def ours_with(execute: Callable[..., Any]) -> Callable[[], None]:
+        def calls() -> None:
+            with mock.patch.object(store, "execute", execute):
+                serve(ours)
 
-    def ours_without_redis() -> None:
-        with mock.patch.object(store, "execute", _no_command):
-            serve(ours)()
+        return calls
 
     runs = {
-        "naive": serve(naive),
-        "whos_online": serve(ours),
-        "naive, no Redis": naive_without_redis,
-        "whos_online, no Redis": ours_without_redis,
+        "naive": naive_with(timed_client),
+        "whos_online": ours_with(timed_execute),
+        "naive, no Redis": naive_with(_NoRedis()),
+        "whos_online, no Redis": ours_with(_no_command),
     }
-    serve(ours)()  # connects, loads the script, puts everybody online
-    serve(naive)()
+    serve(ours)  # connects, loads the script, puts everybody online
+    serve(naive)
     measured: dict[str, list[float]] = defaultdict(list)
     for round_number in range(ROUNDS):
         for name in stats.rotated(list(runs), round_number):
+            timer.spent = 0.0
             measured[name].append(_cpu_per_call(runs[name], len(requests)))
+            if "no Redis" not in name:
+                measured[f"{name}, in the call"].append(timer.spent / len(requests))
     return measured
 
 
@@ -202,13 +233,16 @@ def run() -> Section:
     def minus(first: list[float], second: list[float]) -> list[float]:
         return [a - b for a, b in zip(first, second, strict=True)]
 
+    naive_call, ours_call = worker["naive, in the call"], worker["whos_online, in the call"]
     worker_rows = [
         _row("naive middleware, whole request", naive, naive),
         _row("whos_online middleware, whole request", ours, naive),
-        _row("naive middleware, its Python only", naive_python, naive),
-        _row("whos_online middleware, its Python only", ours_python, naive),
-        _row("naive middleware, its Redis call", minus(naive, naive_python), naive),
-        _row("whos_online middleware, its Redis call", minus(ours, ours_python), naive),
+        _row("naive middleware, inside its Redis call", naive_call, naive),
+        _row("whos_online middleware, inside its Redis call", ours_call, naive),
+        _row("naive middleware, around its Redis call", minus(naive, naive_call), naive),
+        _row("whos_online middleware, around its Redis call", minus(ours, ours_call), naive),
+        _row("naive middleware, no Redis call (a no-op instead)", naive_python, naive),
+        _row("whos_online middleware, no Redis call (a no-op instead)", ours_python, naive),
     ]
     redis_rows = [_row(name, values, zadd) for name, values in redis_side.items()]
     return Section(
@@ -217,9 +251,11 @@ def run() -> Section:
             f"{REQUESTS} anonymous requests per round, guests online already, `THROTTLE=0`, "
             f"{ROUNDS} interleaved rounds; CPU µs per request, median, and its ratio to the "
             "baseline measured in the same round, median (min–max). First the worker's share "
-            "(this thread's CPU, without the time spent waiting for Redis; the Python rows have "
-            "the Redis call replaced by a no-op), against the naive middleware's whole request; "
-            "then Redis's share, per call, against the naive ZADD."
+            "(this thread's CPU, without the time spent waiting for Redis), against the naive "
+            "middleware's whole request: in all, inside the Redis call (from redis-py's method "
+            "or whos_online's `execute` to the reply), around it (the middleware's Python, and "
+            "the request's), and with a no-op in place of the call, where the same Python runs "
+            "with warm caches; then Redis's share, per call, against the naive ZADD."
         ),
         tables=[
             stats.table(["worker", "CPU µs", "× naive request"], worker_rows),
