@@ -17,6 +17,7 @@ from tests.helpers import (
     counting_redis_calls,
     single_redis,
 )
+from tests.live_gate import LiveServerGate
 from tests.redis_server import RedisServer, free_port
 from whos_online import conf, connection, counters, store
 from whos_online.connection import admin_client
@@ -50,6 +51,24 @@ def _fresh_state(settings) -> Iterator[None]:
     admin_client().flushdb()
     yield
     conf.reset()
+
+
+@pytest.fixture(autouse=True)
+def _live_server_gate(request) -> Iterator[None]:
+    """Opens the live server to a test that uses it and closes it, drained, before the test's
+    database is flushed (tests/live_gate.py says why). pytest-django's autouse fixture that
+    gives the test its database is set up before this one, so it is torn down after it."""
+    if "live_server" not in request.fixturenames:
+        yield
+        return
+    httpd = request.getfixturevalue("live_server").thread.httpd
+    gate = httpd.get_app()
+    if not isinstance(gate, LiveServerGate):
+        gate = LiveServerGate(gate)
+        httpd.set_app(gate)
+    gate.open()
+    yield
+    gate.close_and_drain()
 
 
 @pytest.fixture
