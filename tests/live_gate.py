@@ -11,7 +11,7 @@ already inside Django, before the test's database goes away, keeps every test to
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -70,7 +70,7 @@ class _Body:
     """The application's response, unchanged but for telling the gate when it is closed: once,
     although wsgiref's error handling may close a response twice."""
 
-    def __init__(self, response: Iterable[bytes], finished: Callable[[], Any]) -> None:
+    def __init__(self, response: Iterable[bytes], finished: Callable[[], None]) -> None:
         self._response = response
         self._finished = finished
         self._closed = False
