@@ -19,7 +19,7 @@ from tests.helpers import (
 )
 from tests.live_gate import LiveServerGate
 from tests.redis_server import RedisServer, free_port
-from whos_online import conf, connection, counters, store
+from whos_online import conf, connection, lua
 from whos_online.connection import admin_client
 from whos_online.signals import users_went_offline
 
@@ -175,14 +175,14 @@ def client() -> Client:
 
 #: Every Lua script of the app, loaded before counting so that no count includes a first-use load.
 SCRIPTS = (
-    store._RECORD,
-    store._SNAPSHOT,
-    store._PRUNE_CHUNK,
-    store._LEAVE,
-    store._PRUNE_ROOM,
-    counters._UPDATE,
-    counters._DELETE_SLICES,
-    counters._DROP_COUNTER,
+    lua.RECORD,
+    lua.SNAPSHOT,
+    lua.PRUNE_CHUNK,
+    lua.LEAVE,
+    lua.PRUNE_ROOM,
+    lua.UPDATE_COUNTERS,
+    lua.DELETE_SLICES,
+    lua.DROP_COUNTER,
 )
 
 

@@ -1,5 +1,5 @@
 """What every recorded visit writes besides presence: the online counters, the all-time peak
-and the day's unique visitors (``store._RECORD``), and how the template tag shows them."""
+and the day's unique visitors (``lua/record.lua``), and how the template tag shows them."""
 
 from __future__ import annotations
 

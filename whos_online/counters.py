@@ -7,7 +7,8 @@ lexical order a page at a time). Cleaning keeps the newest ``COUNTER_SAMPLES`` s
 
 Two kinds of update share this layout: ``increments`` add to a slice (``update_counter``, page
 hits), and the online counts keep the largest value seen in a slice; that second kind lives in
-``store``'s record script, which builds on the Lua helpers here.
+the record script, which shares the Lua functions of ``lua/includes/counters.lua`` with the
+scripts here.
 
 Every script keeps one invariant that makes cleaning race-free: a counter HASH that exists is
 named in the known set. Writers create a slice and add the name in one script; the cleaner drops
@@ -21,7 +22,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online import hits, keyspace
+from whos_online import hits, keyspace, lua
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -42,88 +43,6 @@ DELETE_CHUNK_SIZE: Final = 1000
 
 #: Cleaning a precision more often than this gains nothing: a minute of 1-second slices is small.
 MIN_CLEAN_INTERVAL: Final = 60
-
-# Lua shared by the scripts that add to counters. ``precisions`` is a list of numbers (read with
-# ``parse_precisions`` from the comma-separated ARGV that ``precisions_arg`` makes); ARGV[first]
-# is how many increments follow, then (name, Unix second, amount) for each. Each amount goes to
-# the slice holding its second at every precision; returns the index of the first unused ARGV.
-# Amounts go to HINCRBY as the strings they came as: a Lua number is a double and would round big
-# counts. A reply equal to the amount means the field was new (or held 0), so the HASH may be new:
-# its name then joins the known set, in the same script, as cleaning needs. (Comparing two doubles
-# that round the same integer is exact; one that rounds equal by chance only adds a name that is
-# already there.)
-LUA_ADD_INCREMENTS: Final = """
-local function parse_precisions(text)
-  local found = {}
-  for precision in string.gmatch(text, '%d+') do
-    found[#found + 1] = tonumber(precision)
-  end
-  return found
-end
-
-local function add_increments(counter_prefix, known, precisions, first)
-  local count = tonumber(ARGV[first])
-  for i = first + 1, first + 3 * count, 3 do
-    local name, second, amount = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-    for _, precision in ipairs(precisions) do
-      local member = precision .. ':' .. name
-      local slice = second - second % precision
-      if redis.call('HINCRBY', counter_prefix .. member, slice, amount) == tonumber(amount) then
-        redis.call('ZADD', known, 0, member)
-      end
-    end
-  end
-  return first + 3 * count + 1
-end
-
--- A batch of page hits (see ``hits``): ARGV[first] is the key that remembers the highest batch
--- number its process added ('' for increments that are not a batch), ARGV[first + 1] the batch's
--- number and ARGV[first + 2] how long to remember it; then the increments. A batch that was added
--- already (its first write timed out on the way back) is skipped.
-local function add_batch(counter_prefix, known, precisions, first)
-  local applied, number = ARGV[first], ARGV[first + 1]
-  if applied ~= '' then
-    local last = redis.call('GET', applied)
-    if last and tonumber(last) >= tonumber(number) then
-      return
-    end
-    redis.call('SET', applied, number, 'EX', ARGV[first + 2])
-  end
-  add_increments(counter_prefix, known, precisions, first + 3)
-end
-"""
-
-# KEYS[1] the known set; ARGV[1] the counter key prefix, ARGV[2] the precisions, then the
-# batch (see add_batch) and the increments.
-_UPDATE: Final = (
-    LUA_ADD_INCREMENTS
-    + """
-add_batch(ARGV[1], KEYS[1], parse_precisions(ARGV[2]), 3)
-return 1
-"""
-)
-
-# Deletes stale slices of one counter HASH and, in the same step, forgets a HASH left empty.
-# KEYS[1] the HASH, KEYS[2] the known set; ARGV[1] its member, ARGV[2..] the slices to delete.
-_DELETE_SLICES: Final = """
-local removed = 0
-if #ARGV > 1 then
-  removed = redis.call('HDEL', KEYS[1], unpack(ARGV, 2))
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-return removed
-"""
-
-# Drops a counter whose precision is no longer configured. UNLINK frees a big HASH off the main
-# thread; the name goes in the same step, so a late writer with the old settings re-adds both.
-_DROP_COUNTER: Final = """
-local removed = redis.call('HLEN', KEYS[1])
-redis.call('UNLINK', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-return removed
-"""
 
 
 def known_key(config: Config) -> str:
@@ -193,7 +112,7 @@ def add(
     with ``batch``, (process token, batch number), only if that batch was not added before."""
     args = increment_args(amounts)
     if args[0]:
-        keyspace.script(client, _UPDATE)(
+        keyspace.script(client, lua.UPDATE_COUNTERS)(
             keys=[known_key(config)],
             args=[
                 counter_prefix(config),
@@ -339,7 +258,7 @@ def _delete(
     if dry_run:
         return len(stale)
     removed = 0
-    script = keyspace.script(client, _DELETE_SLICES)
+    script = keyspace.script(client, lua.DELETE_SLICES)
     keys = [counter_prefix(config) + name_member, known_key(config)]
     # An empty call still runs, so that a HASH found empty is forgotten.
     for start in range(0, max(len(stale), 1), DELETE_CHUNK_SIZE):
@@ -352,7 +271,7 @@ def _drop(client: Client, config: Config, name_member: str, size: int, *, dry_ru
     if dry_run:
         return size
     return int(
-        keyspace.script(client, _DROP_COUNTER)(
+        keyspace.script(client, lua.DROP_COUNTER)(
             keys=[counter_prefix(config) + name_member, known_key(config)], args=[name_member]
         )
     )

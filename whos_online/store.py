@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from django.dispatch import receiver
 from redis.exceptions import NoScriptError
 
-from whos_online import counters, identity, keyspace
+from whos_online import counters, identity, keyspace, lua
 from whos_online.conf import config_changed
 from whos_online.connection import execute, is_cluster
 from whos_online.results import Snapshot
@@ -43,80 +43,9 @@ ROOM_PREFIX: Final = "room:"
 #: The sorted sets of people and bots, by kind. ``hidden`` holds users who are counted, not named.
 KINDS: Final = ("users", "hidden", "guests", "bots")
 
-# Lua shared by the scripts that sample the online counts: ``raise_peak`` keeps the most people
-# ever online, ``sample`` keeps the largest count seen in each slice of an ``online:*`` counter.
-#
-# Sampling walks the precisions from the finest up and stops at the first slice that already
-# holds at least the count, when every coarser precision is a multiple of that one (a '1' in the
-# may-stop flags): its slices then contain this one, and the write that filled it filled them
-# too. Most calls thus read one field per counter instead of writing every precision.
-_LUA_SAMPLING: Final = (
-    counters.LUA_ADD_INCREMENTS
-    + """
-local function raise_peak(peak, people, now)
-  if people > tonumber(redis.call('HGET', peak, 'count') or '0') then
-    redis.call('HSET', peak, 'count', people, 'at', now)
-  end
-end
-
-local function sample(known, prefix, precisions, may_stop, second, name, value)
-  for i, precision in ipairs(precisions) do
-    local counter = precision .. ':' .. name
-    local slice = second - second % precision
-    local current = redis.call('HGET', prefix .. counter, slice)
-    if current and tonumber(current) >= value then
-      if string.sub(may_stop, i, i) == '1' then
-        return
-      end
-    elseif redis.call('HSET', prefix .. counter, slice, value) == 1 then
-      redis.call('ZADD', known, 0, counter)
-    end
-  end
-end
-
-local function sample_all(known, prefix, precisions, may_stop, second, users, guests, bots)
-  sample(known, prefix, precisions, may_stop, second, 'online:users', users)
-  sample(known, prefix, precisions, may_stop, second, 'online:guests', guests)
-  sample(known, prefix, precisions, may_stop, second, 'online:bots', bots)
-end
-"""
-)
-
-# Takes ``member`` out of the room that the HASH ``where`` gives for ``field`` ("u:<pk>" for a
-# user, "<kind>:<member>" for a guest or bot), from the sets of its kind (a user from both user
-# sets), and forgets the field. The room's sets are named from ``room_prefix`` in Lua: they share
-# the shard's hash tag, so they live in the slot of the declared keys.
-_LUA_ROOMS: Final = """
-local function leave_room(where, room_prefix, field, member)
-  local room = redis.call('HGET', where, field)
-  if not room then
-    return
-  end
-  local kind = string.match(field, '^[^:]+')
-  local sets = kind == 'u' and {'users', 'hidden'} or {kind}
-  for _, set in ipairs(sets) do
-    redis.call('ZREM', room_prefix .. room .. ':' .. set, member)
-  end
-  redis.call('HDEL', where, field)
-end
-"""
-
-# The record script's arguments, in ARGV order. ``record_calls`` fills them by name and the script
-# reads them as Lua locals of the same names, so that neither side counts positions:
-# - member, score: who joins the kind's set, and when (the set's score);
-# - visitor, visitors_expire_at: what the day's HyperLogLog receives ('' for nothing), and when
-#   that HyperLogLog expires;
-# - seen_ttl, name, url: for a user, how long the display HASH lives, and what it holds ('' for a
-#   guest or bot);
-# - former: the identity the visitor had until now, which leaves its two sets ('' for none);
-# - place, former_places: the visitor's field in the shard's HASH of who is in which room, and
-#   the fields (comma-separated) of the former identity, which leave their rooms too;
-# - room, room_prefix: the room the visit is in ('' for none) and how its sets' keys begin;
-# - sampling: whether the visit samples the online counts (see below); with '0', the arguments
-#   after it are not sent;
-# - online_since: the score from which someone counts as online; counter_prefix, precisions,
-#   may_stop, second: what sampling the counters needs.
-# The page-hit batch and its increments follow them (see counters.add_batch).
+# The record script's arguments, in ARGV order; ``lua/record.lua`` says what each holds.
+# ``record_calls`` fills them by name and the script reads them into Lua locals of the same names,
+# so that neither side counts positions (a test checks that the two lists agree).
 RECORD_ARGUMENTS: Final = (
     "member",
     "score",
@@ -137,231 +66,6 @@ RECORD_ARGUMENTS: Final = (
     "may_stop",
     "second",
 )
-
-
-def _lua_locals(names: Sequence[str]) -> str:
-    return "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(names, 1))
-
-
-# One recorded visit, in one round trip to the visitor's shard: join the kind's set (for a user,
-# also leave the other user set and refresh the display HASH), leave the sets of the identity the
-# visitor had until now when they are in this shard (the guest's or bot's member on login, the
-# user's pk on logout), and add the visitor to the shard's HyperLogLog of the day.
-#
-# With one shard the same call keeps the site-wide numbers (with several, a shard cannot count
-# the whole site, and the cleanup command does it): buffered page hits ride along, and the visit
-# raises the all-time peak and samples the online counts into their counters when ``sampling``
-# says so: '1' always (this process's first visit of the second), '?' only if the visitor was not
-# online until now (not in the set, or stale there and not pruned yet: one ZSCORE tells). The
-# counts rise only when someone comes online, so the peak and the largest count of every slice
-# follow every rise at once, while a visitor online already, the common case, runs no count at
-# all; the per-second samples keep the counters following the counts down.
-#
-# Only keys the call may touch are declared, in this order: the set joined; the day's visitors
-# (when ``visitor`` names one); for a user, the other user set and the HASH; the former identity's
-# two sets (when ``former`` names one); with one shard, the four sets, the peak and the known
-# counters. The counter HASHes are named in Lua from ``counter_prefix``, and the key that
-# remembers the page-hit batches added from the arguments after ``second``: they share the base
-# tag.
-_RECORD: Final = (
-    _LUA_SAMPLING
-    + _LUA_ROOMS
-    + _lua_locals(RECORD_ARGUMENTS)
-    # The page-hit batch's arguments follow the named ones (see ``add_batch``).
-    + f"local batch = {len(RECORD_ARGUMENTS) + 1}\n"
-    + """
-local n = 1
-local function take()
-  n = n + 1
-  return KEYS[n]
-end
-local before = sampling == '?' and redis.call('ZSCORE', KEYS[1], member)
-local added = redis.call('ZADD', KEYS[1], score, member)
-if visitor ~= '' then
-  local visitors = take()
-  if redis.call('PFADD', visitors, visitor) == 1 then
-    redis.call('EXPIREAT', visitors, visitors_expire_at)
-  end
-end
-if seen_ttl ~= '' then
-  -- A user is in one user set at most: only one who just joined this one can be in the other.
-  local other = take()
-  if added == 1 then
-    redis.call('ZREM', other, member)
-  end
-  local hash = take()
-  redis.call('HSET', hash, 'name', name, 'url', url, 'seen', score)
-  redis.call('EXPIRE', hash, seen_ttl)
-end
-if former ~= '' then
-  redis.call('ZREM', take(), former)
-  redis.call('ZREM', take(), former)
-end
--- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
--- set of their kind. A visit in another room (or in none) takes them out of the one they were in.
-local where, index = take(), take()
-for field in string.gmatch(former_places, '[^,]+') do
-  leave_room(where, room_prefix, field, former)
-end
-local was = redis.call('HGET', where, place)
-if was and was ~= room then
-  leave_room(where, room_prefix, place, member)
-end
-if room ~= '' then
-  if was ~= room then
-    redis.call('HSET', where, place, room)
-  end
-  local kind = string.match(KEYS[1], '[^:]+$')
-  redis.call('ZADD', room_prefix .. room .. ':' .. kind, score, member)
-  if seen_ttl ~= '' then
-    -- A user who was hidden, or was not, leaves the room's other user set.
-    local other = kind == 'users' and 'hidden' or 'users'
-    redis.call('ZREM', room_prefix .. room .. ':' .. other, member)
-  end
-  redis.call('ZADD', index, score, room)
-end
--- The counts are sampled, and a batch of hits added, only when there is something to do: on
--- most visits (someone online already, no hits riding along) this part runs no command.
-local samples = sampling == '1' or (sampling == '?'
-  and (added == 1 or tonumber(before) < tonumber(online_since)))
-local has_hits = sampling ~= '0' and (ARGV[batch] ~= '' or tonumber(ARGV[batch + 3]) > 0)
-if samples or has_hits then
-  local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
-  local precision_list = parse_precisions(precisions)
-  if samples then
-    local online_users = redis.call('ZCOUNT', users, online_since, '+inf')
-      + redis.call('ZCOUNT', hidden, online_since, '+inf')
-    local online_guests = redis.call('ZCOUNT', guests, online_since, '+inf')
-    local online_bots = redis.call('ZCOUNT', bots, online_since, '+inf')
-    raise_peak(peak, online_users + online_guests, score)
-    sample_all(known, counter_prefix, precision_list, may_stop, tonumber(second),
-      online_users, online_guests, online_bots)
-  end
-  if has_hits then
-    add_batch(counter_prefix, known, precision_list, batch)
-  end
-end
--- Whether the visitor was not online until now: their next page should not be shown a kept
--- snapshot read before this visit (see ``snapshots``).
-if added == 1 or (before and tonumber(before) < tonumber(online_since)) then
-  return 1
-end
-return 0
-"""
-)
-
-# Takes a person off two sets (KEYS[1..2]) and out of the rooms their fields (ARGV[3]) name in the
-# HASH of who is where (KEYS[3]), and deletes KEYS[4] when given: a former identity in a shard of
-# its own (a login or logout whose two identities fall in different shards), a logout, an erasure.
-_LEAVE: Final = (
-    _LUA_ROOMS
-    + """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-for field in string.gmatch(ARGV[3], '[^,]+') do
-  leave_room(KEYS[3], ARGV[2], field, ARGV[1])
-end
-if #KEYS >= 4 then
-  redis.call('DEL', KEYS[4])
-end
-return 1
-"""
-)
-
-# The site-wide counts, as the cleanup command reads them from every shard, into the peak and the
-# online counters. KEYS: the peak, the known counters; ARGV: the time, the counter prefix,
-# precisions, may-stop flags, the second, and the users, guests and bots online.
-_SAMPLE: Final = (
-    _LUA_SAMPLING
-    + """
-local users, guests, bots = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-raise_peak(KEYS[1], users + guests, ARGV[1])
-sample_all(KEYS[2], ARGV[2], parse_precisions(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
-  users, guests, bots)
-return 1
-"""
-)
-
-# One shard's counts of every kind, its newest LIMIT visible users with their display data, and
-# its visitors of the day, in one round trip; shard 0 also reads the peak (KEYS[6]), which shares
-# its slot. The per-user HASHes are not in KEYS because their names are only known once the range
-# is read; they share the shard's hash tag, so they live in the same slot.
-_SNAPSHOT: Final = """
-local min = ARGV[1]
-local result = {}
-for i = 1, 4 do
-  result[i] = redis.call('ZCOUNT', KEYS[i], min, '+inf')
-end
--- The listed users as one flat array (pk, score, name, url, pk, …): a table per user costs more.
-local listed = {}
-local limit = tonumber(ARGV[2])
-if limit ~= 0 then
-  local ids = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', min, 'WITHSCORES', 'LIMIT', 0, limit)
-  local n = 0
-  for i = 1, #ids, 2 do
-    local info = redis.call('HMGET', ARGV[3] .. ids[i], 'name', 'url')
-    listed[n + 1] = ids[i]
-    listed[n + 2] = ids[i + 1]
-    listed[n + 3] = info[1] or ''
-    listed[n + 4] = info[2] or ''
-    n = n + 4
-  end
-end
-result[5] = listed
-if #KEYS >= 6 then
-  result[6] = redis.call('HMGET', KEYS[6], 'count', 'at')
-else
-  result[6] = {}
-end
-if #KEYS >= 5 then
-  result[7] = redis.call('PFCOUNT', KEYS[5])
-else
-  result[7] = 0
-end
-return result
-"""
-
-# Reading and removing a chunk in one script keeps a member that is seen again between the two
-# steps from being removed while online, and keeps each call short enough not to stall Redis.
-_PRUNE_CHUNK: Final = """
-local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', 0, ARGV[2])
-if #stale > 0 then
-  redis.call('ZREM', KEYS[1], unpack(stale))
-end
-return stale
-"""
-
-# Prunes one room in one shard, a chunk at a time: takes up to ARGV[2] members last seen before
-# ARGV[1] out of the room's four sets (KEYS[1..4]), and out of the HASH of who is where (KEYS[5])
-# when it still names this room (ARGV[3]) for them. A room left with no member leaves the index
-# of rooms (KEYS[6]), so that the cleanup stops visiting it and no key of it is left.
-# Returns {members removed, 1 if the room is gone}.
-_PRUNE_ROOM: Final = """
-local cutoff, chunk, room = '(' .. ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local kinds = {'users', 'hidden', 'guests', 'bots'}
-local removed = 0
-for i = 1, 4 do
-  if removed >= chunk then
-    return {removed, 0}
-  end
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', cutoff, 'LIMIT', 0, chunk - removed)
-  if #stale > 0 then
-    redis.call('ZREM', KEYS[i], unpack(stale))
-    local prefix = i <= 2 and 'u:' or kinds[i] .. ':'
-    for _, member in ipairs(stale) do
-      if redis.call('HGET', KEYS[5], prefix .. member) == room then
-        redis.call('HDEL', KEYS[5], prefix .. member)
-      end
-    end
-    removed = removed + #stale
-  end
-end
-if removed < chunk and redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
-  redis.call('ZREM', KEYS[6], room)
-  return {removed, 1}
-end
-return {removed, 0}
-"""
 
 #: Rooms of one shard read from its index per step of the cleanup.
 ROOMS_PAGE_SIZE: Final = 500
@@ -618,7 +322,7 @@ def record_calls(
         else:
             calls.append(
                 ScriptCall(
-                    _LEAVE,
+                    lua.LEAVE,
                     [*former_keys, former_shard.key(ROOMS_WHERE)],
                     [visit.former, former_shard.key(ROOM_PREFIX), places],
                 )
@@ -654,7 +358,7 @@ def record_calls(
         extra = [*counters.batch_args(config, batch), *counters.increment_args(hits or {})]
     # Those after ``sampling`` are left out when it is '0'; a name missing before them fails here.
     args = [arguments[name] for name in RECORD_ARGUMENTS[: len(arguments)]]
-    return [ScriptCall(_RECORD, keys, args + extra), *calls]
+    return [ScriptCall(lua.RECORD, keys, args + extra), *calls]
 
 
 def record(client: Client, config: Config, visit: Visit) -> Any:
@@ -714,7 +418,7 @@ def remove_user(
     keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE)]
     if erase:
         keys.append(user_key(shard, pk))
-    run(client, [ScriptCall(_LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
+    run(client, [ScriptCall(lua.LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
 
 
 def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
@@ -744,7 +448,7 @@ def snapshot_call(
         -1 if limit is None else limit,
         shard.key("user:"),
     ]
-    return ScriptCall(_SNAPSHOT, keys, args)
+    return ScriptCall(lua.SNAPSHOT, keys, args)
 
 
 def parse_snapshot(raw: Sequence[Any], limit: int | None) -> Snapshot:
@@ -903,7 +607,7 @@ def prune_chunk(
     """Remove up to ``PRUNE_CHUNK_SIZE`` members of ``kind`` last seen before the window, from
     ``shard`` (by default the first of the configured layout)."""
     shard = keyspace.layout(config)[0] if shard is None else shard
-    removed = keyspace.script(client, _PRUNE_CHUNK)(
+    removed = keyspace.script(client, lua.PRUNE_CHUNK)(
         keys=[shard.key(kind)], args=[_score(now - config.window), PRUNE_CHUNK_SIZE]
     )
     return [keyspace.text(member) for member in removed]
@@ -914,7 +618,7 @@ def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) ->
     shard (the cleanup command does so when a visit cannot: with several shards)."""
     fixed = _recording_of(config)
     users = snapshot.visible + snapshot.hidden
-    keyspace.script(client, _SAMPLE)(
+    keyspace.script(client, lua.SAMPLE)(
         keys=[fixed.peak, fixed.known],
         args=[
             _score(now),
@@ -994,7 +698,7 @@ def prune_room_chunk(
     ``shard``; returns how many, and whether the room is gone (emptied, and out of the index)."""
     keys = [room_key(shard, room, kind) for kind in KINDS]
     keys += [shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)]
-    removed, gone = keyspace.script(client, _PRUNE_ROOM)(
+    removed, gone = keyspace.script(client, lua.PRUNE_ROOM)(
         keys=keys, args=[_score(now - config.window), PRUNE_CHUNK_SIZE, room]
     )
     return int(removed), bool(gone)
