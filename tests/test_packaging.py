@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from whos_online import lua
+
 if TYPE_CHECKING:
     from email.message import Message
 
@@ -68,6 +70,28 @@ def test_the_wheel_holds_the_package_and_its_license_only(built):
     assert "whos_online/py.typed" in names
     assert "whos_online/templates/whos_online/online.html" in names
     assert "whos_online/static/whos_online/live.js" in names
+    assert {"whos_online/lua/record.lua", "whos_online/lua/includes/counters.lua"} <= names
+
+
+def test_the_wheel_loads_its_lua_scripts(built, tmp_path):
+    """Imported straight from the wheel (a zip, as zipimport reads it), the scripts are the ones
+    of the source tree: the ``.lua`` files, and every file they include, are found inside it."""
+    wheel, _ = built
+    program = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from whos_online import lua; "
+        "print(lua.__file__); print(lua.RECORD + lua.UPDATE_COUNTERS, end='')"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-c", program, str(wheel)],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    where, _, sources = loaded.partition("\n")
+
+    assert where.startswith(str(wheel))
+    assert sources == lua.RECORD + lua.UPDATE_COUNTERS
 
 
 def test_the_sdist_can_rebuild_the_wheel_and_run_the_tests(built):
