@@ -149,21 +149,23 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
             if is_user(n)
             else ("guests", identity.guest_id(address(n), config, now))
         )
-        sets[store.member_shard(config, kind, member).key(kind)][member] = now - 300 * n / people
+        sets[store.keys.member_shard(config, kind, member).key(kind)][member] = (
+            now - 300 * n / people
+        )
     for key, members in sets.items():
         sorted_sets.fill(client_of(key), key, members.items())
 
 
 def record_user(client: Client, config: Config, n: int) -> None:
     """Record user ``n`` with display data, as ``record_user`` does (one EVALSHA)."""
-    from whos_online import identity, store
+    from whos_online import identity, store, users
 
     now = time.time()
     pk = str(n)
-    details = store.UserDetails(pk=pk, hidden=False, name=f"Member {n}", url=f"/members/{n}/")
+    details = users.UserDetails(pk=pk, hidden=False, name=f"Member {n}", url=f"/members/{n}/")
     visitor = identity.visitor_id(f"u:{pk}", now)
-    visit = store.Visit(kind="users", member=pk, now=now, user=details, visitor=visitor)
-    store.record(client, config, visit)
+    visit = store.visits.Visit(kind="users", member=pk, now=now, user=details, visitor=visitor)
+    store.visits.record(client, config, visit)
 
 
 def record_guest(client: Client, config: Config, n: int) -> None:
@@ -173,8 +175,8 @@ def record_guest(client: Client, config: Config, n: int) -> None:
     now = time.time()
     member = identity.guest_id(address(n), config, now)
     visitor = identity.visitor_id(f"g:{member}", now)
-    store.record(
-        client, config, store.Visit(kind="guests", member=member, now=now, visitor=visitor)
+    store.visits.record(
+        client, config, store.visits.Visit(kind="guests", member=member, now=now, visitor=visitor)
     )
 
 
@@ -197,7 +199,7 @@ def each(
 def read(client: Client, config: Config) -> None:
     from whos_online import store
 
-    found = store.snapshot(client, config, limit=NAMES, now=time.time())
+    found = store.reading.snapshot(client, config, limit=NAMES, now=time.time())
     if len(found.listed) != NAMES:
         raise RuntimeError(f"the snapshot listed {len(found.listed)} names, not {NAMES}")
 

@@ -79,7 +79,7 @@ def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, in
     group.wait_until_replicating(timeout=40)
     config = get_config()
     stored = group.current_master().client()
-    members = {str(member) for member in stored.zrange(store.key(config, "guests"), 0, -1)}
+    members = {str(member) for member in stored.zrange(store.keys.key(config, "guests"), 0, -1)}
     from whos_online.identity import guest_id
 
     missing = sum(guest_id(address, config, time.time()) not in members for address in written)

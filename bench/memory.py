@@ -25,7 +25,7 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import conf, counters, identity, store
+from whos_online import conf, counters, identity, store, users
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -58,12 +58,12 @@ def _sorted_set_bytes(
 
 def _user_details_bytes(client: redis.Redis, config: Config, now: float) -> float:
     client.flushall()
-    online = store.key(config, "users")
+    online = store.keys.key(config, "users")
 
     def record(pk: int) -> None:
-        details = store.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        visit = store.Visit(kind="users", member=details.pk, now=now, user=details)
-        store.record(client, config, visit)
+        details = users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
+        visit = store.visits.Visit(kind="users", member=details.pk, now=now, user=details)
+        store.visits.record(client, config, visit)
 
     record(0)  # creates the keys every visit shares: the peak, the counters
     before, online_before = _used(client), int(client.memory_usage(online, samples=0) or 0)
@@ -81,10 +81,10 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
     times = [start + minute * 60 for minute in range(WEEK // 60 - 3)]
     times += [end - 180 + second for second in range(181)]
     for index, now in enumerate(times):
-        store.record(
+        store.visits.record(
             client,
             config,
-            store.Visit(
+            store.visits.Visit(
                 kind="guests", member=f"g{index % WEEK_GUESTS}", now=now, visitor=f"v{index % 5000}"
             ),
         )
@@ -114,7 +114,7 @@ def run() -> Section:
             ),
         ]
         measured = [
-            (label, _sorted_set_bytes(client, store.key(config, "guests"), member, now))
+            (label, _sorted_set_bytes(client, store.keys.key(config, "guests"), member, now))
             for label, member in sets
         ]
         details = _user_details_bytes(client, config, now)

@@ -129,24 +129,24 @@ def _room_reads(client: redis.Redis, config: Config) -> list[list[str]]:
     now = time.time()
     base = keyspace.layout(config)[0]
     for size in ROOM_SIZES:
-        key = store.room_key(base, f"room-{size}", "guests")
+        key = store.keys.room_key(base, f"room-{size}", "guests")
         sorted_sets.fill(client, key, ((f"g{size}-{n}", now - n / 1000) for n in range(size)))
     pipe = client.pipeline(transaction=False)
     for number in range(ROOMS - len(ROOM_SIZES)):
-        pipe.zadd(store.room_key(base, f"topic:{number}", "users"), {str(number): now})
-        pipe.zadd(base.key(store.ROOMS_INDEX), {f"topic:{number}": now})
+        pipe.zadd(store.keys.room_key(base, f"topic:{number}", "users"), {str(number): now})
+        pipe.zadd(base.key(store.keys.ROOMS_INDEX), {f"topic:{number}": now})
         if number % 5_000 == 4_999:
             pipe.execute()
     pipe.execute()
     rows = []
     for size in ROOM_SIZES:
         room = f"room-{size}"
-        store.snapshot(client, config, limit=50, now=now, room=room)  # the script is loaded
+        store.reading.snapshot(client, config, limit=50, now=now, room=room)  # the script is loaded
         calls, usec = _evalsha_usec(client)
         took = []
         for _ in range(READS):
             started = time.perf_counter()
-            store.snapshot(client, config, limit=50, now=now, room=room)
+            store.reading.snapshot(client, config, limit=50, now=now, room=room)
             took.append(time.perf_counter() - started)
         more_calls, more_usec = _evalsha_usec(client)
         per_call = (more_usec - usec) / max(more_calls - calls, 1)

@@ -57,13 +57,13 @@ def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
     for kind, count, member in (("users", users, str), ("guests", size - users, _guest)):
         sorted_sets.fill(
             client,
-            store.key(config, kind),
+            store.keys.key(config, kind),
             ((member(n), now - 100 + 100 * n / max(count, 1)) for n in range(count)),
         )
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
         pipe.hset(
-            store.user_key(keyspace.layout(config)[0], str(n)),
+            store.keys.user_key(keyspace.layout(config)[0], str(n)),
             mapping={"name": f"user {n}", "url": f"/people/{n}/", "seen": now},
         )
     pipe.execute()

@@ -89,7 +89,7 @@ def test_a_second_cleanup_reports_the_lock_and_does_nothing(r, offline_ids):
 
 
 def test_many_cleanups_at_once_remove_each_stale_member_exactly_once(r, offline_ids, monkeypatch):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 50)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 50)
     stale, now = time.time() - WINDOW - 100, time.time()
     r.zadd("{whos_online}:users", {str(pk): stale for pk in range(1, 1001)})
     r.zadd("{whos_online}:users", {str(pk): now for pk in range(1001, 1101)})
@@ -174,9 +174,9 @@ class Race:
             last_round = self._finished.is_set()
             emptied = True
             for kind in ("guests", "users"):
-                chunk = store.prune_chunk(client, config, kind, now=time.time())
+                chunk = store.cleanup.prune_chunk(client, config, kind, now=time.time())
                 self.removed[kind] += chunk
-                emptied = emptied and len(chunk) < store.PRUNE_CHUNK_SIZE
+                emptied = emptied and len(chunk) < store.cleanup.PRUNE_CHUNK_SIZE
                 if chunk and 0 < self.writes_done < self.total_writes:
                     self.overlapping_chunks += 1
             if last_round and emptied:
@@ -186,7 +186,7 @@ class Race:
 def test_cleanup_racing_live_writes_never_removes_a_fresh_member(r, settings, monkeypatch):
     # Raw addresses as members keep a refreshed guest's member the same across midnight.
     configure(settings, GUEST_IDENTITY="ip")
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 25)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 25)
     race = Race()
     long_ago = time.time() - WINDOW - 100
     r.zadd("{whos_online}:guests", dict.fromkeys(race.stale_guests, long_ago))

@@ -129,7 +129,7 @@ def test_members_past_the_window_are_not_counted(backend):
     ],
 )
 def test_early_stop_only_where_every_coarser_precision_is_a_multiple(precisions, expected):
-    assert store._may_stop(precisions) == expected
+    assert store.visits._may_stop(precisions) == expected
 
 
 def test_a_coarser_slice_that_is_no_multiple_is_written_despite_a_full_finer_one(backend, alice):
@@ -536,8 +536,8 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
         visitor = identity.visitor_id(f"g:{member}", NOW)
-        store.record(
-            pipe, config, store.Visit(kind="guests", member=member, now=NOW, visitor=visitor)
+        store.visits.record(
+            pipe, config, store.visits.Visit(kind="guests", member=member, now=NOW, visitor=visitor)
         )
     pipe.execute()
 

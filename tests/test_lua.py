@@ -50,9 +50,11 @@ def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     source = lua.load("record")
     named = re.findall(r"^local (\w+) = ARGV\[(\d+)\]$", source, re.MULTILINE)
 
-    assert [name for name, _ in named] == list(store.RECORD_ARGUMENTS)
-    assert [int(index) for _, index in named] == list(range(1, len(store.RECORD_ARGUMENTS) + 1))
-    assert f"\nlocal batch = {len(store.RECORD_ARGUMENTS) + 1}\n" in source
+    assert [name for name, _ in named] == list(store.visits.RECORD_ARGUMENTS)
+    assert [int(index) for _, index in named] == list(
+        range(1, len(store.visits.RECORD_ARGUMENTS) + 1)
+    )
+    assert f"\nlocal batch = {len(store.visits.RECORD_ARGUMENTS) + 1}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

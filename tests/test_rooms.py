@@ -69,7 +69,7 @@ def counts(room: str | None = None) -> OnlineCounts:
 
 def counts_at(room: str, now: float) -> OnlineCounts:
     """A room's counts as the reader sees them at ``now`` (from its snapshot script)."""
-    found = store.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    found = store.reading.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
     return found.counts
 
 
@@ -237,7 +237,7 @@ def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
 
 
 def test_rooms_are_pruned_in_chunks(backend, r, monkeypatch):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
     now = 1_800_000_000.0
     for number in range(7):
         whos_online.record_guest(f"192.0.2.{number}", room=TOPIC_1, now=now - 700)

@@ -148,7 +148,7 @@ def test_deleting_a_user_erases_presence_and_record(r, client, alice, bob):
 
 
 def test_prune_reports_stale_users_once_per_chunk(r, db, monkeypatch, went_offline):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
     t0 = time.time() - 100_000
     stale = make_users("u1", "u2", "u3", "u4", "u5")
     for offset, user in enumerate(stale):
@@ -168,7 +168,7 @@ def test_prune_reports_stale_users_once_per_chunk(r, db, monkeypatch, went_offli
 def test_prune_of_an_exact_multiple_of_the_chunk_sends_no_empty_list(
     backend, db, monkeypatch, went_offline
 ):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
     t0 = time.time() - 100_000
     stale = make_users("u1", "u2", "u3", "u4")
     for offset, user in enumerate(stale):

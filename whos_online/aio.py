@@ -32,12 +32,12 @@ from redis.retry import Retry
 
 from whos_online import connection, keyspace
 from whos_online.conf import Config, config_changed, get_config
-from whos_online.store import sha1_of
+from whos_online.store.scripts import sha1_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
-    from whos_online.store import ScriptCall
+    from whos_online.store.scripts import ScriptCall
 
 T = TypeVar("T")
 
@@ -147,8 +147,9 @@ async def call(
 
 
 async def run(client: AsyncClient, calls: Sequence[ScriptCall]) -> list[Any]:
-    """``store.run`` with an asyncio client: each call one awaited EVALSHA (a recorded visit is
-    one call), or EVAL on a server that lacks the script (see ``store._run_one``)."""
+    """``store.scripts.run`` with an asyncio client: each call one awaited EVALSHA (a recorded
+    visit is one call), or EVAL on a server that lacks the script (see ``store.scripts._run_one``).
+    """
     replies = []
     for call in calls:
         sha = sha1_of(call.source)

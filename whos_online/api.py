@@ -113,7 +113,7 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
         return {}
     now = time.time()
     found = connection.call(
-        None, lambda client, config: store.users_presence(client, config, texts)
+        None, lambda client, config: store.presence.users_presence(client, config, texts)
     )
     if found is None:
         return dict.fromkeys(keys, UNKNOWN_PRESENCE)
@@ -134,7 +134,8 @@ def online_user_pks(limit: int) -> list[object] | None:
     """
     now = time.time()
     found = connection.call(
-        None, lambda client, config: store.online_user_pks(client, config, now=now, limit=limit)
+        None,
+        lambda client, config: store.presence.online_user_pks(client, config, now=now, limit=limit),
     )
     return None if found is None else pk_values(found)
 
@@ -143,7 +144,7 @@ def _presence(
     user: AbstractBaseUser | AnonymousUser,
 ) -> Callable[[Client, Config], tuple[float | None, float | None]]:
     pk = pk_text(user)
-    return lambda client, config: store.user_presence(client, config, pk)
+    return lambda client, config: store.presence.user_presence(client, config, pk)
 
 
 def record_user(
@@ -195,8 +196,8 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     def erase(client: Client, config: Config) -> bool:
         # Every layout the cleanup has seen: a user recorded before SHARDS changed has their
         # last-seen record in the old one until it expires.
-        for shards in store.layouts_known(client, config):
-            store.remove_user(client, config, pk, erase=True, shards=shards)
+        for shards in store.keys.layouts_known(client, config):
+            store.presence.remove_user(client, config, pk, erase=True, shards=shards)
         return True
 
     snapshots.invalidate()
@@ -272,7 +273,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
-    return as_peak(*connection.call(unknown, store.read_peak))
+    return as_peak(*connection.call(unknown, store.site.read_peak))
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
@@ -287,7 +288,9 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         wanted = _utc_date(day.timestamp()) if day.tzinfo else day.date()
     else:
         wanted = day
-    return connection.call(0, lambda client, config: store.unique_visitors(client, config, wanted))
+    return connection.call(
+        0, lambda client, config: store.site.unique_visitors(client, config, wanted)
+    )
 
 
 def _utc_date(timestamp: float) -> date:

@@ -438,7 +438,7 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
     if any(message.is_serious() for message in validate(user_settings())):
         return []
     now = time.time()
-    oldest = connection.call(None, store.oldest_seen)
+    oldest = connection.call(None, store.presence.oldest_seen)
     late_since = dashboard.cleanup_late_since(oldest, get_config(), now=now)
     if late_since is None:
         return []

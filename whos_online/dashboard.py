@@ -198,7 +198,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
         left_out = total - standard_kept - len(own)
         wanted = [*standard, *own]
         samples = counters.samples(client, config, wanted, precision, starts)
-        return wanted, left_out, samples, store.oldest_seen(client, config)
+        return wanted, left_out, samples, store.presence.oldest_seen(client, config)
 
     # While Redis cannot be read, the standard charts are drawn empty.
     unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None)

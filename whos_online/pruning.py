@@ -33,7 +33,7 @@ def prune_with(
     ``between_chunks`` is called after each chunk and its signal: the command extends its lock
     there, and stops there when asked to, so that no removed user goes unreported.
     """
-    removed_by_kind = dict.fromkeys(store.KINDS, 0)
+    removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
     _prune_layout(
         client,
         config,
@@ -56,7 +56,7 @@ def _prune_layout(
     between_chunks: Callable[[], object] | None = None,
 ) -> None:
     for shard in layout:
-        for kind in store.KINDS:
+        for kind in store.keys.KINDS:
             _prune_set(
                 client,
                 config,
@@ -83,7 +83,7 @@ def _prune_set(
     """Prune one set in chunks. Only the ``current`` layout's removals are news: a member left
     in an old layout is online in the new one, or was already reported by the earlier runs."""
     while True:
-        removed = store.prune_chunk(client, config, kind, now=now, shard=shard)
+        removed = store.cleanup.prune_chunk(client, config, kind, now=now, shard=shard)
         removed_by_kind[kind] += len(removed)
         is_user = kind in {"users", "hidden"}
         if current:
@@ -94,7 +94,7 @@ def _prune_set(
                 signals.users_went_offline.send(sender=prune, user_ids=pk_values(removed))
         if between_chunks is not None:
             between_chunks()
-        if len(removed) < store.PRUNE_CHUNK_SIZE:
+        if len(removed) < store.cleanup.PRUNE_CHUNK_SIZE:
             break
 
 
@@ -112,8 +112,8 @@ def prune_old_layouts(
     ones, once stale, rather than all at once, so that a process still running with the old
     setting during a deploy loses nobody.
     """
-    removed_by_kind = dict.fromkeys(store.KINDS, 0)
-    old = store.layouts_seen(client, config)[1:]
+    removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
+    old = store.keys.layouts_seen(client, config)[1:]
     for shards in old:
         old_layout = keyspace.layout(config, shards)
         _prune_layout(
@@ -126,11 +126,11 @@ def prune_old_layouts(
             between_chunks=between_chunks,
         )
         prune_rooms(client, config, now=now, between_chunks=between_chunks, layout=old_layout)
-        if store.layout_is_empty(client, config, shards):
-            store.forget_layout(client, config, shards)
-    if old and config.shards == 1 and store.layouts_known(client, config) == [1]:
+        if store.keys.layout_is_empty(client, config, shards):
+            store.keys.forget_layout(client, config, shards)
+    if old and config.shards == 1 and store.keys.layouts_known(client, config) == [1]:
         # Back to the one-shard layout and the others emptied: keep no record, as before.
-        store.forget_layout(client, config, 1)
+        store.keys.forget_layout(client, config, 1)
     return removed_by_kind
 
 
@@ -139,8 +139,8 @@ def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | N
     command does so when ``SHARDS`` > 1, where a visit cannot count the whole site)."""
     if config.shards == 1:
         return None
-    found = store.snapshot(client, config, limit=0, now=now)
-    store.sample(client, config, found, now=now)
+    found = store.reading.snapshot(client, config, limit=0, now=now)
+    store.site.sample(client, config, found, now=now)
     return found
 
 
@@ -162,13 +162,13 @@ def prune_rooms(
     """
     removed = emptied = 0
     for shard in keyspace.layout(config) if layout is None else layout:
-        for room in store.rooms_of(client, shard):
+        for room in store.cleanup.rooms_of(client, shard):
             while True:
-                count, gone = store.prune_room_chunk(client, config, shard, room, now=now)
+                count, gone = store.cleanup.prune_room_chunk(client, config, shard, room, now=now)
                 removed += count
                 emptied += gone
                 if between_chunks is not None and count:
                     between_chunks()
-                if count < store.PRUNE_CHUNK_SIZE:
+                if count < store.cleanup.PRUNE_CHUNK_SIZE:
                     break
     return removed, emptied

@@ -59,7 +59,7 @@ class PendingVisit:
     config: Config
     kind: str
     member: str
-    calls: list[store.ScriptCall]
+    calls: list[store.scripts.ScriptCall]
     #: The in-process memory's entry for the visitor, and the Redis failure count it is
     #: written in (see ``throttle.RecentIdentities``).
     remembered: str
@@ -74,7 +74,7 @@ class PendingVisit:
 
     @property
     def shard(self) -> keyspace.Shard:
-        return store.member_shard(self.config, self.kind, self.member)
+        return store.keys.member_shard(self.config, self.kind, self.member)
 
     def finish(self, reply: Any) -> int:
         """What the script's ``reply`` (None: it failed) comes to: FAILED, WRITTEN or ARRIVED."""
@@ -89,7 +89,7 @@ class PendingVisit:
 
 
 def user_visit(
-    details: store.UserDetails,
+    details: users.UserDetails,
     config: Config,
     timestamp: float,
     *,
@@ -97,7 +97,7 @@ def user_visit(
     room: str = "",
 ) -> PendingVisit:
     pk = details.pk
-    visit = store.Visit(
+    visit = store.visits.Visit(
         kind="users",
         member=pk,
         now=timestamp,
@@ -121,14 +121,14 @@ def member_visit(
 ) -> PendingVisit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
-    visit = store.Visit(
+    visit = store.visits.Visit(
         kind=kind, member=member, now=timestamp, former=former_user, visitor=visitor, room=room
     )
     return _pending(config, visit, remembered=f"{kind}:{member}")
 
 
 def _pending(
-    config: Config, visit: store.Visit, *, remembered: str, replaced: tuple[str, ...] = ()
+    config: Config, visit: store.visits.Visit, *, remembered: str, replaced: tuple[str, ...] = ()
 ) -> PendingVisit:
     """The calls of one visit, with any buffered page hits riding along in the same round trip
     when the visit samples the counts (one shard); with several shards the flush timer writes
@@ -136,7 +136,7 @@ def _pending(
     epoch = connection.failures()
     riding = config.count_hits and config.shards == 1
     batch = hits.buffer.take() if riding else None
-    calls = store.record_calls(
+    calls = store.visits.record_calls(
         config,
         visit,
         hits=_hit_amounts(batch.counts) if batch else {},
@@ -160,7 +160,7 @@ def write(pending: PendingVisit) -> int:
     """Write ``pending`` (one round trip to its shard); FAILED, WRITTEN or ARRIVED."""
     reply = connection.call(
         None,
-        lambda client, _config: store.run(client, pending.calls)[0],
+        lambda client, _config: store.scripts.run(client, pending.calls)[0],
         shard=pending.shard,
         writes=True,
     )
@@ -305,8 +305,8 @@ def user_logged_out(
     if guest is None:
         connection.call(
             None,
-            lambda client, config: store.remove_user(client, config, pk),
-            shard=store.user_shard(config, pk),
+            lambda client, config: store.presence.remove_user(client, config, pk),
+            shard=store.keys.user_shard(config, pk),
             writes=True,
         )
     else:

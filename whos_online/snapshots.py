@@ -180,7 +180,9 @@ def read(
     else:
         found = connection.call(
             None,
-            lambda client, config: store.snapshot(client, config, limit=limit, now=now, room=room),
+            lambda client, config: store.reading.snapshot(
+                client, config, limit=limit, now=now, room=room
+            ),
         )
     if found is not None and max_age > 0:
         cache_of(room).put(found)
@@ -189,26 +191,28 @@ def read(
 
 def _read_by_shard(config: Config, limit: int | None, now: float, room: str) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
-    empty. A shard that ``store.unfinished`` names is asked again for ``limit`` names."""
+    empty. A shard that ``store.reading.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
-    asked = store.shard_limit(limit, len(shards))
+    asked = store.reading.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
         found = _read_shard(config, shard, asked, now, room)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
-    for position in store.unfinished([parts[index] for index in indexes], limit, asked):
+    for position in store.reading.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
         found = _read_shard(config, shards[index], limit, now, room)
         if found is not None:
             parts[index] = found
-    return store.combine(list(parts.values()), limit) if parts else None
+    return store.reading.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
     config: Config, shard: keyspace.Shard, limit: int | None, now: float, room: str
 ) -> Snapshot | None:
-    calls = [store.snapshot_call(config, shard, limit=limit, now=now, room=room)]
-    raw = connection.call(None, lambda client, _config: store.run(client, calls)[0], shard=shard)
-    return None if raw is None else store.parse_snapshot(raw, limit)
+    calls = [store.reading.snapshot_call(config, shard, limit=limit, now=now, room=room)]
+    raw = connection.call(
+        None, lambda client, _config: store.scripts.run(client, calls)[0], shard=shard
+    )
+    return None if raw is None else store.reading.parse_snapshot(raw, limit)

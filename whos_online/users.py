@@ -7,12 +7,12 @@ when the list is read, so that rendering the list costs no SQL query.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from whos_online.store import UserDetails
 from whos_online.text import clean_name, linkable_url
 
 if TYPE_CHECKING:
@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 
 #: Longest display name stored; longer names are cut, so one user cannot bloat the list.
 MAX_DISPLAY_NAME_LENGTH: Final = 150
+
+
+@dataclass(frozen=True)
+class UserDetails:
+    """What a user's display HASH holds, and whether they are counted but not named."""
+
+    pk: str
+    hidden: bool
+    name: str
+    url: str
 
 
 def pk_text(user: AbstractBaseUser | AnonymousUser | object) -> str:

@@ -176,7 +176,7 @@ def test_lock_and_keys_follow_the_prefix(backend, settings, r):
 
 
 def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
     run()  # loads the scripts into a fresh server
     r.zadd("{whos_online}:guests", {f"g{i}": stale() for i in range(10)} | {"fresh": time.time()})
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 8)})
@@ -290,7 +290,7 @@ def test_every_reports_redis_errors_and_keeps_going(redis_down, monkeypatch):
 def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
     backend, r, monkeypatch, offline_ids, stop
 ):
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 11)})
     lock_ttls: list[int] = []
 
@@ -326,7 +326,7 @@ def test_the_previous_signal_handlers_come_back(backend, r):
 
 def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch):
     """With a clock that moves LOCK_EXTEND_EVERY per reading, each chunk extends the lock."""
-    monkeypatch.setattr(store, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 7)})
     clock = [0.0]
 

@@ -58,7 +58,7 @@
 --- @include "includes/sampling"
 --- @include "includes/rooms"
 
--- The arguments by name, in the order of ``RECORD_ARGUMENTS`` on the Python side.
+-- The arguments by name, in the order of ``store.visits.RECORD_ARGUMENTS``.
 local member = ARGV[1]
 local score = ARGV[2]
 local visitor = ARGV[3]

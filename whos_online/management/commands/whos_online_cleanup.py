@@ -135,11 +135,11 @@ class Command(BaseCommand):
         client = admin_client()
         try:
             if dry_run:
-                self.report(store.count_stale(client, config, now=now), now, "Would remove")
+                self.report(store.cleanup.count_stale(client, config, now=now), now, "Would remove")
                 self.clean_counters(client, config, now=now, dry_run=True)
                 return
             lock = client.lock(
-                store.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
+                store.keys.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
             )
             if not lock.acquire():
                 self.stderr.write(
@@ -221,9 +221,9 @@ class Command(BaseCommand):
         config = get_config()
         client = admin_client()
         try:
-            people, at = store.read_peak(client, config)
+            people, at = store.site.read_peak(client, config)
             if not dry_run:
-                store.reset_peak(client, config)
+                store.site.reset_peak(client, config)
         except REDIS_ERRORS as error:
             msg = f"Cannot reset the peak: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error

@@ -1,0 +1,27 @@
+"""The Redis keys and commands of presence: who is online, where, the peak and the visitors.
+
+One module per concern, each importing only those listed before it:
+
+- ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
+- ``scripts``: running the Lua scripts of ``whos_online.lua``, several in one round trip;
+- ``visits``: recording a visit (the one call on the request path);
+- ``presence``: whether given users are online, and taking one off;
+- ``reading``: one read of the site or a room, combined over the shards;
+- ``site``: the all-time peak and the day's unique visitors;
+- ``cleanup``: removing the people gone, a chunk at a time.
+
+Writes that belong together go out in one round trip: a Lua script where the work must be atomic
+or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
+``cleanup.prune_chunk``, which is bounded by its chunk size, and ``reading.snapshot(limit=None)``,
+which the API documents as a full listing. The counters have their own module,
+``whos_online.counters``.
+
+Functions take the client explicitly: the request path passes its short-timeout client and lets
+the caller fail open; the cleanup command passes a patient one and lets errors surface.
+"""
+
+from __future__ import annotations
+
+from whos_online.store import cleanup, keys, presence, reading, scripts, site, visits
+
+__all__ = ["cleanup", "keys", "presence", "reading", "scripts", "site", "visits"]

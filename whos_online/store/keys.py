@@ -1,0 +1,107 @@
+"""The names of the presence keys in Redis, and the layouts of shards that may hold them.
+
+``keyspace`` gives every key its hash tag: the people online under the tag of their shard, the
+site-wide keys (the peak, the layouts seen) under the base tag. This module says what each key of
+a shard holds and which shard a person's keys live in, so that every other module of ``store``
+names keys the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from whos_online import keyspace
+
+if TYPE_CHECKING:
+    from datetime import date
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+
+#: Per shard: the HASH of who is in which room, the sorted set of rooms by their latest visit,
+#: and how the keys of a room's sets begin (``room:<name>:<kind>``).
+ROOMS_WHERE: Final = "rooms:where"
+ROOMS_INDEX: Final = "rooms"
+ROOM_PREFIX: Final = "room:"
+
+#: The sorted sets of people and bots, by kind. ``hidden`` holds users who are counted, not named.
+KINDS: Final = ("users", "hidden", "guests", "bots")
+
+
+def key(config: Config, suffix: str) -> str:
+    """A site-wide key (under the base tag)."""
+    return keyspace.key(config, suffix)
+
+
+def user_key(shard: keyspace.Shard, pk: str) -> str:
+    return shard.key(f"user:{pk}")
+
+
+def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
+    text = day if isinstance(day, str) else day.isoformat()
+    return shard.key(f"visitors:{text}")
+
+
+def score(now: float) -> str:
+    """A time as the sorted sets hold it: Unix seconds, to the millisecond."""
+    return f"{now:.3f}"
+
+
+def user_shard(config: Config, pk: str) -> keyspace.Shard:
+    return keyspace.shard_of(config, keyspace.user_identity(pk))
+
+
+def member_shard(config: Config, kind: str, member: str) -> keyspace.Shard:
+    """The shard of a member of ``kind``'s set: users by their pk, guests and bots by member."""
+    if kind in {"users", "hidden"}:
+        return user_shard(config, member)
+    return keyspace.shard_of(config, member)
+
+
+def place(kind: str, member: str) -> str:
+    """A person's field in the HASH of who is in which room: users by pk, whether hidden or not."""
+    return f"u:{member}" if kind in {"users", "hidden"} else f"{kind}:{member}"
+
+
+def peak_key(config: Config) -> str:
+    return key(config, "peak")
+
+
+def room_key(shard: keyspace.Shard, room: str, kind: str) -> str:
+    return shard.key(f"{ROOM_PREFIX}{room}:{kind}")
+
+
+#: The shard counts of the layouts the cleanup command has seen, so that it can empty an old one.
+def layouts_key(config: Config) -> str:
+    return key(config, "layouts")
+
+
+def layouts_seen(client: Client, config: Config) -> list[int]:
+    """Register the configured layout and return every layout seen, the configured one first.
+
+    The one-shard layout counts as seen: it is where every site starts. A site that never
+    changed ``SHARDS`` from 1 keeps no record at all.
+    """
+    if config.shards != 1:
+        client.sadd(layouts_key(config), 1, config.shards)
+    return layouts_known(client, config)
+
+
+def layouts_known(client: Client, config: Config) -> list[int]:
+    """Every layout that may hold data: the configured one and those the cleanup has seen."""
+    seen = {int(each) for each in client.smembers(layouts_key(config))}
+    return [config.shards, *sorted(seen - {config.shards})]
+
+
+def layout_is_empty(client: Client, config: Config, shards: int) -> bool:
+    """Whether no sorted set of people, and nothing of a room, is left in the layout of
+    ``shards`` shards."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config, shards):
+        for name in (*KINDS, ROOMS_INDEX, ROOMS_WHERE):
+            pipe.exists(shard.key(name))
+    return not any(pipe.execute())
+
+
+def forget_layout(client: Client, config: Config, shards: int) -> None:
+    client.srem(layouts_key(config), shards)

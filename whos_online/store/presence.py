@@ -1,0 +1,94 @@
+"""Whether given users are online, and taking one off: the reads and writes about a person.
+
+Each read is one pipeline, O(log N) per user or bounded by its ``limit``, never a walk of a set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from whos_online import keyspace, lua
+from whos_online.store.keys import (
+    KINDS,
+    ROOM_PREFIX,
+    ROOMS_WHERE,
+    place,
+    score,
+    user_key,
+    user_shard,
+)
+from whos_online.store.scripts import ScriptCall, run
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+
+
+def remove_user(
+    client: Client, config: Config, pk: str, *, erase: bool = False, shards: int | None = None
+) -> None:
+    """Take a user off the online list and out of their room, in one call; with ``erase``, also
+    drop their last-seen record.
+
+    ``shards`` names another layout than the configured one (the cleanup's old layouts).
+    """
+    shard = _shard_in(config, keyspace.user_identity(pk), shards)
+    keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE)]
+    if erase:
+        keys.append(user_key(shard, pk))
+    run(client, [ScriptCall(lua.LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
+
+
+def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
+    if shards is None or shards == config.shards:
+        return keyspace.shard_of(config, person)
+    layout = keyspace.layout(config, shards)
+    return layout[keyspace.bucket(person, len(layout))]
+
+
+def user_presence(client: Client, config: Config, pk: str) -> tuple[float | None, float | None]:
+    """Return (score in the online sets, last seen from the HASH) for one user."""
+    return users_presence(client, config, [pk])[0]
+
+
+def users_presence(
+    client: Client, config: Config, pks: Sequence[str]
+) -> list[tuple[float | None, float | None]]:
+    """``user_presence`` of each of ``pks``, in one pipeline (one round trip on one Redis)."""
+    pipe = client.pipeline(transaction=False)
+    for pk in pks:
+        shard = user_shard(config, pk)
+        pipe.zscore(shard.key("users"), pk)
+        pipe.zscore(shard.key("hidden"), pk)
+        pipe.hget(user_key(shard, pk), "seen")
+    replies = iter(pipe.execute())
+    found = []
+    for visible, hidden, seen in zip(replies, replies, replies, strict=True):
+        score = visible if visible is not None else hidden
+        found.append((score, float(seen) if seen is not None else None))
+    return found
+
+
+def online_user_pks(client: Client, config: Config, *, now: float, limit: int) -> list[str]:
+    """The primary keys of up to ``limit`` users online (hidden ones included), newest first
+    within each set: O(log N + limit) per set and shard, never the whole of a large set."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config):
+        for kind in ("users", "hidden"):
+            pipe.zrevrangebyscore(shard.key(kind), "+inf", score(now - config.window), 0, limit)
+    pks = [keyspace.text(pk) for members in pipe.execute() for pk in members]
+    return pks[:limit] if len(pks) > limit else pks
+
+
+def oldest_seen(client: Client, config: Config) -> float | None:
+    """When the longest-unseen member of any online set was last seen (None: the sets are
+    empty): one ZRANGE of the first member per set and shard, O(log N) each. Members older than
+    the window stay until the cleanup command removes them, so this tells whether it runs."""
+    pipe = client.pipeline(transaction=False)
+    for shard in keyspace.layout(config):
+        for kind in KINDS:
+            pipe.zrange(shard.key(kind), 0, 0, withscores=True)
+    scores = [float(score) for first in pipe.execute() for _member, score in first]
+    return min(scores, default=None)

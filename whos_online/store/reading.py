@@ -1,0 +1,126 @@
+"""One read of the site, or of a room: the counts, the newest names, the peak and the visitors.
+
+A read is one ``lua/snapshot.lua`` call per shard, all sent in one round trip on one Redis, and
+combined here into one ``Snapshot`` of the whole site. Asking each shard for a share of the names
+rather than for all of them keeps the read small as shards are added (``shard_limit``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from whos_online import identity, keyspace, lua
+from whos_online.results import Snapshot
+from whos_online.store.keys import KINDS, peak_key, room_key, score, visitors_key
+from whos_online.store.scripts import ScriptCall, run
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+
+
+def snapshot_call(
+    config: Config, shard: keyspace.Shard, *, limit: int | None, now: float, room: str = ""
+) -> ScriptCall:
+    """One shard's part of a snapshot of the site, or of ``room`` (its four sets only: a room
+    has no visitors of the day or peak of its own)."""
+    if room:
+        keys = [room_key(shard, room, kind) for kind in KINDS]
+    else:
+        keys = [shard.key(kind) for kind in KINDS] + [visitors_key(shard, identity.utc_day(now))]
+        if shard.is_base:
+            keys.append(peak_key(config))
+    args: list[str | int | float] = [
+        score(now - config.window),
+        -1 if limit is None else limit,
+        shard.key("user:"),
+    ]
+    return ScriptCall(lua.SNAPSHOT, keys, args)
+
+
+def parse_snapshot(raw: Sequence[Any], limit: int | None) -> Snapshot:
+    visible, hidden, guests, bots, rows, peak_fields, visitors = raw
+    peak, peak_at = peak_fields if peak_fields else (None, None)
+    return Snapshot(
+        visible=int(visible),
+        hidden=int(hidden),
+        guests=int(guests),
+        bots=int(bots),
+        rows=rows,
+        peak_people=int(peak or 0),
+        peak_at=float(peak_at) if peak_at is not None else None,
+        visitors=int(visitors),
+        limit=limit,
+    )
+
+
+def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
+    """One snapshot of the whole site from one per shard: counts and visitors add up (the shards
+    hold different people), the names are the newest ``limit`` of all, the peak is shard 0's."""
+    if len(parts) == 1:
+        return parts[0]
+    listed = sorted((row for part in parts for row in part.listed), key=lambda row: -row.seen)
+    if limit is not None:
+        listed = listed[:limit]
+    peak = max(parts, key=lambda part: part.peak_people)
+    return Snapshot(
+        visible=sum(part.visible for part in parts),
+        hidden=sum(part.hidden for part in parts),
+        guests=sum(part.guests for part in parts),
+        bots=sum(part.bots for part in parts),
+        rows=[field for row in listed for field in (row.pk, repr(row.seen), row.name, row.url)],
+        peak_people=peak.peak_people,
+        peak_at=peak.peak_at,
+        visitors=sum(part.visitors for part in parts),
+        limit=limit,
+    )
+
+
+def snapshot(
+    client: Client, config: Config, *, limit: int | None, now: float, room: str = ""
+) -> Snapshot:
+    """Counts, the newest ``limit`` visible users, the peak and the day's visitors of the whole
+    site: one call per shard, in one round trip on one Redis (a second one, for the few shards
+    that need it, when the first could not tell the newest names; see ``shard_limit``)."""
+    shards = keyspace.layout(config)
+    asked = shard_limit(limit, len(shards))
+    calls = [snapshot_call(config, shard, limit=asked, now=now, room=room) for shard in shards]
+    parts = [parse_snapshot(raw, asked) for raw in run(client, calls)]
+    again = unfinished(parts, limit, asked)
+    if again:
+        more = [
+            snapshot_call(config, shards[index], limit=limit, now=now, room=room) for index in again
+        ]
+        for index, raw in zip(again, run(client, more), strict=True):
+            parts[index] = parse_snapshot(raw, limit)
+    return combine(parts, limit)
+
+
+def shard_limit(limit: int | None, shards: int) -> int | None:
+    """How many names to ask each of ``shards`` shards for, to list the newest ``limit``.
+
+    The newest people are spread over the shards by a hash, so each shard holds about
+    limit / shards of them: asking each for twice that (and two more) gives every name needed
+    nearly always, at a fraction of the cost of asking each for ``limit``. ``unfinished`` tells
+    when it did not.
+    """
+    if limit is None or shards == 1:
+        return limit
+    return min(limit, 2 * -(-limit // shards) + 2)
+
+
+def unfinished(parts: Sequence[Snapshot], limit: int | None, asked: int | None) -> list[int]:
+    """The shards whose names beyond the ``asked`` they returned could be among the newest
+    ``limit`` of all: those that returned all they were asked for, the last of them no older than
+    the ``limit``-th newest name of all returned (or fewer than ``limit`` names came back)."""
+    if limit is None or asked is None or asked >= limit:
+        return []
+    seen = sorted((row.seen for part in parts for row in part.listed), reverse=True)
+    threshold = seen[limit - 1] if len(seen) >= limit else float("-inf")
+    return [
+        index
+        for index, part in enumerate(parts)
+        if part.listed and len(part.listed) >= asked and part.listed[-1].seen >= threshold
+    ]

@@ -1,0 +1,55 @@
+"""The site-wide figures kept beside the people online: the all-time peak and the day's visitors.
+
+With one shard a visit keeps them itself (``visits``); with several, no shard sees the whole site,
+and the cleanup command samples the counts it read from every shard (``sample``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from whos_online import keyspace, lua
+from whos_online.store.keys import peak_key, score, visitors_key
+from whos_online.store.visits import recording_of
+
+if TYPE_CHECKING:
+    from datetime import date
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+    from whos_online.results import Snapshot
+
+
+def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) -> None:
+    """Raise the peak and sample the online counters from ``snapshot``, counted over every
+    shard (the cleanup command does so when a visit cannot: with several shards)."""
+    fixed = recording_of(config)
+    users = snapshot.visible + snapshot.hidden
+    keyspace.script(client, lua.SAMPLE)(
+        keys=[fixed.peak, fixed.known],
+        args=[
+            score(now),
+            fixed.counter_prefix,
+            fixed.precisions,
+            fixed.may_stop,
+            int(now),
+            users,
+            snapshot.guests,
+            snapshot.bots,
+        ],
+    )
+
+
+def read_peak(client: Client, config: Config) -> tuple[int, float | None]:
+    count, at = client.hmget(peak_key(config), ["count", "at"])
+    return int(count or 0), (float(at) if at is not None else None)
+
+
+def reset_peak(client: Client, config: Config) -> None:
+    client.delete(peak_key(config))
+
+
+def unique_visitors(client: Client, config: Config, day: date) -> int:
+    """The day's visitors: the shards' HyperLogLogs hold different people, so their estimates
+    add up. One PFCOUNT per shard (redis-py keeps PFCOUNT out of cluster pipelines)."""
+    return sum(int(client.pfcount(visitors_key(shard, day))) for shard in keyspace.layout(config))
