@@ -266,7 +266,7 @@ class Visitors:
 
 
 def close_breakers() -> None:
-    from whos_online.connection import breaker, refusals
+    from whos_online.breakers import breaker, refusals
 
     breaker.reset()
     refusals.reset()
@@ -328,8 +328,8 @@ def measure_recovery(
     back-off that was still to run when Redis came back)."""
     from django.test import override_settings
 
+    from whos_online.breakers import breaker, refusals
     from whos_online.conf import get_config
-    from whos_online.connection import breaker, refusals
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     results = []

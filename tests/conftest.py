@@ -19,7 +19,7 @@ from tests.helpers import (
 )
 from tests.live_gate import LiveServerGate
 from tests.redis_server import RedisServer, free_port
-from whos_online import conf, connection, lua
+from whos_online import breakers, conf, connection, lua
 from whos_online.connection import admin_client
 from whos_online.signals import users_went_offline
 
@@ -138,6 +138,7 @@ def hiding_bob(settings) -> None:
 def breaker_clock(monkeypatch) -> BreakerClock:
     """Back-off periods of the circuit breaker pass when the test says, without sleeping."""
     clock = BreakerClock()
+    monkeypatch.setattr(breakers, "time", SimpleNamespace(monotonic=clock))
     monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=clock))
     return clock
 

@@ -160,7 +160,7 @@ def run_threads(targets: list[Callable[[], T]]) -> list[T]:
 
 
 class BreakerClock:
-    """The circuit breaker's monotonic clock (``whos_online.connection.time``), moved by hand."""
+    """The circuit breaker's monotonic clock (``whos_online.breakers.time``), moved by hand."""
 
     def __init__(self, now: float = 1_000.0) -> None:
         self.now = now

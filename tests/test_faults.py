@@ -5,7 +5,7 @@ stopped (nothing listening), killed with SIGKILL while the app holds open connec
 SIGSTOP, slow (every reply held back a second by a proxy in front of it), full (``maxmemory`` with
 ``noeviction``, filled until writes get ``OOM``) or demoted to a read-only replica of another
 server. No Redis call is mocked; the circuit breaker's clock
-(``whos_online.connection.time.monotonic``) is replaced so that back-off periods pass without
+(``whos_online.breakers.time.monotonic``) is replaced so that back-off periods pass without
 sleeping, and the request client's connections are watched (not changed) to count calls. How long
 requests take during each outage is measured by ``bench/outages.py``, not asserted here.
 """
@@ -41,7 +41,7 @@ from tests.redis_faults import (
     fill_until_oom,
 )
 from tests.redis_server import RedisServer
-from whos_online import conf, connection, throttle
+from whos_online import breakers, conf, connection, throttle
 from whos_online.conf import get_config
 
 if TYPE_CHECKING:
@@ -768,7 +768,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
         assert connection.call(False, answered_just_before_the_kill) is True
 
     assert warnings_and_infos(caplog) == ["WARNING"]
-    assert not connection.breaker.allows(get_config().redis_target)
+    assert not breakers.breaker.allows(get_config().redis_target)
 
 
 # The cleanup command

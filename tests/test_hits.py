@@ -25,7 +25,7 @@ from tests.conftest import SCRIPTS
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
 from tests.redis_server import free_port
-from whos_online import api, connection, counters, hits, recording, throttle
+from whos_online import api, breakers, connection, counters, hits, recording, throttle
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 
@@ -98,7 +98,9 @@ class Outage:
         """Redis answers again, and FAILURE_BACKOFF has passed since the failure."""
         self.monkeypatch.setattr(connection, "request_client", self.live)
         later = time.monotonic() + get_config().failure_backoff + 1
-        self.monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=lambda: later))
+        clock = SimpleNamespace(monotonic=lambda: later)
+        self.monkeypatch.setattr(breakers, "time", clock)
+        self.monkeypatch.setattr(connection, "time", clock)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ loop one awaited round trip instead of a trip through ``sync_to_async``, whose d
 is one thread for the whole process: every recorded visit of the site would queue for it.
 
 The clients mirror ``whos_online.connection``'s: the same target, the same 0.25 s timeouts and no
-retries, and the same circuit breakers (``connection.breaker`` and ``connection.refusals``, which
+retries, and the same circuit breakers (``breakers.breaker`` and ``breakers.refusals``, which
 the sync and async paths share, so an outage seen by one stops the other). An asyncio client
 belongs to the event loop it was made in, so there is one per loop.
 
@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from whos_online import connection, keyspace
+from whos_online import breakers, connection, keyspace
 from whos_online.conf import Config, config_changed, get_config
 from whos_online.store.scripts import sha1_of
 
@@ -134,7 +134,7 @@ async def call(
 ) -> T:
     """``connection.call`` for ``client``: ``default`` if Redis fails or a breaker is open."""
     config = get_config()
-    attempt = connection.Attempt(config, shard, writes=writes)
+    attempt = breakers.Attempt(config, shard, writes=writes)
     if not attempt.allowed:
         return default
     try:

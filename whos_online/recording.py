@@ -18,6 +18,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import (
     aio,
+    breakers,
     connection,
     counters,
     hits,
@@ -133,7 +134,7 @@ def _pending(
     """The calls of one visit, with any buffered page hits riding along in the same round trip
     when the visit samples the counts (one shard); with several shards the flush timer writes
     them."""
-    epoch = connection.failures()
+    epoch = breakers.failures()
     riding = config.count_hits and config.shards == 1
     batch = hits.buffer.take() if riding else None
     calls = store.visits.record_calls(
@@ -251,7 +252,7 @@ def _to_record(
     """Whom a request should be recorded as: the user, or a (kind, member) for an anonymous
     visitor; or, when there is nothing to write, what recording came to (see record_request).
     The process's memory spares a write only for a visitor who stays in the same ``room``."""
-    epoch = connection.failures()
+    epoch = breakers.failures()
     tag = rooms.room_tag(room)
     if user is not None and user.is_authenticated:
         pk = users.pk_text(user)

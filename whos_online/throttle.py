@@ -149,7 +149,7 @@ class RecentIdentities:
     """A bounded, thread-safe map of identity -> time until which it needs no new write.
 
     Each entry also keeps the *epoch* it was written in: a number the caller takes to change
-    whenever Redis fails (``connection.breaker.failures``). An entry from before the latest
+    whenever Redis fails (``breakers.breaker.failures``). An entry from before the latest
     failure no longer counts, so that a visitor this process stored before an outage is written
     again, rather than handed a new cookie for a visit Redis may have lost (a Redis that comes
     back empty has forgotten them).

@@ -1,0 +1,166 @@
+"""The circuit breakers that keep a Redis outage off the page.
+
+After a failure, a process stops calling that Redis target for ``FAILURE_BACKOFF`` seconds: an
+outage then costs each process one timeout per back-off period, and the log one warning per outage
+rather than one per request. A Redis that answers but refuses writes (out of memory, a replica)
+opens a breaker of its own, which stops writes only, so that the page still shows who is online.
+
+Shared by ``connection.call`` and ``whos_online.aio``, which make the calls; this module makes
+none, so that it can be read, and tested, on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from typing import TYPE_CHECKING, Final
+
+import redis
+from redis.exceptions import ReadOnlyError
+
+if TYPE_CHECKING:
+    from whos_online.conf import Config
+    from whos_online.keyspace import Shard
+
+logger = logging.getLogger("whos_online")
+
+
+#: Error codes of a Redis that answers but will not take writes: out of memory under
+#: ``noeviction``, a replica, or a failed snapshot with ``stop-writes-on-bgsave-error``. Inside a
+#: script, Redis 7 and later keep the code at the start of the message; 6.2 puts it after a dash.
+_WRITE_REFUSALS: Final = re.compile(r"(?:^|-)(?:OOM|READONLY|MISCONF) ")
+
+
+def refuses_writes(error: BaseException) -> bool:
+    """Whether ``error`` says Redis is up and reads work, but writes are refused."""
+    if isinstance(error, (redis.exceptions.OutOfMemoryError, ReadOnlyError)):
+        return True
+    return isinstance(error, redis.exceptions.ResponseError) and bool(
+        _WRITE_REFUSALS.search(str(error))
+    )
+
+
+class CircuitBreaker:
+    """Stops calling a Redis target for ``FAILURE_BACKOFF`` seconds after it failed.
+
+    An outage therefore costs each process at most one timeout per back-off period, and the log
+    gets one warning when an outage starts and one info line when Redis answers again.
+
+    Each failure starts a new *generation* of the target. A caller notes the generation before it
+    calls Redis and hands it to ``succeeded``: a reply to a call that began before another
+    thread's failure says nothing about Redis now, so it neither closes the breaker nor logs a
+    recovery that did not happen.
+    """
+
+    def __init__(self, failure: str = "", recovery: str = "") -> None:
+        #: Logged as a warning with the target, the error's type and text, and the back-off.
+        self.failure = failure or (
+            "Redis at %s is unavailable (%s: %s); whos_online stops recording and shows empty "
+            "counts, and retries every %g s."
+        )
+        #: Logged as info with the target.
+        self.recovery = recovery or "Redis at %s answers again; whos_online resumes recording."
+        self._lock = threading.Lock()
+        self._open_until: dict[str, float] = {}
+        self._down: set[str] = set()
+        self._generations: dict[str, int] = {}
+        self._failures = 0
+
+    def generation(self, target: str) -> int:
+        return self._generations.get(target, 0)
+
+    @property
+    def failures(self) -> int:
+        """How many calls failed so far, to any target: what a write succeeded "after"."""
+        return self._failures
+
+    def allows(self, target: str, now: float | None = None) -> bool:
+        until = self._open_until.get(target)
+        return until is None or (now if now is not None else time.monotonic()) >= until
+
+    def failed(self, target: str, error: BaseException, backoff: float) -> None:
+        with self._lock:
+            self._open_until[target] = time.monotonic() + backoff
+            self._generations[target] = self._generations.get(target, 0) + 1
+            self._failures += 1
+            first = target not in self._down
+            self._down.add(target)
+        if first:
+            logger.warning(self.failure, target, type(error).__name__, error, backoff)
+
+    def succeeded(self, target: str, generation: int) -> None:
+        """Note a reply to a call made when the target was at ``generation``."""
+        if target not in self._down:
+            return
+        with self._lock:
+            recovered = target in self._down and self._generations.get(target, 0) == generation
+            if recovered:
+                self._down.discard(target)
+                self._open_until.pop(target, None)
+        if recovered:
+            logger.info(self.recovery, target)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._open_until.clear()
+            self._down.clear()
+            self._generations.clear()
+            self._failures = 0
+
+
+breaker: Final = CircuitBreaker()
+#: Opened by a Redis that answers but refuses writes; it stops writes only.
+refusals: Final = CircuitBreaker(
+    "Redis at %s refuses writes (%s: %s); whos_online stops recording, still shows who is "
+    "online, and tries a write again every %g s.",
+    "Redis at %s takes writes again; whos_online resumes recording.",
+)
+
+
+def breaker_target(config: Config, shard: Shard | None) -> str:
+    """What the breaker keys on: the whole target, or on a cluster each shard's slot, so that a
+    master that is down takes only its own shards out."""
+    if shard is None or not config.redis_cluster:
+        return config.redis_target
+    return f"{config.redis_target} {{{shard.tag}}}"
+
+
+class Attempt:
+    """One call's dealings with the breakers of its target: whether it may go at all, and what
+    its outcome says about Redis. Shared by ``connection.call`` and ``whos_online.aio``.
+
+    Redis errors open the breaker of the target (of ``shard``'s slot on a cluster). A Redis that
+    answers but refuses writes (``refuses_writes``) opens only the ``refusals`` breaker, which
+    stops calls that ``writes``: reads go on showing who is online, and a successful read is no
+    sign that writes work again.
+    """
+
+    def __init__(self, config: Config, shard: Shard | None, *, writes: bool) -> None:
+        self.backoff = config.failure_backoff
+        self.target = breaker_target(config, shard)
+        self.writes = writes
+        self.allowed = breaker.allows(self.target) and not (
+            writes and not refusals.allows(self.target)
+        )
+        self.generation = breaker.generation(self.target)
+        self.refused = refusals.generation(self.target)
+
+    def failed(self, error: BaseException) -> None:
+        if refuses_writes(error):
+            refusals.failed(self.target, error, self.backoff)
+            breaker.succeeded(self.target, self.generation)  # it answered
+        else:
+            breaker.failed(self.target, error, self.backoff)
+
+    def succeeded(self) -> None:
+        breaker.succeeded(self.target, self.generation)
+        if self.writes:
+            refusals.succeeded(self.target, self.refused)
+
+
+def failures() -> int:
+    """How many calls have failed in this process, or been refused: a visit stored before the
+    latest one may have been lost since (see ``throttle.RecentIdentities``)."""
+    return breaker.failures + refusals.failures
