@@ -644,13 +644,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.site"
     os.environ.setdefault("WHOS_ONLINE_BENCH_VARIANT", "throttled")
     django.setup()
-    from whos_online import conf
+    from whos_online.defaults import DEFAULTS
 
     started = time.monotonic()
     load = os.getloadavg()[0]
     single, version = one_redis(options.people, options.visits, options.reads, options.repeats)
     spread = cluster(options.people, options.visits, options.reads, options.repeats)
-    defaults = conf.DEFAULTS
+    defaults = DEFAULTS
     model = Model(
         throttle=defaults["THROTTLE"],
         page_every=options.page_every,

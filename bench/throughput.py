@@ -34,7 +34,7 @@ import redis
 from bench import servers, stats, wrk
 from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
-from whos_online import conf, throttle
+from whos_online import defaults, throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -157,7 +157,7 @@ class ThrottleCookies:
         key = (site.variant.name, identity)
         at, found = self.fetched.get(key, (0.0, []))
         # The throttled variant keeps THROTTLE at its default.
-        if time.monotonic() - at < conf.DEFAULTS["THROTTLE"] / 2:
+        if time.monotonic() - at < defaults.DEFAULTS["THROTTLE"] / 2:
             return found
         started = time.monotonic()
         found = []

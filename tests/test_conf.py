@@ -10,7 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
-from whos_online.conf import DEFAULT_BOT_USER_AGENTS, DEFAULTS, get_config
+from whos_online.conf import get_config
+from whos_online.defaults import DEFAULT_BOT_USER_AGENTS, DEFAULTS
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.visibility import is_authenticated, is_staff
 

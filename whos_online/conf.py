@@ -6,9 +6,9 @@ test (or anything else) changes ``WHOS_ONLINE``, ``CACHES`` or ``SECRET_KEY`` th
 ``setting_changed``, so ``override_settings`` works everywhere.
 
 Modules that cache what they derive from settings (clients, keys, hashes) clear it on
-``config_changed``, which is sent whenever the ``Config`` is dropped. Validation lives with the
-system checks (``checks.validate``); ``get_config`` runs it too, so that bad settings fail at
-startup even where nobody runs ``manage.py check``.
+``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
+settings as the system checks do (``validation.validate``), so that bad settings fail at startup
+even where nobody runs ``manage.py check``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 from django.utils.module_loading import import_string
 
+from whos_online.defaults import DEFAULTS
 from whos_online.text import redact_url
+from whos_online.validation import validate
 from whos_online.visibility import name_audience
 
 if TYPE_CHECKING:
@@ -34,48 +36,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
 
     AnyUser = AbstractBaseUser | AnonymousUser
-
-#: Crawlers, monitors and HTTP libraries that are counted as bots rather than guests.
-DEFAULT_BOT_USER_AGENTS: Final = (
-    r"(?i)bot\b|crawl|spider|slurp|bingpreview|facebookexternalhit|embedly|quora link preview"
-    r"|pinterestbot|whatsapp|telegrambot|discord|slack|skype|vkshare|w3c_validator|lighthouse"
-    r"|headlesschrome|phantomjs|python-requests|python-urllib|aiohttp|httpx|curl/|wget/"
-    r"|go-http-client|java/|okhttp|libwww|apache-httpclient|uptime|pingdom|statuscake"
-    r"|monitor|scrapy|feedfetcher|feedly|ahrefs|semrush|mj12|dotbot|petalbot|yandex|baidu"
-)
-
-DEFAULTS: Final[Mapping[str, Any]] = {
-    "REDIS_ALIAS": "default",
-    "REDIS_URL": None,
-    "REDIS_CLUSTER": False,
-    "KEY_PREFIX": "whos_online",
-    "WINDOW": 600,
-    "THROTTLE": 120,
-    "TRACK_GUESTS": True,
-    "GUEST_IDENTITY": "hashed-ip",
-    "GUEST_IPV6_PREFIX": 64,
-    "TRUSTED_PROXY_COUNT": 0,
-    # None means "STATIC_URL and MEDIA_URL", read when the config is built.
-    "IGNORE_PATHS": None,
-    "BOT_USER_AGENTS": DEFAULT_BOT_USER_AGENTS,
-    "HIDE_USER": None,
-    "DISPLAY_NAME": None,
-    "DISPLAY_LIMIT": 50,
-    "COUNTER_PRECISIONS": [1, 5, 60, 300, 3600, 18000, 86400],
-    "COUNTER_SAMPLES": 120,
-    "FAILURE_BACKOFF": 10,
-    "LAST_SEEN_DAYS": 90,
-    "COUNT_HITS": False,
-    "SHOW_NAMES_TO": "staff",
-    "REFRESH_INTERVAL": 30,
-    "JSON_MAX_AGE": 10,
-    "SHARDS": 1,
-    "SNAPSHOT_MAX_AGE": 2,
-}
-
-#: Most shards a layout may have: choosing their hash tags costs about a millisecond per shard,
-#: once per process.
-MAX_SHARDS: Final = 128
 
 
 @dataclass(frozen=True)
@@ -130,8 +90,6 @@ def user_settings() -> Mapping[str, Any]:
 @functools.cache
 def get_config() -> Config:
     """Build the process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings."""
-    from whos_online.checks import validate
-
     raw = user_settings()
     errors = [message for message in validate(raw) if message.is_serious()]
     if errors:
