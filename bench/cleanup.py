@@ -4,7 +4,7 @@ A probe process (``bench.probe``) PINGs Redis every millisecond while one of the
 
 * nothing (the baseline of the probe's own noise);
 * the naive prune, one ZREMRANGEBYSCORE per sorted set, for comparison;
-* ``api.prune_with``, what ``whos_online_cleanup`` runs, on 1 000 000 stale members (half users,
+* ``pruning.prune_with``, what ``whos_online_cleanup`` runs, on 1 000 000 stale members (half users,
   half guests) with some people still online who must stay;
 * ``counters.clean``, what the command runs next, on every counter (the online counts and page
   hits) at every default precision, each holding twice ``COUNTER_SAMPLES`` slices, so that the

@@ -2,7 +2,7 @@
 
 Every function here fails open: while Redis is unreachable, slow or refusing writes, readers get
 empty lists, zero counts or ``None`` and writers do nothing (and say so where a caller must know),
-and the circuit breaker in ``connection`` keeps further calls from waiting on Redis for
+and the circuit breakers (``breakers``) keep further calls from waiting on Redis for
 ``FAILURE_BACKOFF`` seconds. That is what a view or a template wants. The cleanup command uses
 ``pruning`` and ``store`` directly and fails loudly.
 """
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from whos_online import connection, counters, identity, recording, rooms, snapshots, store
 from whos_online.conf import get_config
-from whos_online.pruning import prune_rooms, prune_with
+from whos_online.pruning import prune
 from whos_online.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -202,19 +202,6 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
 
     snapshots.invalidate()
     return connection.call(False, erase, writes=True)
-
-
-def prune(now: float | datetime | None = None) -> int:
-    """Remove everyone last seen before the window, from the site and from the rooms; returns how
-    many members left the site's sets."""
-    timestamp = as_timestamp(now)
-
-    def prune_all(client: Client, config: Config) -> int:
-        removed = prune_with(client, config, now=timestamp)
-        prune_rooms(client, config, now=timestamp)
-        return sum(removed.values())
-
-    return connection.call(0, prune_all, writes=True)
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:

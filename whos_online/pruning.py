@@ -1,24 +1,40 @@
 """Removing people gone from the online sets, in chunks, and what the cleanup command keeps.
 
 Used by the cleanup command with its patient client, letting Redis errors propagate, and by
-``api.prune`` behind the breaker. ``users_went_offline`` is sent once per chunk, so a huge prune
-never holds every id at once.
+``prune`` behind the breaker: the API function, which ``whos_online.api`` re-exports, and the
+sender of ``users_went_offline`` whoever prunes. The signal is sent once per chunk, so a huge
+prune never holds every id at once.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from whos_online import keyspace, signals, store
+from whos_online import connection, keyspace, signals, store
+from whos_online.results import as_timestamp
 from whos_online.throttle import recent
 from whos_online.users import pk_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
 
     from whos_online.conf import Config
     from whos_online.connection import Client
     from whos_online.results import Snapshot
+
+
+def prune(now: float | datetime | None = None) -> int:
+    """Remove everyone last seen before the window, from the site and from the rooms; returns how
+    many members left the site's sets."""
+    timestamp = as_timestamp(now)
+
+    def prune_all(client: Client, config: Config) -> int:
+        removed = prune_with(client, config, now=timestamp)
+        prune_rooms(client, config, now=timestamp)
+        return sum(removed.values())
+
+    return connection.call(0, prune_all, writes=True)
 
 
 def prune_with(
@@ -89,8 +105,6 @@ def _prune_set(
         if current:
             recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
             if is_user and removed:
-                from whos_online.api import prune  # the sender receivers know, as always
-
                 signals.users_went_offline.send(sender=prune, user_ids=pk_values(removed))
         if between_chunks is not None:
             between_chunks()
