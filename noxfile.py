@@ -115,11 +115,18 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing."""
-    if shutil.which("wrk") is None:
+    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing.
+
+    A first argument that names a module of ``bench/`` runs that one on its own with the rest:
+    ``scripts/dev.py bench capacity --repeats 3`` is ``python -m bench.capacity --repeats 3``.
+    """
+    module, arguments = "bench", list(session.posargs)
+    if arguments and not arguments[0].startswith("-"):
+        module, arguments = f"bench.{arguments[0]}", arguments[1:]
+    if module == "bench" and shutil.which("wrk") is None:
         _install_wrk(session)
     install(session, "bench", "test")
-    session.run("python", "-m", "bench", *session.posargs)
+    session.run("python", "-m", module, *arguments)
 
 
 def _install_wrk(session: nox.Session) -> None:

@@ -1,6 +1,7 @@
 """How many people online one Redis process serves, and what three cluster masters add.
 
-Run from the repository root: ``.venv/bin/python -m bench.capacity`` (``--help`` for the options).
+Run from the repository root: ``python3 scripts/dev.py bench capacity`` (``--help`` for the
+options).
 
 Capacity is a matter of Redis CPU, so it is measured on the server, not at the client: a fresh
 redis-server holds ``--people`` members online (a fifth of them users), then records visits of
@@ -650,12 +651,11 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     single, version = one_redis(options.people, options.visits, options.reads, options.repeats)
     spread = cluster(options.people, options.visits, options.reads, options.repeats)
-    defaults = DEFAULTS
     model = Model(
-        throttle=defaults["THROTTLE"],
+        throttle=DEFAULTS["THROTTLE"],
         page_every=options.page_every,
         processes=options.processes,
-        max_age=defaults["SNAPSHOT_MAX_AGE"],
+        max_age=DEFAULTS["SNAPSHOT_MAX_AGE"],
         stay=options.stay,
     )
     print(

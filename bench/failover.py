@@ -13,7 +13,7 @@ Each variant runs the same way. "Asking once a second" turns off the listeners o
 Sentinel pool alone, which asks only when it opens a connection).
 Run from the repository root:
 
-    .venv/bin/python bench/failover.py
+    python3 scripts/dev.py bench failover
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ requests every few milliseconds until one is recorded (its throttle cookie is on
 write succeeded). Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
 and once with the default 10 s as a check. Run from the repository root:
 
-    .venv/bin/python bench/outages.py
+    python3 scripts/dev.py bench outages
 """
 
 from __future__ import annotations

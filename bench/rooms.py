@@ -181,9 +181,9 @@ def run() -> Section:
     return Section(
         title="Rooms",
         intro=(
-            f"`python -m bench --only rooms`. Requests: {REQUESTS} per batch, {BATCHES} batches "
-            "of each kind in turn, CPU time of this process (the middleware, a view that sets "
-            "the room, redis-py) per request, median over the batches. Reads: "
+            f"`python3 scripts/dev.py bench --only rooms`. Requests: {REQUESTS} per batch, "
+            f"{BATCHES} batches of each kind in turn, CPU time of this process (the middleware, "
+            "a view that sets the room, redis-py) per request, median over the batches. Reads: "
             f"{READS} reads of a room's 50 newest names and its counts, among "
             f"{stats.number(ROOMS)} rooms."
         ),
