@@ -181,6 +181,8 @@ SCRIPTS = (
     lua.PRUNE_CHUNK,
     lua.LEAVE,
     lua.PRUNE_ROOM,
+    lua.LEAVE_ROOM,
+    lua.RECENT_ROOMS,
     lua.UPDATE_COUNTERS,
     lua.DELETE_SLICES,
     lua.DROP_COUNTER,

@@ -46,6 +46,8 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "JSON_MAX_AGE": 10,
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,
+    "ROOMS": {},
+    "ROOM_ACCESS": None,
 }
 
 

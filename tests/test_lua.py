@@ -15,7 +15,7 @@ SCRIPT_NAMES = sorted(
 
 
 def test_every_script_file_is_loaded_at_import():
-    assert len(SCRIPT_NAMES) == 9
+    assert len(SCRIPT_NAMES) == 11
     for name in SCRIPT_NAMES:
         assert getattr(lua, name.upper()) == lua.load(name)
 

@@ -27,7 +27,7 @@ from whos_online.results import (
     as_peak,
     as_timestamp,
 )
-from whos_online.rooms import set_room
+from whos_online.rooms import room_token, set_room
 from whos_online.throttle import recent
 from whos_online.users import pk_text, pk_values
 
@@ -58,6 +58,7 @@ __all__ = [
     "prune",
     "record_guest",
     "record_user",
+    "room_token",
     "set_room",
     "unique_visitors",
     "update_counter",

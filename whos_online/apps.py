@@ -19,6 +19,7 @@ class WhosOnlineConfig(AppConfig):
 
         register(Tags.compatibility)(checks.check_settings)
         register(Tags.compatibility)(checks.check_middleware)
+        register(Tags.urls)(checks.check_room_urls)
         register(Tags.compatibility, deploy=True)(checks.check_cleanup_runs)
         user_logged_in.connect(receivers.record_login, dispatch_uid="whos_online.record_login")
         user_logged_out.connect(receivers.remove_logout, dispatch_uid="whos_online.remove_logout")

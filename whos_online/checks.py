@@ -1,5 +1,5 @@
-"""System checks: every ``WHOS_ONLINE`` key, the middleware's place in ``MIDDLEWARE``, and (on
-``check --deploy``) whether the cleanup command runs.
+"""System checks: every ``WHOS_ONLINE`` key, the middleware's place in ``MIDDLEWARE``, the URL
+names of ``ROOMS``, and (on ``check --deploy``) whether the cleanup command runs.
 
 The settings are checked by ``validation.validate`` (each key by its row of ``key_rules.RULES``,
 then the keys that depend on each other); ``get_config`` runs the same function, and refuses to
@@ -9,6 +9,7 @@ build a ``Config`` from settings with errors.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Final
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from whos_online.conf import user_settings
+from whos_online.key_rules import room_pattern_fields, rooms_problems
 from whos_online.validation import validate
 
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
@@ -24,6 +26,45 @@ AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMidd
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return validate(user_settings())
+
+
+def check_room_urls(**kwargs: Any) -> list[CheckMessage]:
+    """Each key of ``ROOMS`` names a URL of the site's URLconf, and each field of its pattern is
+    a keyword argument that every URL of that name captures. Says nothing of a ``ROOMS`` that
+    ``check_settings`` reports as malformed."""
+    from whos_online.urlnames import url_keywords
+
+    raw: object = user_settings()
+    rooms = raw.get("ROOMS") if isinstance(raw, Mapping) else None
+    if not isinstance(rooms, Mapping) or rooms_problems(rooms):
+        return []
+    known = url_keywords()
+    messages: list[CheckMessage] = []
+    for name, pattern in rooms.items():
+        if name not in known:
+            messages.append(
+                Error(
+                    f"WHOS_ONLINE['ROOMS'] names the URL {name!r}, which the URLconf does not "
+                    "have.",
+                    hint="Use the name as reverse() takes it, with its namespaces, such as "
+                    "'forum:topic'.",
+                    id="whos_online.E031",
+                )
+            )
+            continue
+        missing = sorted(set(room_pattern_fields(pattern)) - known[name])
+        if missing:
+            captured = ", ".join(sorted(known[name])) or "none"
+            messages.append(
+                Error(
+                    f"WHOS_ONLINE['ROOMS'][{name!r}] is {pattern!r}, but the URL {name!r} does "
+                    f"not capture {', '.join(missing)} (it captures: {captured}).",
+                    hint="A room pattern is formatted with the keyword arguments the URL passes "
+                    "to its view.",
+                    id="whos_online.E032",
+                )
+            )
+    return messages
 
 
 def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:

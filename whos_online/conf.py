@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
 
     AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -68,6 +69,11 @@ class Config:
     shards: int
     #: Seconds a process may show the snapshot it last read; 0 reads Redis for every render.
     snapshot_max_age: float
+    #: Room patterns by URL name (``ROOMS``): the middleware puts a page view of that URL in the
+    #: room its pattern names, formatted with the URL's keyword arguments.
+    rooms: Mapping[str, str]
+    #: Who may read a room through the JSON and widget views; None: whoever holds its token.
+    room_access: Callable[[HttpRequest, str], bool] | None
 
     @functools.cached_property
     def redis_target(self) -> str:
@@ -124,6 +130,8 @@ def get_config() -> Config:
         json_max_age=merged["JSON_MAX_AGE"],
         shards=merged["SHARDS"],
         snapshot_max_age=float(merged["SNAPSHOT_MAX_AGE"]),
+        rooms=dict(merged["ROOMS"]),
+        room_access=import_callable(merged["ROOM_ACCESS"]),
     )
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 #: The attribute the middleware looks for on ``request.resolver_match.func``.
 ATTRIBUTE: Final = "whos_online_not_recorded"
+#: The attribute ``mark_not_recorded`` sets on one request.
+REQUEST_ATTRIBUTE: Final = "_whos_online_not_recorded"
 
 ViewT = TypeVar("ViewT", bound="Callable[..., object]")
 
@@ -34,12 +36,20 @@ def not_recorded(view: ViewT) -> ViewT:
     return view
 
 
+def mark_not_recorded(request: HttpRequest) -> None:
+    """Leave this one request alone, as if its view were marked ``not_recorded``."""
+    setattr(request, REQUEST_ATTRIBUTE, True)
+
+
 def is_not_recorded(request: HttpRequest) -> bool:
-    """Whether the view that served ``request`` was marked with ``not_recorded``.
+    """Whether the view that served ``request`` was marked with ``not_recorded`` (or marked the
+    request itself, with ``mark_not_recorded``).
 
     Read after the view, from the URL resolution Django stored on the request: a request that
     resolved to no view (a 404) is an ordinary visit.
     """
+    if getattr(request, REQUEST_ATTRIBUTE, False) is True:
+        return True
     match = request.resolver_match
     return match is not None and getattr(match.func, ATTRIBUTE, False) is True
 

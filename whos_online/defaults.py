@@ -48,6 +48,8 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "JSON_MAX_AGE": 10,
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,
+    "ROOMS": {},
+    "ROOM_ACCESS": None,
 }
 
 #: Most shards a layout may have: choosing their hash tags costs about a millisecond per shard,

@@ -9,7 +9,8 @@ looks at its own key only; the checks that weigh two settings against each other
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -170,6 +171,43 @@ _CALLABLE_HINT: Final = (
 )
 
 
+def room_pattern_fields(pattern: str) -> list[str]:
+    """The argument names a room pattern is formatted with (``"topic:{pk}"``: ``["pk"]``);
+    ValueError if it is no format string."""
+    return [
+        field.split(".", 1)[0].split("[", 1)[0]
+        for _, field, _, _ in string.Formatter().parse(pattern)
+        if field is not None
+    ]
+
+
+def _room_pattern_problem(pattern: object) -> str | None:
+    """What is wrong with one room pattern: it is formatted with keyword arguments only."""
+    if not isinstance(pattern, str) or not pattern:
+        return f"is not a non-empty string: {pattern!r}"
+    try:
+        fields = room_pattern_fields(pattern)
+    except ValueError as exc:
+        return f"{pattern!r} is not a format string: {exc}"
+    positional = [field for field in fields if not field.isidentifier()]
+    if positional:
+        return f"{pattern!r} names {positional[0]!r}, which is not a keyword argument's name"
+    return None
+
+
+def rooms_problems(value: Any) -> list[str]:
+    """What is wrong with a value of ``ROOMS``: a dict of URL names to room patterns."""
+    if not isinstance(value, Mapping):
+        return [f"must be a dict of URL names to room patterns, not {value!r}"]
+    problems = []
+    for name, pattern in value.items():
+        if not isinstance(name, str) or not name:
+            problems.append(f"has a key that is not a URL name: {name!r}")
+        elif problem := _room_pattern_problem(pattern):
+            problems.append(f"[{name!r}] {problem}")
+    return problems
+
+
 RULES: Final = (
     Rule(
         "REDIS_URL",
@@ -270,5 +308,20 @@ RULES: Final = (
         _whole(1, 128),
         "64 counts each IPv6 network of a household or device as one guest, since devices "
         "rotate their addresses inside it; 128 uses the whole address.",
+    ),
+    Rule(
+        "ROOMS",
+        "whos_online.E029",
+        rooms_problems,
+        "For example {'forum:topic': 'topic:{pk}'}: keys are URL names as reverse() takes "
+        "them, values are formatted with the URL's keyword arguments.",
+    ),
+    Rule(
+        "ROOM_ACCESS",
+        "whos_online.E030",
+        _optional_callable,
+        "Give the dotted path of a function (request, room) -> bool, such as "
+        "'forum.online.may_read_room', or leave it unset to let the signed URLs that the tags "
+        "render decide.",
     ),
 )

@@ -3,8 +3,10 @@
 The decision to skip a request is made before the view runs, from the request's cookies and
 headers alone: a throttled request runs no Redis command and no SQL query, and neither the
 session nor the user is loaded. Recording happens after the view, so that a login or logout made
-by the view is what gets recorded, and so that a view marked ``not_recorded`` (known only once
-the URL is resolved) can be left out; page hits are counted then too, for the same reason.
+by the view is what gets recorded, so that a view marked ``not_recorded`` (known only once the
+URL is resolved) can be left out, and so that the response tells whether the request was a page
+view, which alone moves its person between rooms (``pageviews``); page hits are counted then
+too, for the same reasons.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from whos_online import identity, recording, rooms, snapshots, throttle
+from whos_online import identity, pageviews, recording, rooms, snapshots, throttle
 from whos_online.conf import Config, get_config
 from whos_online.decorators import is_not_recorded
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
     from django.http.response import HttpResponseBase
+
+    from whos_online.recording import Recorded
 
 
 class WhosOnlineMiddleware:
@@ -51,8 +55,11 @@ class WhosOnlineMiddleware:
         decision = needs_recording(request, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
-        if decision and after_view(request, config, now, decision):
-            record(request, response, config, now)
+        if decision:
+            placement = after_view(request, response, config, now, decision)
+            if placement is not None:
+                recorded = recording.record_request(request, config, now, placement)
+                hand_out_cookie(request, response, config, recorded)
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -62,78 +69,93 @@ class WhosOnlineMiddleware:
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response
-        if decision and after_view(request, config, now, decision):
-            recorded = await recording.arecord_request(request, config, now)
-            hand_out_cookie(request, result, config, now, recorded)
+        if decision:
+            placement = after_view(request, result, config, now, decision)
+            if placement is not None:
+                recorded = await recording.arecord_request(request, config, now, placement)
+                hand_out_cookie(request, result, config, recorded)
         return result
 
 
 #: What ``needs_recording`` decides before the view: leave the request alone (an ignored path),
-#: record it unless the view put it in another room than its cookie's (THROTTLED), or record it.
+#: record it unless its browser's cookie spares it (THROTTLED), or record it.
 IGNORE: Final = 0
 THROTTLED: Final = 1
 RECORD: Final = 2
-#: The attribute on which the throttle cookie's room tag waits for the end of the view.
-COOKIE_ROOM: Final = "_whos_online_cookie_room"
 
 
 def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
-    RECORD. Only the room, which the view sets, is left for after it."""
+    RECORD. Whether the request moves its person to another room is left for after it.
+
+    The throttle cookie is noted on the request (``throttle.on_request``), for after the view and
+    for the template tags, which count the viewer in when it says they are not online yet."""
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return IGNORE
-    if not config.throttle:
-        return RECORD
-    cookie = request.COOKIES.get(throttle.COOKIE_NAME)
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
     binding = throttle.binding(session_cookie, _address(request, config))
-    expiry = throttle.fresh_expiry(cookie, binding, now, config.throttle)
-    if expiry is None or cookie is None:
+    cookie = throttle.read_cookie(
+        request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
+    )
+    throttle.note_on_request(request, cookie)
+    if cookie is None:
         return RECORD
-    if throttle.arrived(cookie):
-        snapshots.note_recorded(request, expiry - config.throttle)
-    setattr(request, COOKIE_ROOM, throttle.cookie_room(cookie))
-    return THROTTLED
+    if cookie.arrived:
+        snapshots.note_recorded(request, cookie.expiry - config.throttle)
+    return THROTTLED if cookie.fresh(now) else RECORD
 
 
-def after_view(request: HttpRequest, config: Config, now: float, decision: int) -> bool:
-    """Count the page hit (in memory, no Redis call) unless the view was ``not_recorded``, and
-    say whether to record: a throttled request is recorded only when the view put it in another
-    room than the one its cookie was issued for. Called unless the path is ignored."""
+def after_view(
+    request: HttpRequest, response: HttpResponseBase, config: Config, now: float, decision: int
+) -> rooms.Placement | None:
+    """Where to record the request's person, or None to write nothing; counts the page hit of a
+    page view (in memory, no Redis call). Called unless the path is ignored.
+
+    Only a page view (``pageviews``) puts its person in its room, or takes them out of theirs
+    when it has none; a page's own "still here" (``views.presence``) may put them back in its
+    room; any other request leaves them where they are. A throttled request is recorded only
+    when a page view moves its person to another room. A view marked ``not_recorded`` is left
+    alone.
+    """
+    page_view = pageviews.is_page_view(request, response)
+    if page_view:
+        placement = rooms.Placement(rooms.room_of(request))
+    else:
+        placement = rooms.stay_of(request) or rooms.STAYS_PUT
     if decision == THROTTLED:
-        moved = rooms.room_tag(rooms.room_of(request)) != getattr(request, COOKIE_ROOM, "")
-        if not moved and not config.count_hits:
-            return False
+        cookie = throttle.on_request(request)
+        assert cookie is not None
+        moved = page_view and rooms.room_tag(placement.room) != cookie.room
+        if not moved and not (page_view and config.count_hits):
+            return None  # the fast path: nothing to count or write
     else:
         moved = True
     if is_not_recorded(request):
-        return False
-    if config.count_hits:
+        return None
+    if page_view and config.count_hits:
         recording.count_hit(now)
-    return moved
-
-
-def record(request: HttpRequest, response: HttpResponseBase, config: Config, now: float) -> None:
-    hand_out_cookie(request, response, config, now, recording.record_request(request, config, now))
+    return placement if moved else None
 
 
 def hand_out_cookie(
-    request: HttpRequest, response: HttpResponseBase, config: Config, now: float, recorded: int
+    request: HttpRequest, response: HttpResponseBase, config: Config, recorded: Recorded
 ) -> None:
-    """Set the throttle cookie for a visit that was stored (``recorded`` is not FAILED)."""
-    if recorded == recording.FAILED or not config.throttle:
+    """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
+    as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
+    visit it speaks of (with THROTTLE 0, none)."""
+    if recorded.outcome == recording.FAILED:
         return
     response.set_cookie(
         throttle.COOKIE_NAME,
         throttle.make_cookie(
             _binding_after_view(request, config),
-            now,
+            recorded.at,
             config.throttle,
-            arrived=recorded == recording.ARRIVED,
-            room=rooms.room_tag(rooms.room_of(request)),
+            arrived=recorded.outcome == recording.ARRIVED,
+            room=recorded.room_tag,
         ),
-        max_age=config.throttle,
+        max_age=config.window,
         httponly=True,
         samesite="Lax",
         secure=request.is_secure(),

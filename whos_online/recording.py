@@ -27,6 +27,7 @@ from whos_online import (
     rooms,
     snapshots,
     store,
+    throttle,
     users,
 )
 from whos_online.conf import Config, get_config
@@ -96,6 +97,8 @@ def user_visit(
     *,
     former_guest: str = "",
     room: str = "",
+    room_mode: str = rooms.GO,
+    room_tag: str | None = None,
 ) -> PendingVisit:
     pk = details.pk
     visit = store.visits.Visit(
@@ -106,9 +109,10 @@ def user_visit(
         former=former_guest,
         visitor=identity.visitor_id(f"u:{pk}", timestamp),
         room=room,
+        room_mode=room_mode,
     )
     replaced = (f"guests:{former_guest}", f"bots:{former_guest}") if former_guest else ()
-    return _pending(config, visit, remembered=f"u:{pk}", replaced=replaced)
+    return _pending(config, visit, remembered=f"u:{pk}", replaced=replaced, room_tag=room_tag)
 
 
 def member_visit(
@@ -119,21 +123,35 @@ def member_visit(
     *,
     former_user: str = "",
     room: str = "",
+    room_mode: str = rooms.GO,
+    room_tag: str | None = None,
 ) -> PendingVisit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
     visit = store.visits.Visit(
-        kind=kind, member=member, now=timestamp, former=former_user, visitor=visitor, room=room
+        kind=kind,
+        member=member,
+        now=timestamp,
+        former=former_user,
+        visitor=visitor,
+        room=room,
+        room_mode=room_mode,
     )
-    return _pending(config, visit, remembered=f"{kind}:{member}")
+    return _pending(config, visit, remembered=f"{kind}:{member}", room_tag=room_tag)
 
 
 def _pending(
-    config: Config, visit: store.visits.Visit, *, remembered: str, replaced: tuple[str, ...] = ()
+    config: Config,
+    visit: store.visits.Visit,
+    *,
+    remembered: str,
+    replaced: tuple[str, ...] = (),
+    room_tag: str | None = None,
 ) -> PendingVisit:
     """The calls of one visit, with any buffered page hits riding along in the same round trip
     when the visit samples the counts (one shard); with several shards the flush timer writes
-    them."""
+    them. ``room_tag`` is what the memory keeps of its room (by default the tag of
+    ``visit.room``)."""
     epoch = breakers.failures()
     riding = config.count_hits and config.shards == 1
     batch = hits.buffer.take() if riding else None
@@ -153,7 +171,7 @@ def _pending(
         epoch=epoch,
         replaced=replaced,
         batch=batch,
-        room_tag=rooms.room_tag(visit.room),
+        room_tag=rooms.room_tag(visit.room) if room_tag is None else room_tag,
     )
 
 
@@ -192,80 +210,185 @@ def record_member(
     return write(member_visit(config, kind, member, timestamp, former_user=former_user, room=room))
 
 
-def record_request(request: HttpRequest, config: Config, now: float) -> int:
-    """Record whoever made ``request``, unless this process did so within THROTTLE seconds.
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a request came to, for the throttle cookie the middleware hands out."""
 
-    Returns FAILED only when Redis could not be written, so that the caller does not hand out a
-    throttle cookie for a visit that was not stored; ARRIVED when the visitor was not online, or
-    this process recorded them moments ago (a login records the user at once), so that their
-    next page reads afresh; WRITTEN otherwise. The process's memory of recent visitors counts
-    only since Redis last failed (see ``RecentIdentities``).
+    #: FAILED (no cookie: the visit was not stored), WRITTEN or ARRIVED (see ``record_request``).
+    outcome: int
+    #: When the visit the cookie speaks of was recorded: now, or when this process last wrote it.
+    at: float
+    #: The tag of that visit's room ("" for none, ``throttle.UNKNOWN_ROOM`` if not known).
+    room_tag: str
+
+
+@dataclass(frozen=True)
+class _Visitor:
+    """Who made a request: a user, or an anonymous visitor's set and member."""
+
+    #: Their entry in the process's memory (``throttle.recent``).
+    remembered: str
+    user: AbstractBaseUser | AnonymousUser | None = None
+    kind: str = ""
+    member: str = ""
+
+
+def record_request(
+    request: HttpRequest, config: Config, now: float, placement: rooms.Placement
+) -> Recorded:
+    """Record whoever made ``request``, placed as ``placement`` says, unless this process's
+    memory spares the write.
+
+    The outcome is FAILED only when Redis could not be written, so that the caller does not hand
+    out a throttle cookie for a visit that was not stored; ARRIVED when the visitor was not
+    online, or this process recorded them moments ago (a login records the user at once), so that
+    their next page reads afresh; WRITTEN otherwise.
     """
-    user = getattr(request, "user", None)
-    room = rooms.room_of(request)
-    found = _to_record(user, request, config, now, room)
-    if isinstance(found, int):
+    visitor = _visitor_of(getattr(request, "user", None), request, config, now)
+    found = _spared(visitor, request, config, now, placement)
+    if isinstance(found, Recorded):
         return found
-    if isinstance(found, tuple):
-        return record_member(config, *found, now, room=room)
-    return record_user(found, now, room=room)
+    where = {"room": placement.room, "room_mode": placement.mode, "room_tag": found.room_tag}
+    if visitor.user is None:
+        pending = member_visit(config, visitor.kind, visitor.member, now, **where)
+    else:
+        details = users.details(visitor.user, config)
+        pending = user_visit(details, config, now, **where)
+    return found.after(write(pending))
 
 
-async def arecord_request(request: HttpRequest, config: Config, now: float) -> int:
+async def arecord_request(
+    request: HttpRequest, config: Config, now: float, placement: rooms.Placement
+) -> Recorded:
     """``record_request`` for an ASGI site, without leaving the event loop where it can be
     helped: the user is loaded with ``request.auser()`` and the visit written with an asyncio
     client (``whos_online.aio``). Where there is no asyncio client (a Sentinel alias), it runs
     ``record_request`` in Django's thread for sync code, as the middleware always did."""
     client = aio.request_client()
     if client is None:
-        return await sync_to_async(record_request)(request, config, now)
+        return await sync_to_async(record_request)(request, config, now, placement)
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
-    room = rooms.room_of(request)
-    found = _to_record(user, request, config, now, room)
-    if isinstance(found, int):
+    visitor = _visitor_of(user, request, config, now)
+    found = _spared(visitor, request, config, now, placement)
+    if isinstance(found, Recorded):
         return found
-    if isinstance(found, tuple):
-        pending = member_visit(config, *found, now, room=room)
+    where = {"room": placement.room, "room_mode": placement.mode, "room_tag": found.room_tag}
+    if visitor.user is None:
+        pending = member_visit(config, visitor.kind, visitor.member, now, **where)
     else:
         try:
-            details = users.details(found, config)
+            details = users.details(visitor.user, config)
         except SynchronousOnlyOperation:
             # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
-            details = await sync_to_async(users.details)(found, config)
-        pending = user_visit(details, config, now, room=room)
+            details = await sync_to_async(users.details)(visitor.user, config)
+        pending = user_visit(details, config, now, **where)
 
     async def write(client: aio.AsyncClient, _config: Config) -> Any:
         return (await aio.run(client, pending.calls))[0]
 
     reply = await aio.call(None, client, write, shard=pending.shard, writes=True)
-    return pending.finish(reply)
+    return found.after(pending.finish(reply))
 
 
-def _to_record(
-    user: AbstractBaseUser | AnonymousUser | None,
-    request: HttpRequest,
-    config: Config,
-    now: float,
-    room: str,
-) -> int | tuple[str, str] | AbstractBaseUser | AnonymousUser:
-    """Whom a request should be recorded as: the user, or a (kind, member) for an anonymous
-    visitor; or, when there is nothing to write, what recording came to (see record_request).
-    The process's memory spares a write only for a visitor who stays in the same ``room``."""
-    epoch = breakers.failures()
-    tag = rooms.room_tag(room)
+_NOBODY: Final = _Visitor(remembered="")
+
+
+def _visitor_of(
+    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config, now: float
+) -> _Visitor:
     if user is not None and user.is_authenticated:
-        pk = users.pk_text(user)
-        if config.throttle and recent.seen_recently(f"u:{pk}", now, epoch, tag):
-            return ARRIVED
-        return user
+        return _Visitor(remembered=f"u:{users.pk_text(user)}", user=user)
     guest = guest_of(request, config, now)
     if guest is None:
-        return WRITTEN
+        return _NOBODY
     kind, member = guest
-    if config.throttle and recent.seen_recently(f"{kind}:{member}", now, epoch, tag):
-        return ARRIVED
-    return guest
+    return _Visitor(remembered=f"{kind}:{member}", kind=kind, member=member)
+
+
+@dataclass(frozen=True)
+class _Writing:
+    """A visit about to be written: what its cookie will say once it is."""
+
+    at: float
+    room_tag: str
+
+    def after(self, outcome: int) -> Recorded:
+        return Recorded(outcome, self.at, self.room_tag)
+
+
+def _spared(
+    visitor: _Visitor, request: HttpRequest, config: Config, now: float, placement: rooms.Placement
+) -> Recorded | _Writing:
+    """What recording ``request`` comes to without a write (a ``Recorded``), or what its cookie
+    will say once written.
+
+    The process's memory is asked only for a browser that sent no genuine cookie: a cookie says
+    where its browser was last put, whichever process did so, while the memory knows only what
+    this process wrote. For a page view it spares the write only on a site that uses no rooms:
+    another process may have moved a client without cookies to another room since, and only a
+    write puts them where their latest page is.
+    """
+    cookie = throttle.on_request(request)
+    if placement.mode == rooms.GO:
+        tag = rooms.room_tag(placement.room)
+    elif cookie is not None:
+        # Not a page view: the visitor stays where their browser's latest page view put them.
+        tag = cookie.room
+    elif placement.mode == rooms.STAY:
+        # Where they most likely end up; leaving it again is checked against Redis anyway.
+        tag = rooms.room_tag(placement.room)
+    else:
+        tag = throttle.UNKNOWN_ROOM
+    if visitor is _NOBODY:
+        return Recorded(WRITTEN, now, tag)
+    if cookie is None and config.throttle:
+        entry = recent.entry(visitor.remembered, now, breakers.failures())
+        if entry is not None and _memory_spares(entry[1], placement, tag, config):
+            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1])
+    return _Writing(now, tag)
+
+
+def _memory_spares(remembered: str, placement: rooms.Placement, tag: str, config: Config) -> bool:
+    """Whether a visitor this process wrote within THROTTLE, in the room of tag ``remembered``,
+    needs no write for this visit: one that places them nowhere new, or a page view in the same
+    room on a site that uses no rooms (see ``_spared``)."""
+    if placement.mode != rooms.GO:
+        return True
+    return remembered == tag and not rooms.in_use(config)
+
+
+def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
+    """Take the person making ``request`` out of ``room`` within ``store.presence.LEAVE_GRACE``
+    seconds, if their throttle cookie (or, for a client without one, this process's memory) says
+    they were put in it, and it is still theirs in Redis. Returns whether the cookie (or memory)
+    said so, so that the caller spends the cookie: a second word of leaving does nothing."""
+    now = time.time()
+    visitor = _visitor_of(getattr(request, "user", None), request, config, now)
+    if visitor is _NOBODY:
+        return False
+    tag = rooms.room_tag(room)
+    cookie = throttle.on_request(request)
+    if cookie is not None:
+        if cookie.room != tag:
+            return False
+    else:
+        entry = recent.entry(visitor.remembered, now, breakers.failures())
+        if entry is None or entry[1] != tag:
+            return False
+    recent.forget([visitor.remembered])
+    if visitor.user is None:
+        kind, member = visitor.kind, visitor.member
+    else:
+        kind, member = "users", users.pk_text(visitor.user)
+    call = store.presence.leave_room_call(config, kind, member, room, now=now)
+    connection.call(
+        None,
+        lambda client, _config: store.scripts.run(client, [call]),
+        shard=store.keys.member_shard(config, kind, member),
+        writes=True,
+    )
+    return True
 
 
 def guest_of(request: HttpRequest, config: Config, now: float) -> tuple[str, str] | None:

@@ -21,6 +21,8 @@ from whos_online.text import linkable_url
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from whos_online.users import UserDetails
+
 
 @dataclass(frozen=True)
 class OnlineUser:
@@ -108,6 +110,8 @@ class Snapshot:
     #: How many names were asked for (None: everyone), so that a kept snapshot can tell whether
     #: it answers a later read.
     limit: int | None = 0
+    #: When it was read (Unix time): visits written since are not in it.
+    read_at: float = 0.0
 
     @functools.cached_property
     def listed(self) -> list[ListedUser]:
@@ -153,6 +157,23 @@ class Snapshot:
         if self.limit is None:
             return True
         return limit is not None and limit <= self.limit
+
+    def with_one_more(self, kind: str, user: UserDetails | None = None) -> Snapshot:
+        """This snapshot with one more of ``kind`` ("users", "hidden", "guests" or "bots"); a
+        visible user is listed first, as the one seen last, and the names stay within
+        ``limit`` (the last one listed becomes one of "N more")."""
+        if kind == "hidden":
+            return replace(self, hidden=self.hidden + 1)
+        if kind == "guests":
+            return replace(self, guests=self.guests + 1)
+        if kind == "bots":
+            return replace(self, bots=self.bots + 1)
+        rows: Sequence[bytes | str] = self.rows
+        if user is not None and self.limit != 0:
+            rows = [user.pk, repr(self.read_at), user.name, user.url, *rows]
+            if self.limit is not None:
+                rows = rows[: 4 * self.limit]
+        return replace(self, visible=self.visible + 1, rows=rows)
 
     def cut(self, limit: int | None) -> Snapshot:
         """This snapshot with at most ``limit`` listed users (one that ``answers`` it)."""

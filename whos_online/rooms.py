@@ -1,8 +1,11 @@
 """Rooms: who is on one page ("3 people are reading this topic"), besides who is on the site.
 
-A view puts its request in a room with ``set_room`` (or the ``in_room`` decorator). A person is
-in one room at a time, the room of their latest recorded request; a recorded request without a
-room takes them out of theirs, and they stay online site-wide.
+A request is in a room when ``ROOMS`` names a room for its URL (a site's way to give rooms to the
+views of apps it did not write), or when its view says so with ``set_room`` (or the ``in_room``
+decorator), which wins. A person is in one room at a time, the room of their latest page view
+(``whos_online.pageviews``); a page view without a room takes them out of theirs, and they stay
+online site-wide. Other requests (a page's own fetches, a form's POST, an error page) keep them
+where they are.
 
 The throttle cookie says which room it was issued for, as a short keyed tag covered by its MAC,
 so that staying in one room costs nothing (no Redis, no SQL) while moving to another is recorded
@@ -14,15 +17,46 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
+from django.core import signing
+from django.dispatch import receiver
+
+from whos_online.conf import config_changed, get_config
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
+    from whos_online.conf import Config
+
+#: How a recorded visit places its person, by ``Placement.mode``: into its room (out of theirs
+#: for a visit in none), a page view's; wherever they are, any other request's; into its room
+#: unless they are in another, a page's own "still here" (``views.presence``).
+GO: Final = "go"
+KEEP: Final = "keep"
+STAY: Final = "stay"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a recorded visit puts its person (see ``GO``, ``KEEP`` and ``STAY``)."""
+
+    room: str = ""
+    mode: str = GO
+
+
+#: A request that is not a page view: its person stays where they are.
+STAYS_PUT: Final = Placement(mode=KEEP)
+
+#: The attribute on which ``stay_in`` notes the room a page's "still here" asks to stay in.
+STAY_ATTRIBUTE: Final = "_whos_online_stay"
+
 #: The attribute on which ``set_room`` notes the request's room.
 ATTRIBUTE: Final = "_whos_online_room"
+#: The attribute on which ``room_of`` keeps the room ``ROOMS`` gives the request's URL.
+BY_URL: Final = "_whos_online_room_by_url"
 #: Longest room name, in characters: a name becomes part of Redis keys.
 MAX_ROOM_LENGTH: Final = 200
 
@@ -42,12 +76,113 @@ def check_room(name: object) -> str:
 def set_room(request: HttpRequest, name: str) -> None:
     """Put the person making ``request`` in room ``name`` (see the module's docstring)."""
     setattr(request, ATTRIBUTE, check_room(name))
+    _usage.seen = True
+
+
+def stay_in(request: HttpRequest, room: str) -> None:
+    """Record the person making ``request`` in ``room`` unless a later page of theirs put them in
+    another: a page's own word that its reader is still on it (``views.presence``)."""
+    setattr(request, STAY_ATTRIBUTE, Placement(check_room(room), STAY))
+
+
+def stay_of(request: HttpRequest) -> Placement | None:
+    placement = getattr(request, STAY_ATTRIBUTE, None)
+    return placement if isinstance(placement, Placement) else None
+
+
+class _Usage:
+    """Whether this process has seen a request in a room (``in_use``)."""
+
+    seen = False
+
+
+_usage: Final = _Usage()
+
+
+def in_use(config: Config) -> bool:
+    """Whether the site puts requests in rooms: ``ROOMS`` says so, or a view of it did in this
+    process. Until then a page view moves nobody between rooms, whichever process serves it."""
+    return _usage.seen or bool(config.rooms)
+
+
+@receiver(config_changed, dispatch_uid="whos_online.rooms.reset")
+def reset(**kwargs: object) -> None:
+    _usage.seen = False
 
 
 def room_of(request: HttpRequest) -> str:
-    """The room ``request`` was put in, or "" for none."""
-    room = getattr(request, ATTRIBUTE, "")
-    return room if isinstance(room, str) else ""
+    """The room of ``request``, or "" for none: the one its view set, else the one ``ROOMS``
+    gives its URL (once the URL is resolved, that is from the view on)."""
+    room = getattr(request, ATTRIBUTE, None)
+    if isinstance(room, str):
+        return room
+    room = getattr(request, BY_URL, None)
+    if isinstance(room, str):
+        return room
+    if getattr(request, "resolver_match", None) is None:
+        return ""  # not resolved yet (or no URL matched): not worth keeping
+    room = room_by_url(request, get_config())
+    setattr(request, BY_URL, room)
+    if room:
+        _usage.seen = True
+    return room
+
+
+def room_by_url(request: HttpRequest, config: Config) -> str:
+    """The room ``ROOMS`` names for the URL ``request`` resolved to, or "".
+
+    A pattern that cannot be formatted with what the URL captured, or that makes no room name
+    (too long, say, from a long slug), puts the request in no room rather than failing it: the
+    system checks report patterns that name arguments the URL does not capture.
+    """
+    match = request.resolver_match
+    if not config.rooms or match is None:
+        return ""
+    pattern = config.rooms.get(match.view_name)
+    if pattern is None:
+        return ""
+    try:
+        return check_room(pattern.format(**match.kwargs))
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return ""
+
+
+#: What room tokens are signed with, apart from any other signature of the site.
+TOKEN_SALT: Final = "whos_online.room"  # noqa: S105 (a namespace, not a secret)
+#: Between a value and its signature in what ``signing.Signer`` signs (its default).
+_SEPARATOR: Final = ":"
+
+
+def room_token(room: str) -> str:
+    """A signature of ``room`` that the JSON and widget views take as proof that whoever holds
+    it was shown that room, by a page that rendered it (``{% whos_online room=… %}``)."""
+    return _signer(settings.SECRET_KEY).signature(room)
+
+
+def has_token(room: str, token: str) -> bool:
+    """Whether ``token`` is ``room``'s token, under the current secret or a fallback one."""
+    if not token:
+        return False
+    try:
+        _signer(settings.SECRET_KEY).unsign(f"{room}{_SEPARATOR}{token}")
+    except signing.BadSignature:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=2)
+def _signer(secret: str) -> signing.Signer:
+    # Keyed by the secret, so that a test or a deploy that changes it is never given an old one.
+    return signing.Signer(salt=TOKEN_SALT)
+
+
+def may_read(request: HttpRequest, room: str, config: Config) -> bool:
+    """Whether ``request`` may see who is in ``room``: ``ROOM_ACCESS`` decides where the site set
+    it; otherwise the request must carry the room's token (``?token=``)."""
+    if config.room_access is not None:
+        return bool(config.room_access(request, room))
+    token = request.GET.get("token", "")
+    return has_token(room, token) if token.isascii() else False
 
 
 def room_tag(room: str) -> str:

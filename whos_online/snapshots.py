@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
@@ -184,7 +185,10 @@ def read(
                 client, config, limit=limit, now=now, room=room
             ),
         )
-    if found is not None and max_age > 0:
+    if found is None:
+        return None
+    found = replace(found, read_at=now)
+    if max_age > 0:
         cache_of(room).put(found)
     return found
 

@@ -1,9 +1,14 @@
 """The throttle cookie and the in-process memory that spare Redis on most requests.
 
-The cookie says "this browser was recorded until EXPIRY, while it had THIS session and THIS
-address". It is bound to the raw session cookie, not to the user: Django rotates the session key
-on login and flushes it on logout, so a login, logout or switch of user invalidates the cookie
-without the middleware ever loading the session or the user on a throttled request.
+The cookie says "this browser was recorded at EXPIRY - THROTTLE, in THIS room, while it had THIS
+session and THIS address; it needs no new write before EXPIRY". It is bound to the raw session
+cookie, not to the user: Django rotates the session key on login and flushes it on logout, so a
+login, logout or switch of user invalidates the cookie without the middleware ever loading the
+session or the user on a throttled request.
+
+The browser keeps it for ``WINDOW`` seconds, as long as the visit it speaks of counts: after
+EXPIRY it no longer spares a write, but it still tells the template tags that its viewer is online
+already (``whos_online.viewer``), and in which room.
 
 The value is ``EXPIRY.MAC`` with a keyed BLAKE2b MAC, checked in a few microseconds; Django's
 ``TimestampSigner`` would do the same job several times slower on every request. Anything that
@@ -22,6 +27,7 @@ import hashlib
 import hmac
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
@@ -31,6 +37,8 @@ from whos_online.conf import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from django.http import HttpRequest
 
 COOKIE_NAME: Final = "whos_online"
 #: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC, a room's ".r"
@@ -84,6 +92,44 @@ ARRIVED_SUFFIX: Final = ".n"
 
 #: Before the tag of the room a cookie was issued for (see ``rooms.room_tag``).
 ROOM_MARK: Final = ".r"
+#: The room tag of a cookie issued when the room its browser is in was not known (a request
+#: that moves nobody, recorded without a cookie to say where they were): it matches no room,
+#: so that the browser's next page view is recorded, and says where they are.
+UNKNOWN_ROOM: Final = "*"
+
+
+@dataclass(frozen=True)
+class ThrottleCookie:
+    """What a genuine cookie says of its browser's last recorded visit."""
+
+    #: The visit was recorded at ``expiry - THROTTLE``; no new write is needed before this.
+    expiry: int
+    #: The tag of the room of the visit ("" for none, ``UNKNOWN_ROOM`` if not known).
+    room: str
+    #: Whether the visitor was not online before that visit (see ``ARRIVED_SUFFIX``).
+    arrived: bool
+
+    def fresh(self, now: float) -> bool:
+        return now < self.expiry
+
+
+#: The attribute on which the middleware notes the request's genuine cookie (or None).
+ON_REQUEST: Final = "_whos_online_cookie"
+
+
+def note_on_request(request: HttpRequest, cookie: ThrottleCookie | None) -> None:
+    setattr(request, ON_REQUEST, cookie)
+
+
+def was_read(request: HttpRequest) -> bool:
+    """Whether the middleware looked for the cookie of ``request``: it records its viewer."""
+    return hasattr(request, ON_REQUEST)
+
+
+def on_request(request: HttpRequest | None) -> ThrottleCookie | None:
+    """The genuine cookie the middleware found on ``request``, if any."""
+    cookie = getattr(request, ON_REQUEST, None)
+    return cookie if isinstance(cookie, ThrottleCookie) else None
 
 
 def _bound_to(binding: str, room: str) -> str:
@@ -127,6 +173,15 @@ def is_fresh(value: str | None, binding: str, now: float, throttle: int) -> bool
 def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> int | None:
     """The expiry of ``value`` if it is a cookie this site issued for ``binding`` and it has not
     expired, else None. It was issued, and its browser recorded, ``throttle`` seconds before."""
+    cookie = read_cookie(value, binding, now, throttle, throttle)
+    return cookie.expiry if cookie is not None and cookie.fresh(now) else None
+
+
+def read_cookie(
+    value: str | None, binding: str, now: float, throttle: int, window: int
+) -> ThrottleCookie | None:
+    """What ``value`` says, if it is a cookie this site issued for ``binding`` for a visit
+    recorded within the last ``window`` seconds; None for anything else."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
         return None
     parts = _parts(value)
@@ -137,11 +192,11 @@ def fresh_expiry(value: str | None, binding: str, now: float, throttle: int) -> 
         return None
     expiry = int(expiry_text)
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
-    if not now < expiry <= now + throttle:
+    if not (now - window < expiry - throttle and expiry <= now + throttle):
         return None
     # compare_digest raises TypeError on non-ASCII text, which a client can send.
     if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, _bound_to(binding, room))):
-        return expiry
+        return ThrottleCookie(expiry=expiry, room=room, arrived=arrived(value))
     return None
 
 
@@ -162,8 +217,16 @@ class RecentIdentities:
 
     def seen_recently(self, identity: str, now: float, epoch: int = 0, room: str = "") -> bool:
         """Whether ``identity`` was written, in ``room`` (a room tag), within its throttle."""
+        found = self.entry(identity, now, epoch)
+        return found is not None and found[1] == room
+
+    def entry(self, identity: str, now: float, epoch: int = 0) -> tuple[float, str] | None:
+        """Until when ``identity`` needs no new write, and the tag of the room it was written
+        in, if it was written within its throttle and since Redis last failed."""
         entry = self._until.get(identity)
-        return entry is not None and now < entry[0] and entry[1] == epoch and entry[2] == room
+        if entry is None or not now < entry[0] or entry[1] != epoch:
+            return None
+        return entry[0], entry[2]
 
     def remember(self, identity: str, until: float, epoch: int = 0, room: str = "") -> None:
         with self._lock:

@@ -13,4 +13,5 @@ urlpatterns = [
     path("refresh/", views.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
+    path("presence/", views.presence, name="presence"),
 ]

@@ -26,19 +26,21 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse, HttpResponseBadRequest
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import render
 from django.template import Context, Engine, Template
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.cache import patch_cache_control
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_safe
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST, require_safe
 
-from whos_online import dashboard, rooms, snapshots
+from whos_online import dashboard, recording, rooms, snapshots, throttle
 from whos_online.conf import get_config
-from whos_online.decorators import not_recorded
+from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.results import EMPTY_SNAPSHOT, Snapshot
 from whos_online.visibility import is_staff, may_see_names, shows_names_to_everyone
 
@@ -56,20 +58,24 @@ if TYPE_CHECKING:
 _HTML_SAFE: Final = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"}
 
 
-def counts_document(found: Snapshot | None, *, names: bool) -> dict[str, Any]:
-    """The JSON view's document; ``found`` is None when Redis could not be read."""
+def counts_document(found: Snapshot | None, *, names: bool, room: str = "") -> dict[str, Any]:
+    """The JSON view's document; ``found`` is None when Redis could not be read. A room's has
+    its name, and none of the site's own figures (the peak, today's visitors)."""
     snapshot = EMPTY_SNAPSHOT if found is None else found
     counts = snapshot.counts
-    peak = snapshot.peak
     document: dict[str, Any] = {
         "ok": found is not None,
         "users": counts.users,
         "guests": counts.guests,
         "bots": counts.bots,
         "total": counts.total,
-        "peak": {"people": peak.people, "when": peak.when},
-        "visitors_today": snapshot.visitors,
     }
+    if room:
+        document["room"] = room
+    else:
+        peak = snapshot.peak
+        document["peak"] = {"people": peak.people, "when": peak.when}
+        document["visitors_today"] = snapshot.visitors
     if names:
         listed = snapshot.users
         document["names"] = [{"name": user.name, "url": user.url} for user in listed]
@@ -89,32 +95,47 @@ def _poll_snapshot(
     )
 
 
-def _poll_cache_control(response: HttpResponse, config: Config, *, names: bool) -> None:
-    """Public unless the answer names people that only some viewers may see."""
-    if names and not shows_names_to_everyone(config):
+def _poll_cache_control(
+    response: HttpResponse, config: Config, *, names: bool, room: str = ""
+) -> None:
+    """Public unless the answer names people that only some viewers may see, or is a room's
+    that ``ROOM_ACCESS`` lets only some viewers read."""
+    if (names and not shows_names_to_everyone(config)) or (room and config.room_access):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
     else:
         patch_cache_control(response, public=True, max_age=config.json_max_age)
 
 
+def _room_refused(request: HttpRequest, room: str, config: Config) -> HttpResponse | None:
+    """A 403 for a reader who may not see who is in ``room`` (see ``rooms.may_read``)."""
+    if not room or rooms.may_read(request, room, config):
+        return None
+    return HttpResponseForbidden(
+        "This room is shown only with the token of a page that shows it.",
+        content_type="text/plain; charset=utf-8",
+    )
+
+
 @not_recorded
 @require_safe
 def counts(request: HttpRequest) -> HttpResponse:
-    """The counts as JSON; ``?room=name`` for a room's (400 for a bad name)."""
+    """The counts as JSON; ``?room=name&token=…`` for a room's (400 for a bad name, 403 without
+    the room's token, or when ``ROOM_ACCESS`` says no)."""
     config = get_config()
     room = request.GET.get("room")
     try:
         name = "" if room is None else rooms.check_room(room)
     except ValueError as error:
         return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    refused = _room_refused(request, name, config)
+    if refused is not None:
+        return refused
     names = may_see_names(request, config)
     found = _poll_snapshot(request, config, names=names, room=name)
-    document = counts_document(found, names=names)
-    if name:
-        document["room"] = name
+    document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    _poll_cache_control(response, config, names=names)
+    _poll_cache_control(response, config, names=names, room=name)
     return response
 
 
@@ -146,7 +167,13 @@ def widget_query(*, peak: bool, visitors: bool, refresh: int, room: str | None =
     }
     if room is not None:
         query["room"] = room
+        query["token"] = rooms.room_token(room)
     return urlencode(query)
+
+
+def presence_query(room: str) -> str:
+    """The query string of the presence view for ``room``."""
+    return urlencode({"room": room, "token": rooms.room_token(room)})
 
 
 def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
@@ -204,8 +231,11 @@ def widget(request: HttpRequest) -> HttpResponse:
         arguments = _widget_arguments(request.GET, config)
     except ValueError as error:
         return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
-    names = may_see_names(request, config)
     room = arguments["room"] or ""
+    refused = _room_refused(request, room, config)
+    if refused is not None:
+        return refused
+    names = may_see_names(request, config)
     found = _poll_snapshot(request, config, names=names, room=room)
     # The tag reads the snapshot kept on the request: one read, with or without names, as here.
     snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found, room)
@@ -218,8 +248,60 @@ def widget(request: HttpRequest) -> HttpResponse:
     response[OK_HEADER] = "0" if found is None else "1"
     if language:
         response["Content-Language"] = language
-    _poll_cache_control(response, config, names=names)
+    _poll_cache_control(response, config, names=names, room=room)
     return response
+
+
+@csrf_exempt  # sendBeacon cannot send Django's token; _from_this_site stands in for it
+@require_POST
+def presence(request: HttpRequest) -> HttpResponse:
+    """What the live widget of a room says of its reader: still here (``?room=…&token=…``,
+    recorded through the throttle like a page of that room, unless a later page put them in
+    another), or gone (``&leave=1``, sent as the page is left: out of the room within
+    ``store.presence.LEAVE_GRACE`` seconds, if it is still theirs).
+
+    Only the reader's own presence can change: who they are comes from their session and
+    address, as for any visit. A page of another site cannot send it for them (Fetch Metadata,
+    or the Origin header, must say the request comes from this site), nor for a room it was not
+    shown (the room's token, or ``ROOM_ACCESS``). Leaving is bounded like recording: it acts only
+    where the reader's throttle cookie (or, without one, this process's memory) says they were
+    put in that room, and spends that cookie.
+    """
+    config = get_config()
+    if not _from_this_site(request):
+        return HttpResponseForbidden(
+            "Only this site's pages say who is on them.", content_type="text/plain; charset=utf-8"
+        )
+    try:
+        room = rooms.check_room(request.GET.get("room"))
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    refused = _room_refused(request, room, config)
+    if refused is not None:
+        return refused
+    response = HttpResponse(status=204)
+    if request.GET.get("leave") == "1":
+        mark_not_recorded(request)
+        if recording.leave_room(request, config, room):
+            response.delete_cookie(throttle.COOKIE_NAME, samesite="Lax")
+    else:
+        rooms.stay_in(request, room)
+    return response
+
+
+def _from_this_site(request: HttpRequest) -> bool:
+    """Whether a browser says ``request`` comes from a page of this site. A client that sends
+    neither Fetch Metadata nor an Origin is no browser another site's page could drive."""
+    site: str | None = request.META.get("HTTP_SEC_FETCH_SITE")
+    if site is not None:
+        return site == "same-origin"
+    origin: str | None = request.META.get("HTTP_ORIGIN")
+    if origin is None:
+        return True
+    try:
+        return origin == f"{request.scheme}://{request.get_host()}"
+    except DisallowedHost:
+        return False
 
 
 def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:

@@ -49,7 +49,7 @@ def populate(alice: AbstractUser) -> None:
 def widget_on_page(user: AbstractUser | None) -> str:
     """What the widget reads on the test site's live page, for ``user`` or an anonymous visitor.
 
-    The page's own visit is recorded after it is rendered, so it shows in the next one only.
+    The page's own visit is recorded after it is rendered; the page counts its viewer in.
     """
     markup = client_of(user).get("/live/").content.decode()
     found = re.search(r'<div class="whos-online".*?</div>', markup, flags=re.S)
@@ -114,23 +114,26 @@ def test_refresh_must_be_a_positive_whole_number(backend, value):
 def test_anonymous_visitors_get_counts_not_names(backend, alice):
     populate(alice)
 
-    # (widget_text() leaves out the peak line.)
-    assert widget_on_page(None) == "Who's online: 1 user, 1 guest and 1 bot 2 unique visitors today"
+    # (widget_text() leaves out the peak line.) The viewer is the second guest.
+    assert (
+        widget_on_page(None) == "Who's online: 1 user, 2 guests and 1 bot 2 unique visitors today"
+    )
 
 
 def test_staff_get_names(backend, alice, staff):
     populate(alice)
 
-    assert widget_on_page(staff).startswith("Who's online: alice, 1 guest and 1 bot 2 unique")
+    # The viewer first, as the one seen last.
+    assert widget_on_page(staff).startswith("Who's online: sam, alice, 1 guest and 1 bot 2 unique")
 
 
 def test_names_follow_show_names_to(backend, settings, alice, bob):
     configure(settings, SHOW_NAMES_TO="authenticated")
     populate(alice)
 
-    assert widget_on_page(None).startswith("Who's online: 1 user, 1 guest and 1 bot")
-    # The anonymous visit just made was recorded after its page: a second guest now.
-    assert widget_on_page(bob).startswith("Who's online: alice, 2 guests and 1 bot")
+    assert widget_on_page(None).startswith("Who's online: 1 user, 2 guests and 1 bot")
+    # The anonymous visit just made was recorded after its page, which counted it in.
+    assert widget_on_page(bob).startswith("Who's online: bob, alice, 2 guests and 1 bot")
 
 
 def test_names_for_everyone_need_no_request(backend, settings, alice):

@@ -41,13 +41,17 @@
               their rooms too
     ARGV[11]  room: the room of the visit ('' for none)
     ARGV[12]  room_prefix: how the keys of a room's sets begin
-    ARGV[13]  sampling: '1', '?' or '0' (see above); with '0', the arguments after it are not sent
-    ARGV[14]  online_since: the score from which someone counts as online
-    ARGV[15]  counter_prefix: how the keys of the counter HASHes begin
-    ARGV[16]  precisions: the counters' precisions, comma-separated
-    ARGV[17]  may_stop: one '1' or '0' per precision (see includes/sampling)
-    ARGV[18]  second: the Unix second sampled
-    ARGV[19…] the page-hit batch and its increments (see includes/counters, ``add_batch``)
+    ARGV[13]  mode: how the visit places the visitor: 'go' into ``room`` (out of the one they
+              were in when it is ''), a page view; 'keep' wherever they are (``room`` is ''),
+              any other request; 'stay' into ``room`` unless they are in another, a page's own
+              word that its reader is still on it
+    ARGV[14]  sampling: '1', '?' or '0' (see above); with '0', the arguments after it are not sent
+    ARGV[15]  online_since: the score from which someone counts as online
+    ARGV[16]  counter_prefix: how the keys of the counter HASHes begin
+    ARGV[17]  precisions: the counters' precisions, comma-separated
+    ARGV[18]  may_stop: one '1' or '0' per precision (see includes/sampling)
+    ARGV[19]  second: the Unix second sampled
+    ARGV[20…] the page-hit batch and its increments (see includes/counters, ``add_batch``)
 
   Output:
     1 if the visitor was not online until now (their next page should not be shown a kept
@@ -71,14 +75,15 @@ local place = ARGV[9]
 local former_places = ARGV[10]
 local room = ARGV[11]
 local room_prefix = ARGV[12]
-local sampling = ARGV[13]
-local online_since = ARGV[14]
-local counter_prefix = ARGV[15]
-local precisions = ARGV[16]
-local may_stop = ARGV[17]
-local second = ARGV[18]
+local mode = ARGV[13]
+local sampling = ARGV[14]
+local online_since = ARGV[15]
+local counter_prefix = ARGV[16]
+local precisions = ARGV[17]
+local may_stop = ARGV[18]
+local second = ARGV[19]
 -- The page-hit batch's arguments follow the named ones.
-local batch = 19
+local batch = 20
 
 local n = 1
 local function take()
@@ -108,12 +113,18 @@ if former ~= '' then
   redis.call('ZREM', take(), former)
 end
 -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
--- set of their kind. A visit in another room (or in none) takes them out of the one they were in.
+-- set of their kind. A page view in another room (or in none) takes them out of the one they were
+-- in.
 local where, index = take(), take()
 for field in string.gmatch(former_places, '[^,]+') do
   leave_room(where, room_prefix, field, former)
 end
 local was = redis.call('HGET', where, place)
+if mode == 'keep' or (mode == 'stay' and was and was ~= room) then
+  -- Not a page view, or a page's word that its reader is still on it while a later page put
+  -- them in another room: they stay in the room they are in, and are seen there now.
+  room = was or ''
+end
 if was and was ~= room then
   leave_room(where, room_prefix, place, member)
 end

@@ -53,6 +53,7 @@ RECORD_ARGUMENTS: Final = (
     "former_places",
     "room",
     "room_prefix",
+    "mode",
     "sampling",
     "online_since",
     "counter_prefix",
@@ -81,6 +82,8 @@ class Visit:
     visitor: str = ""
     #: The room the visit is in ("" for none: the visitor leaves the room they were in).
     room: str = ""
+    #: How the visit places the visitor (``rooms.GO``, ``KEEP`` or ``STAY``).
+    room_mode: str = "go"
 
 
 #: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
@@ -223,6 +226,7 @@ def record_calls(
         "former_places": former_places,
         "room": visit.room,
         "room_prefix": layout.room_prefix,
+        "mode": visit.room_mode,
         "sampling": "0",
     }
     extra: list[str | int | float] = []

@@ -27,10 +27,10 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, rooms, snapshots
+from whos_online import api, rooms, snapshots, viewer
 from whos_online.conf import get_config
 from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
-from whos_online.views import widget_query
+from whos_online.views import presence_query, widget_query
 from whos_online.visibility import may_see_names
 
 if TYPE_CHECKING:
@@ -46,25 +46,38 @@ _unmounted_logged = False
 
 
 def _snapshot(context: template.Context, room: str | None = None) -> Snapshot:
-    """The snapshot of the site (or of ``room``) for this page: one read however many tags."""
+    """The snapshot of the site (or of ``room``) for this page, its viewer counted in
+    (``whos_online.viewer``): one read however many tags."""
     request = context.get("request")
     name = "" if room is None else rooms.check_room(room)
-    cached = snapshots.of_request(request, name)
-    if cached is not None:
-        return cached
     config = get_config()
-    found = snapshots.read(
-        config.display_limit,
-        max_age=config.snapshot_max_age,
-        fresh_after=snapshots.recorded_at(request),
-        room=name,
-    )
+    found = snapshots.of_request(request, name)
     if found is None:
-        # Fail open; not cached, so that the next render can show Redis again once it is back.
-        return EMPTY_SNAPSHOT
-    if request is not None:
-        snapshots.keep_on_request(request, found, name)
-    return found
+        found = snapshots.read(
+            config.display_limit,
+            max_age=config.snapshot_max_age,
+            fresh_after=snapshots.recorded_at(request),
+            room=name,
+        )
+        if found is None:
+            # Fail open; not cached, so that the next render can show Redis again once it is
+            # back. Nor is the viewer shown alone, as if nobody else were online.
+            return EMPTY_SNAPSHOT
+        if request is not None:
+            snapshots.keep_on_request(request, found, name)
+    return viewer.with_viewer(found, request, config, name)
+
+
+def _room_argument(context: template.Context, room: str | None, here: object) -> str | None:
+    """The room a tag shows: ``room=``, or with ``here=True`` the room of the page's request
+    (None, the site, for a request in no room)."""
+    if not here:
+        return room
+    if room is not None:
+        msg = "whos_online tags take room= or here=True, not both."
+        raise template.TemplateSyntaxError(msg)
+    request = context.get("request")
+    return (rooms.room_of(request) or None) if request is not None else None
 
 
 @register.inclusion_tag("whos_online/online.html", takes_context=True)
@@ -76,15 +89,19 @@ def whos_online(
     live: bool = False,
     refresh: int | None = None,
     room: str | None = None,
+    here: bool = False,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
     ``peak=False`` leaves out "Most people ever online was N on DATE"; ``visitors=True`` adds
     today's unique visitors. Both come from the same single read as the names. ``live=True``
     refreshes the counts every ``REFRESH_INTERVAL`` seconds, ``refresh=N`` every N seconds.
-    ``room=name`` shows who is in that room instead (a room has no peak or visitors of its own).
+    ``room=name`` shows who is in that room instead (a room has no peak or visitors of its own),
+    and ``here=True`` who is in the room of the page (from ``ROOMS``, ``set_room`` or
+    ``in_room``; the site, for a page in no room).
     """
     config = get_config()
+    room = _room_argument(context, room, here)
     found = _snapshot(context, room)
     if room is not None:
         peak = visitors = False
@@ -141,7 +158,13 @@ def _live(
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
     query = widget_query(peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room)
-    return {"url": f"{url}?{query}", "refresh": refresh}
+    shown: dict[str, Any] = {"url": f"{url}?{query}", "refresh": refresh}
+    if room is not None:
+        # The reader of a room's page tells it they are still there while the page is shown,
+        # once their throttle cookie has run out, and that they left as they leave.
+        shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(room)}"
+        shown["stay"] = max(config.throttle + 1, config.refresh_interval)
+    return shown
 
 
 def _count_texts(more: int, counts: OnlineCounts, *, named: bool) -> list[str]:
@@ -189,10 +212,12 @@ def _user_html(name: str, url: str) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def online_count(context: template.Context, kind: str = "total", room: str | None = None) -> int:
-    """How many are online (in ``room``, if given): ``total`` (users and guests), ``users``,
-    ``guests`` or ``bots``."""
-    counts = _snapshot(context, room).counts
+def online_count(
+    context: template.Context, kind: str = "total", room: str | None = None, here: bool = False
+) -> int:
+    """How many are online (in ``room``, if given, or with ``here=True`` in the room of the
+    page): ``total`` (users and guests), ``users``, ``guests`` or ``bots``."""
+    counts = _snapshot(context, _room_argument(context, room, here)).counts
     if kind not in counts._fields:
         msg = f"online_count takes one of {', '.join(counts._fields)}, not {kind!r}."
         raise template.TemplateSyntaxError(msg)

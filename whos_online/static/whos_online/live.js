@@ -7,6 +7,14 @@
  * taken from it. An answer saying Redis cannot be read (Whos-Online-Ok: 0) or a failed request
  * leaves the widget as it is. Refreshes pause while the tab is hidden. No inline script, so a
  * strict CSP allows it; loading it twice (two widgets) starts each widget once.
+ *
+ * A room's widget (data-whos-online-presence) also speaks for its reader: while the tab is
+ * visible, every data-whos-online-stay seconds it says they are still on the page (the server's
+ * throttle makes most of these free), and as the page is left it says they are gone
+ * (navigator.sendBeacon, which outlives the page). A reload or the next page of the same room
+ * sends its own word: the leaving beacon is sent after the next page was requested, so that page
+ * says "still here" once the beacon has been answered (a note in sessionStorage tells it to),
+ * within the few seconds a leaving reader still counts.
  */
 (function () {
   "use strict";
@@ -73,5 +81,64 @@
     schedule();
   }
 
-  Array.prototype.forEach.call(document.querySelectorAll("[data-whos-online-live]"), start);
+  var PRESENT = {}; // presence URLs already spoken for, so that two widgets send one word
+  var LEFT = "whos-online-left";
+
+  function leftJustNow(url) {
+    try {
+      var note = JSON.parse(window.sessionStorage.getItem(LEFT) || "null");
+      window.sessionStorage.removeItem(LEFT);
+      return note !== null && note.url === url && Date.now() - note.at < 30000;
+    } catch (error) {
+      return false; // storage refused (a privacy mode): the periodic word still comes
+    }
+  }
+
+  function noteLeaving(url) {
+    try {
+      window.sessionStorage.setItem(LEFT, JSON.stringify({ url: url, at: Date.now() }));
+    } catch (error) {
+      // as above
+    }
+  }
+
+  function speakFor(widget) {
+    var url = widget.getAttribute("data-whos-online-presence");
+    if (!url || PRESENT[url]) {
+      return;
+    }
+    PRESENT[url] = true;
+    var every = Math.max(Number(widget.getAttribute("data-whos-online-stay")) || 60, 5) * 1000;
+
+    function stay() {
+      if (!document.hidden) {
+        fetch(url, { method: "POST", credentials: "same-origin" }).catch(function () {
+          // Offline: the next word, or the next page, says it again.
+        });
+      }
+    }
+
+    window.setInterval(stay, every);
+    document.addEventListener("visibilitychange", stay);
+    window.addEventListener("pageshow", function (event) {
+      if (event.persisted) {
+        stay(); // back from the back/forward cache, after its leaving word
+      }
+    });
+    window.addEventListener("pagehide", function () {
+      if (navigator.sendBeacon && navigator.sendBeacon(url + "&leave=1")) {
+        noteLeaving(url);
+      }
+    });
+    if (leftJustNow(url)) {
+      // After the leaving word has been answered, which spends the throttle cookie that would
+      // spare this word its write.
+      window.setTimeout(stay, 1500);
+    }
+  }
+
+  Array.prototype.forEach.call(document.querySelectorAll("[data-whos-online-live]"), function (widget) {
+    start(widget);
+    speakFor(widget);
+  });
 })();

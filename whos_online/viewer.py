@@ -1,0 +1,127 @@
+"""The viewer on their own page: a page that lists who is online counts the person reading it.
+
+A page is rendered before its visit is written (the view decides the room, and may log someone
+in or out), so the snapshot a newcomer's first page shows was read without them: left alone, it
+would tell them "Who's online: nobody", and a room's page "Here now: nobody", while they read it.
+
+So the tags ask whether the snapshot already counts its viewer, and add them when it does not:
+one more user (named first where names are shown, unless they are hidden), guest or bot. The
+answer costs no Redis read. The throttle cookie, which a browser keeps as long as its visit
+counts (``WINDOW``), says when and in which room its browser was last recorded; a snapshot read
+after that counts them. For a client without one, this process's memory of the visitors it
+recorded says the same. A request with neither is a newcomer's (or a browser's that dropped its
+cookies), and its visit is written at the end of this very request.
+
+Only pages are adjusted: not the requests a page makes itself (the widget's refreshes, whose
+answers may be shared by a cache between viewers, or any view marked ``not_recorded``), and not
+a request on an ignored path, whose viewer is never recorded. Two limits are accepted: a user
+online from another device and not among the names shown, and a guest sharing an address with
+someone online, are counted once more on their first page.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final
+
+from whos_online import breakers, pageviews, rooms, throttle, users
+from whos_online.decorators import is_not_recorded
+from whos_online.throttle import recent
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
+
+    from whos_online.conf import Config
+    from whos_online.results import Snapshot
+    from whos_online.users import UserDetails
+
+#: The attribute on which the viewer, once worked out, is kept for the page's other tags.
+ON_REQUEST: Final = "_whos_online_viewer"
+
+
+class Viewer:
+    """Who reads the page, as the snapshot would count them."""
+
+    def __init__(self, kind: str, remembered: str, details: UserDetails | None = None) -> None:
+        #: "users", "hidden", "guests" or "bots".
+        self.kind = kind
+        #: Their entry in the process's memory (``throttle.recent``).
+        self.remembered = remembered
+        self.details = details
+
+
+def with_viewer(
+    found: Snapshot, request: HttpRequest | None, config: Config, room: str
+) -> Snapshot:
+    """``found`` (of the site, or of ``room``), with the viewer of ``request`` counted in if it
+    does not count them yet (see the module's docstring)."""
+    if request is None or not _shows_its_viewer(request, room):
+        return found
+    cookie = throttle.on_request(request)
+    if cookie is not None and (not room or cookie.room == rooms.room_tag(room)):
+        # Online since the visit it speaks of; if they were not online before it, the snapshot
+        # was read after it was written (``snapshots``: the middleware notes when).
+        return found
+    viewer = _viewer_of(request, config)
+    if viewer is None or _counted(found, viewer, config, room, remembered=cookie is None):
+        return found
+    return found.with_one_more(viewer.kind, viewer.details)
+
+
+def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
+    """Whether ``request`` is a page whose viewer is (or is about to be) recorded, in ``room``
+    if it names one: not on an ignored path, not a view left unrecorded, and for a room, a page
+    view of that room (a page that lists another room's readers does not make its viewer one).
+    """
+    if not throttle.was_read(request) or is_not_recorded(request):
+        return False
+    if not room:
+        return True
+    return room == rooms.room_of(request) and pageviews.may_be_page_view(request)
+
+
+def _counted(
+    found: Snapshot, viewer: Viewer, config: Config, room: str, *, remembered: bool
+) -> bool:
+    """Whether ``found`` counts ``viewer`` already: a user listed by name, or (with
+    ``remembered``, for a client without a cookie) a visitor this process wrote, in ``room``,
+    before ``found`` was read."""
+    if viewer.details is not None and any(row.pk == viewer.details.pk for row in found.listed):
+        return True
+    if not remembered or not config.throttle:
+        return False
+    entry = recent.entry(viewer.remembered, time.time(), breakers.failures())
+    return (
+        entry is not None
+        and found.read_at >= entry[0] - config.throttle
+        and (not room or entry[1] == rooms.room_tag(room))
+    )
+
+
+def _viewer_of(request: HttpRequest, config: Config) -> Viewer | None:
+    """Who makes ``request``, as they are recorded; None for a visitor who is not."""
+    kept = getattr(request, ON_REQUEST, None)
+    if isinstance(kept, Viewer):
+        return kept
+    viewer = _work_out(getattr(request, "user", None), request, config)
+    if viewer is not None:
+        setattr(request, ON_REQUEST, viewer)
+    return viewer
+
+
+def _work_out(
+    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config
+) -> Viewer | None:
+    from whos_online.recording import guest_of
+
+    if user is not None and user.is_authenticated:
+        details = users.details(user, config)
+        kind = "hidden" if details.hidden else "users"
+        return Viewer(kind, f"u:{details.pk}", details)
+    guest = guest_of(request, config, time.time())
+    if guest is None:
+        return None
+    kind, member = guest
+    return Viewer(kind, f"{kind}:{member}")
