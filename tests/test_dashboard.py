@@ -152,7 +152,7 @@ def test_opening_the_page_records_the_staff_user_but_refreshing_does_not(
 
     response = client.get(REFRESH)
     trips = [trip[0] for trip in redis_calls.trips]
-    assert trips == ["EVALSHA", "ZRANGEBYLEX", "HMGET", "ZRANGE"]
+    assert trips == ["EVALSHA", "ZRANGEBYLEX", "HMGET", "EVALSHA", "ZRANGE"]
     assert members(r, "users") == []
     assert COOKIE_NAME not in response.cookies
 
@@ -276,7 +276,8 @@ def test_too_many_counters_are_counted_not_drawn(backend, staff, prefix):
 
 
 def test_reads_are_bounded_by_the_slices_shown(backend, settings, r, staff, redis_calls):
-    """Three round trips, and HMGET of the slices shown, however much the cleanup left behind."""
+    """A round trip per kind of read, and HMGET of the slices shown, however much the cleanup
+    left behind."""
     configure(settings, COUNTER_SAMPLES=30)
     now = time.time()
     whos_online.update_counter("signups", 1, now=now)
@@ -290,6 +291,7 @@ def test_reads_are_bounded_by_the_slices_shown(backend, settings, r, staff, redi
         ["EVALSHA"],
         ["ZRANGEBYLEX", "ZLEXCOUNT", "ZMSCORE"],
         ["HMGET"] * 4,
+        ["EVALSHA"],  # the rooms most recently active, with who is in each
         ["ZRANGE"] * 4,  # the longest-unseen member of each set: is the cleanup running?
     ]
     assert charts_in(markup)["signups"] == 30
@@ -404,3 +406,39 @@ def test_time_labels_follow_the_precision_and_time_zone(settings, precision, lab
     settings.TIME_ZONE = "Europe/Paris"
     # 2100-01-04 09:05:07 UTC is 10:05:07 in Paris.
     assert dashboard.time_label(precision)(4_102_736_707) == label
+
+
+# The busiest rooms
+
+
+def test_the_busiest_rooms_now_fullest_first(backend, staff):
+    for address in ("192.0.2.1", "192.0.2.2"):
+        whos_online.record_guest(address, room="topic:2")
+    whos_online.record_guest("192.0.2.3", room="topic:1")
+    whos_online.record_guest("192.0.2.3", bot=True, room=HOSTILE)
+    whos_online.record_guest("192.0.2.4", room="gone")
+    whos_online.record_guest("192.0.2.4")  # left that room: it is not shown
+
+    shown = dashboard.collect(60, now=time.time()).rooms
+    assert [(name, counts.total, counts.bots) for name, counts in shown] == [
+        ("topic:2", 2, 0),
+        ("topic:1", 1, 0),
+        (HOSTILE, 0, 1),
+    ]
+    markup = client_of(staff).get("/online/refresh/").content.decode()
+    assert "Busiest rooms now" in markup
+    assert html.escape(HOSTILE) in markup
+    assert '<tr data-room="topic:2"><th scope="row" dir="auto">topic:2</th><td>2</td>' in markup
+
+
+def test_the_busiest_rooms_are_read_in_bounded_steps(backend, settings, staff, redis_calls):
+    configure(settings, SHARDS=3)
+    for number in range(dashboard.ROOMS_READ * 2):
+        whos_online.record_guest(f"198.51.100.{number}", room=f"room:{number}")
+    redis_calls.clear()
+
+    shown = dashboard.collect(60, now=time.time()).rooms
+
+    assert len(shown) == dashboard.ROOMS_SHOWN
+    # One script per shard, in one round trip, each reading at most ROOMS_READ rooms.
+    assert ["EVALSHA"] * 3 in redis_calls.trips

@@ -1,10 +1,11 @@
 """What the staff dashboard shows, read from Redis in a bounded number of steps.
 
-A dashboard costs three round trips: the snapshot (counts, names, peak, visitors), the names of
-the counters kept at the chosen precision, and the samples of every chart. Each read is bounded:
-at most ``NAMES_SHOWN`` names, ``MAX_CHARTS`` charts and ``MAX_POINTS`` slices per chart, read by
-HMGET of exactly those slices. Like every reader of the request path it fails open: while Redis
-cannot be read the dashboard shows zeros, empty charts and a warning.
+A dashboard costs a few round trips: the snapshot (counts, names, peak, visitors), the names of
+the counters kept at the chosen precision, the samples of every chart, the rooms most recently
+active, and the oldest member of the online sets. Each read is bounded: at most ``NAMES_SHOWN``
+names, ``MAX_CHARTS`` charts and ``MAX_POINTS`` slices per chart, read by HMGET of exactly those
+slices, and ``ROOMS_READ`` rooms per shard. Like every reader of the request path it fails open:
+while Redis cannot be read the dashboard shows zeros, empty charts and a warning.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ MAX_CHARTS: Final = 24
 MAX_POINTS: Final = 360
 #: The precision shown when none is asked for: this one if configured, else the next coarser.
 PREFERRED_PRECISION: Final = 60
+#: Rooms shown, the fullest first, among the most recently active of each shard.
+ROOMS_SHOWN: Final = 10
+#: The most recently active rooms of each shard whose people are counted for it.
+ROOMS_READ: Final = 50
 #: Colours in dashboard.css (``.wo-colour-0`` …), given to the charts in turn.
 PALETTE_SIZE: Final = 6
 
@@ -103,6 +108,8 @@ class Dashboard:
     #: Set when the online sets hold people gone for several windows (see
     #: ``cleanup_late_since``): the cleanup command is not running.
     cleanup_late_since: datetime | None = None
+    #: The busiest rooms now, with who is in each, the fullest first (``busiest_rooms``).
+    rooms: Sequence[tuple[str, OnlineCounts]] = ()
 
     @property
     def users(self) -> list[OnlineUser]:
@@ -174,8 +181,9 @@ def slice_starts(now: float, precision: int, count: int) -> list[int]:
 
 
 #: What ``collect`` reads besides the snapshot: the counters charted, how many were left out, the
-#: samples of each, and when the longest-unseen member of the online sets was last seen.
-_Read = tuple[list[str], int, list[list[int | None]], float | None]
+#: samples of each, when the longest-unseen member of the online sets was last seen, and the
+#: rooms most recently active with who is in each.
+_Read = tuple[list[str], int, list[list[int | None]], float | None, dict[str, OnlineCounts]]
 
 #: Windows past which someone still in the online sets shows that the cleanup command is not
 #: running (it removes them within a window when cron runs it every few minutes).
@@ -198,11 +206,12 @@ def collect(precision: int, *, now: float) -> Dashboard:
         left_out = total - standard_kept - len(own)
         wanted = [*standard, *own]
         samples = counters.samples(client, config, wanted, precision, starts)
-        return wanted, left_out, samples, store.presence.oldest_seen(client, config)
+        rooms = store.reading.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
+        return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms
 
     # While Redis cannot be read, the standard charts are drawn empty.
-    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None)
-    wanted, left_out, values, oldest = connection.call(unknown, read)
+    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None, {})
+    wanted, left_out, values, oldest, rooms = connection.call(unknown, read)
     return Dashboard(
         ok=found is not None,
         snapshot=EMPTY_SNAPSHOT if found is None else found,
@@ -213,7 +222,15 @@ def collect(precision: int, *, now: float) -> Dashboard:
         ],
         left_out=left_out,
         cleanup_late_since=cleanup_late_since(oldest, config, now=now),
+        rooms=busiest_rooms(rooms),
     )
+
+
+def busiest_rooms(rooms: dict[str, OnlineCounts]) -> list[tuple[str, OnlineCounts]]:
+    """The ``ROOMS_SHOWN`` rooms with most people in them (bots last), empty ones left out."""
+    occupied = [(name, counts) for name, counts in rooms.items() if counts.total or counts.bots]
+    occupied.sort(key=lambda item: (-item[1].total, -item[1].bots, item[0]))
+    return occupied[:ROOMS_SHOWN]
 
 
 def cleanup_late_since(oldest: float | None, config: Config, *, now: float) -> datetime | None:

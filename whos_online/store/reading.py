@@ -10,8 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from whos_online import identity, keyspace, lua
-from whos_online.results import Snapshot
-from whos_online.store.keys import KINDS, peak_key, room_key, score, visitors_key
+from whos_online.results import OnlineCounts, Snapshot
+from whos_online.store.keys import (
+    KINDS,
+    ROOM_PREFIX,
+    ROOMS_INDEX,
+    peak_key,
+    room_key,
+    score,
+    visitors_key,
+)
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -124,3 +132,31 @@ def unfinished(parts: Sequence[Snapshot], limit: int | None, asked: int | None) 
         for index, part in enumerate(parts)
         if part.listed and len(part.listed) >= asked and part.listed[-1].seen >= threshold
     ]
+
+
+def recent_rooms(
+    client: Client, config: Config, *, now: float, per_shard: int
+) -> dict[str, OnlineCounts]:
+    """The rooms people were seen in last, ``per_shard`` of each shard's, each with who is in it
+    now, over every shard: one ``lua/recent_rooms.lua`` call per shard, in one round trip on one
+    Redis, each bounded by ``per_shard``."""
+    calls = [
+        ScriptCall(
+            lua.RECENT_ROOMS,
+            [shard.key(ROOMS_INDEX)],
+            [shard.key(ROOM_PREFIX), score(now - config.window), per_shard],
+        )
+        for shard in keyspace.layout(config)
+    ]
+    found: dict[str, list[int]] = {}
+    for rows in run(client, calls):
+        for room, *counts in rows:
+            sums = found.setdefault(keyspace.text(room), [0, 0, 0, 0])
+            for index, count in enumerate(counts):
+                sums[index] += int(count)
+    return {
+        room: OnlineCounts(
+            users=users + hidden, guests=guests, bots=bots, total=users + hidden + guests
+        )
+        for room, (users, hidden, guests, bots) in found.items()
+    }
