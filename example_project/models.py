@@ -32,5 +32,5 @@ class Topic(models.Model):
 
     @property
     def room(self) -> str:
-        """The room its readers are in (``whos_online.decorators.in_room`` on the view)."""
+        """The room its readers are in (``ROOMS`` in the settings puts them there)."""
         return f"topic:{self.pk}"

@@ -81,6 +81,8 @@ CACHES = {
 # A short window and throttle, so that the demo shows people arriving and leaving quickly; the
 # live widget refreshes every 5 s, and logged-in members (not only staff) see who is online.
 WHOS_ONLINE = {
+    # Each topic is a room, by its URL's name: no decorator on the view.
+    "ROOMS": {"topic": "topic:{pk}"},
     "WINDOW": 300,
     "THROTTLE": 60,
     "COUNT_HITS": True,

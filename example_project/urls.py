@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("forum/", views.forum, name="forum"),
     path("forum/topics/<int:pk>/", views.topic, name="topic"),
+    path("forum/topics/<int:pk>/read/", views.mark_read, name="mark_read"),
     path("accounts/", include("django.contrib.auth.urls")),
     # The view the live widget polls (/online/widget/), the JSON view of the counts
     # (/online/counts.json) and the staff dashboard (/online/).

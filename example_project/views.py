@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_POST
 
 from example_project.models import Board, Topic
-from whos_online.decorators import in_room, not_recorded
+from whos_online.decorators import not_recorded
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -29,11 +30,20 @@ def forum(request: HttpRequest) -> HttpResponse:
     return render(request, "forum.html", {"boards": boards})
 
 
-@in_room("topic:{pk}")
 def topic(request: HttpRequest, pk: int) -> HttpResponse:
-    """A topic: its readers are in its room, and the page says who they are, live."""
+    """A topic: its readers are in its room (``ROOMS`` in the settings names this view's URL,
+    as a site does for an app's views it did not write), and the page says who they are, live.
+    """
     found = get_object_or_404(Topic._default_manager.select_related("board"), pk=pk)
     return render(request, "topic.html", {"topic": found})
+
+
+@require_POST
+def mark_read(request: HttpRequest, pk: int) -> JsonResponse:
+    """What a topic page's own script posts once it has loaded, as forums do to remember what
+    each member read: a request that keeps its reader online, and in the topic's room."""
+    get_object_or_404(Topic, pk=pk)
+    return JsonResponse({"read": pk})
 
 
 def cleanup_command() -> str:

@@ -183,11 +183,96 @@ def test_readers_of_a_topic_see_each_other_come_and_go(site, open_page, alice, b
     assert_not_reloaded(alices)
 
 
+@pytest.fixture
+def forum(site, settings) -> str:
+    """The test site with a forum whose topics are rooms by ``ROOMS`` (an app's undecorated
+    view), each page marking its topic read in the background once loaded."""
+    configure(settings, ROOMS={"forum-topic": "topic:{pk}"})
+    return str(site)
+
+
+def marked_read(page: Page) -> None:
+    """Wait for the page's own background request to have been answered."""
+    expect(page.locator("body")).to_have_attribute("data-marked-read", "")
+
+
+def test_a_topic_s_own_background_request_leaves_its_readers_in_its_room(
+    forum, open_page, alice, bob
+):
+    alices = open_page()
+    alices.goto(f"{forum}/login/alice/")
+    alices.goto(f"{forum}/forum-topics/1/")
+    # The page counts its reader in from the first render on: no refresh needed.
+    expect(widget_list(alices)).to_have_text("alice")
+    marked_read(alices)
+
+    bobs = open_page()
+    bobs.goto(f"{forum}/login/bob/")
+    bobs.goto(f"{forum}/forum-topics/1/")
+    expect(widget_list(bobs)).to_have_text("bob and alice")
+    marked_read(bobs)
+
+    # Both pages' scripts have posted: neither reader left the room.
+    expect(widget_list(alices)).to_have_text("bob and alice", timeout=TIMEOUT_MS)
+    assert whos_online.online_counts(room="topic:1").users == 2
+    bobs.goto(f"{forum}/forum-topics/2/")
+    marked_read(bobs)
+    expect(widget_list(alices)).to_have_text("alice", timeout=TIMEOUT_MS)
+    expect(widget_list(bobs)).to_have_text("bob")
+
+
+def test_a_reader_stays_in_the_room_while_the_page_is_open_and_leaves_with_it(
+    forum, open_page, settings, alice, monkeypatch
+):
+    """Past WINDOW without a click, the page's word keeps its reader in the room; leaving the
+    page takes them out within seconds. The page's timers and the site's clock are moved by the
+    test: nothing waits for real minutes."""
+    configure(settings, ROOMS={"forum-topic": "topic:{pk}"}, WINDOW=60, THROTTLE=10)
+    window = 60
+    page = open_page()
+    page.clock.install()
+    page.goto(f"{forum}/login/alice/")
+    start = time.time()
+    page.goto(f"{forum}/forum-topics/1/")
+    marked_read(page)
+    assert whos_online.online_counts(room="topic:1").users == 1
+
+    real_time = time.time
+    offset = [0.0]
+    monkeypatch.setattr(time, "time", lambda: real_time() + offset[0])
+    for step in (1, 2, 3):  # three "still here" words, each after the throttle ran out
+        offset[0] = 40.0 * step
+        with page.expect_response(lambda response: "/online/presence/" in response.url):
+            page.clock.run_for(12_000)
+    assert counts_in("topic:1", at=start + 3 * 40 + window - 1).users == 1  # past WINDOW
+    assert start + window < start + 3 * 40
+
+    page.goto(f"{forum}/plain/")  # the reader leaves the topic for a page in no room
+    moment = start + offset[0]
+    eventually(lambda: counts_in("topic:1", at=moment + 6).users == 0)
+
+
+def counts_in(room: str, *, at: float) -> whos_online.OnlineCounts:
+    from whos_online import store
+    from whos_online.conf import get_config
+    from whos_online.connection import admin_client
+
+    return store.reading.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
+
+
+def eventually(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition``, which depends on a request the browser sends on its own."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never came true"
+        time.sleep(0.05)
+
+
 def test_a_guest_sees_the_count_change_without_reloading(site, open_page):
     guest = open_page()
     guest.goto(f"{site}/live/")
     widget = guest.locator(".whos-online")
-    # The page was rendered before its visit was recorded; the first refresh shows the guest.
+    # The page counts its own viewer in, and its refreshes go on showing them.
     expect(widget_list(guest)).to_have_text("1 guest", timeout=TIMEOUT_MS)
     mark_page(guest)
 
@@ -226,7 +311,7 @@ def test_a_sites_own_template_survives_the_refreshes(site, open_page, settings, 
     guest = open_page()
     guest.goto(f"{site}/live/")
     crowd = guest.locator("#crowd")
-    # The page was rendered before its visit was recorded; the first refresh counts the guest.
+    # The page counts its own viewer in, and its refreshes go on counting them.
     expect(crowd).to_have_text("1 soul aboard", timeout=TIMEOUT_MS)
     mark_page(guest)
 

@@ -29,6 +29,32 @@ def topic(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse(TOPIC_PAGE.render({"pk": pk, "room": f"topic:{pk}"}, request))
 
 
+FORUM_TOPIC_PAGE = engines["django"].from_string(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>forum topic</title>'
+    '<script src="/forum-topic.js" defer></script></head>'
+    "<body><main>topic {{ pk }}</main>{% whos_online live=True here=True %}</body></html>"
+)
+#: What a forum's topic page runs once loaded: it marks the topic read, in the background.
+FORUM_TOPIC_SCRIPT = (
+    'fetch(location.pathname + "read/", {method: "POST", credentials: "same-origin"})'
+    '.then(function () { document.body.setAttribute("data-marked-read", ""); });'
+)
+
+
+def forum_topic(request: HttpRequest, pk: int) -> HttpResponse:
+    """A topic page of an app the site did not write: undecorated, its room comes from
+    ``ROOMS``, and its own script sends a request as soon as it has loaded."""
+    return HttpResponse(FORUM_TOPIC_PAGE.render({"pk": pk}, request))
+
+
+def forum_topic_script(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(FORUM_TOPIC_SCRIPT, content_type="text/javascript")
+
+
+def mark_read(request: HttpRequest, pk: int) -> HttpResponse:
+    return HttpResponse('{"read": true}', content_type="application/json")
+
+
 def page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(PAGE.render({}, request))
 
@@ -77,6 +103,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
     path("live/", live_page),
     path("topics/<int:pk>/", topic),
+    path("forum-topics/<int:pk>/", forum_topic, name="forum-topic"),
+    path("forum-topics/<int:pk>/read/", mark_read),
+    path("forum-topic.js", forum_topic_script),
     path("plain/", plain),
     path("async/", async_plain),
     path("poll/", poll),
