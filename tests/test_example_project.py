@@ -64,8 +64,8 @@ def right_now() -> str:
     return " ".join(found.group(1).split())
 
 
-# A visit is recorded after its page: the guest's second page counts the guest.
-assert (first := right_now()) == "1 logged in, 0 guests, 0 bots", first
+# A page counts its own viewer in: the guest's first page counts the guest, and so does the next.
+assert (first := right_now()) == "1 logged in, 1 guest, 0 bots", first
 assert (second := right_now()) == "1 logged in, 1 guest, 0 bots", second
 
 # The forum: each topic is a room, and its page says who is reading it.
@@ -80,9 +80,10 @@ def readers(client: Client, topic: int) -> str:
     return " ".join(text.split())
 
 
-browser.get("/forum/topics/1/")  # the boss reads topic 1 (recorded after the page)
-# A guest sees counts, and logged-in users the names (SHOW_NAMES_TO "authenticated").
-assert (reading := readers(guest, 1)) == "Here now: 1 user", reading
+browser.get("/forum/topics/1/")  # the boss reads topic 1 (ROOMS names its URL)
+# A guest sees counts, and logged-in users the names (SHOW_NAMES_TO "authenticated"); each page
+# counts its own reader in.
+assert (reading := readers(guest, 1)) == "Here now: 1 user and 1 guest", reading
 assert (reading := readers(browser, 1)) == "Here now: boss and 1 guest", reading
 browser.get("/forum/topics/2/")  # the boss moves: out of topic 1 at once
 assert (reading := readers(guest, 1)) == "Here now: 1 guest", reading
