@@ -136,7 +136,9 @@ def test_hidden_users_are_online_in_the_admin(backend, settings, admin_browser, 
 
     html = admin_browser.get(CHANGELIST, {"online_now": "yes"}).content.decode()
 
+    # Staff see hidden users as they are, as {% last_seen %} shows them to staff.
     assert 'alt="True"' in cells(html, "online_now")["alice"]
+    assert str(datetime.now(tz=timezone.utc).year) in cells(html, "last_seen")["alice"]
 
 
 def test_the_page_renders_with_redis_down_and_nobody_online(redis_down, admin_browser, alice):
