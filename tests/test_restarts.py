@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from tests import wsgi_server
-from tests.redis_server import RedisServer
+from tests.redis_server import RedisServer, running
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,16 +44,6 @@ pytestmark = [
     pytest.mark.load,
     pytest.mark.skipif(sys.platform == "win32", reason="gunicorn runs on Unix only"),
 ]
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def restart(server: RedisServer) -> float:
@@ -135,7 +125,7 @@ def site(kind: str, server: RedisServer, tmp_path: Path) -> Iterator[tuple[int, 
 
 @pytest.mark.parametrize("kind", ["uvicorn", "gunicorn"])
 def test_a_redis_restart_costs_at_most_one_warning_and_recording_resumes(tmp_path, kind):
-    with redis_server() as server, site(kind, server, tmp_path) as (port, log):
+    with running() as server, site(kind, server, tmp_path) as (port, log):
         before = [f"198.18.1.{n}" for n in range(1, CONCURRENT + 1)]
         assert concurrent_visits(port, before, "/plain/") == [200] * CONCURRENT
         assert guests_stored(server) == CONCURRENT
