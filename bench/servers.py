@@ -13,25 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests import wsgi_server
-from tests.redis_server import RedisServer
+from tests.redis_server import running
 
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A path every variant answers without recording anyone (whos_online ignores static paths).
 READY_PATH = "/static/ready"
 
 
-@contextlib.contextmanager
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
+#: A redis-server on a free port for the block's duration.
+redis_server = running
 
 
 def site_env(

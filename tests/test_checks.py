@@ -649,3 +649,163 @@ def test_snapshot_max_age_must_be_a_non_negative_number(settings, value):
 def test_snapshot_max_age_accepted(settings, value):
     settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": value}
     assert check_error_codes() == []
+
+
+# Deploy checks: a database of its own (W006), and Redis within reach (W007)
+
+
+def redis_cache(location: str | list[str], backend: str = "django_redis.cache.RedisCache"):
+    return {"BACKEND": backend, "LOCATION": location}
+
+
+def deploy_check_ids() -> list[str]:
+    return [
+        message.id
+        for message in django_checks.run_checks(include_deployment_checks=True)
+        if message.id in {"whos_online.W006", "whos_online.W007"}
+    ]
+
+
+def test_w006_the_default_alias_shares_the_sites_cache():
+    """The default settings: whos_online's data in the default cache's database."""
+    [warning] = checks.check_own_database()
+
+    assert warning.id == "whos_online.W006"
+    assert "'default'" in warning.msg
+    assert "clear()" in warning.msg
+    assert "peak, counter history and last-seen records" in warning.msg
+    assert "REDIS_ALIAS" in str(warning.hint)
+    assert "redis://host:6379/1" in str(warning.hint)
+
+
+def test_w006_an_alias_of_its_own_on_another_database_is_fine(settings):
+    settings.CACHES = {
+        "default": redis_cache("redis://cache.internal:6379/0"),
+        "whos_online": redis_cache("redis://cache.internal:6379/1"),
+    }
+    settings.WHOS_ONLINE = {"REDIS_ALIAS": "whos_online"}
+
+    assert checks.check_own_database() == []
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "redis://cache.internal:6379/0",
+        "redis://cache.internal",  # port 6379 and database 0 by default
+        "redis://user:secret@cache.internal:6379?db=0",
+        ["redis://other.internal:6379/0", "redis://cache.internal:6379/0"],
+    ],
+)
+def test_w006_an_alias_of_its_own_on_the_same_database_as_another_cache(settings, location):
+    settings.CACHES = {
+        "default": redis_cache(location),
+        "whos_online": redis_cache("redis://cache.internal:6379/0"),
+    }
+    settings.WHOS_ONLINE = {"REDIS_ALIAS": "whos_online"}
+
+    [warning] = checks.check_own_database()
+
+    assert warning.id == "whos_online.W006"
+    assert "'default'" in warning.msg
+    assert "'whos_online'" not in warning.msg
+
+
+@pytest.mark.parametrize(
+    ("url", "location", "shared"),
+    [
+        ("redis://cache.internal:6379/0", "redis://cache.internal:6379/0", True),
+        ("redis://cache.internal:6379", "redis://cache.internal:6379/0", True),
+        ("redis://localhost:6379/2", "redis://127.0.0.1:6379/2", True),
+        ("rediss://:pw@cache.internal:6380/3", "rediss://cache.internal:6380?db=3", True),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1", True),
+        ("redis://cache.internal:6379/1", "redis://cache.internal:6379/0", False),
+        ("redis://cache.internal:6380/0", "redis://cache.internal:6379/0", False),
+        ("redis://sessions.internal:6379/0", "redis://cache.internal:6379/0", False),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock", False),
+    ],
+)
+def test_w006_a_redis_url_on_the_database_of_a_cache(settings, url, location, shared):
+    settings.CACHES = {"default": redis_cache(location)}
+    settings.WHOS_ONLINE = {"REDIS_URL": url}
+
+    assert [message.id for message in checks.check_own_database()] == (
+        ["whos_online.W006"] if shared else []
+    )
+
+
+def test_w006_djangos_own_redis_cache_empties_its_database_too(settings):
+    backend = "django.core.cache.backends.redis.RedisCache"
+    settings.CACHES = {"default": redis_cache("redis://cache.internal:6379/0", backend)}
+    settings.WHOS_ONLINE = {"REDIS_URL": "redis://cache.internal:6379/0"}
+
+    [warning] = checks.check_own_database()
+
+    assert warning.id == "whos_online.W006"
+
+
+def test_w006_caches_that_are_not_redis_share_nothing(settings):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "files": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache"},
+    }
+    settings.WHOS_ONLINE = {"REDIS_URL": "redis://cache.internal:6379/0"}
+
+    assert checks.check_own_database() == []
+
+
+def test_w006_says_nothing_about_settings_with_errors(settings):
+    settings.WHOS_ONLINE = {"REDIS_ALIAS": "missing"}
+
+    assert checks.check_own_database() == []
+
+
+def test_w007_redis_within_reach_gives_no_warning(backend):
+    assert checks.check_redis_reachable() == []
+
+
+def test_w007_nothing_listening(redis_down):
+    [warning] = checks.check_redis_reachable()
+
+    assert warning.id == "whos_online.W007"
+    assert redis_down in warning.msg
+    assert "ConnectionError" in warning.msg
+    assert "REDIS_URL" in str(warning.hint)
+
+
+def test_w007_a_server_that_never_answers_costs_the_request_timeout(settings):
+    """A socket that accepts connections and never replies, as a frozen Redis does."""
+    import socket
+    import time
+
+    from whos_online.connection import REQUEST_TIMEOUT
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        settings.WHOS_ONLINE = {"REDIS_URL": url}
+        started = time.monotonic()
+        [warning] = checks.check_redis_reachable()
+        took = time.monotonic() - started
+
+    assert warning.id == "whos_online.W007"
+    assert "Timeout" in warning.msg
+    assert REQUEST_TIMEOUT <= took < REQUEST_TIMEOUT + 0.5
+
+
+def test_w007_says_nothing_about_settings_with_errors(settings):
+    settings.WHOS_ONLINE = {"REDIS_URL": "http://x"}
+
+    assert checks.check_redis_reachable() == []
+
+
+def test_w006_and_w007_are_deploy_checks(settings, redis_down):
+    from django.core.checks import registry
+
+    assert deploy_check_ids() == ["whos_online.W007"]  # its own database, out of reach
+    settings.WHOS_ONLINE = {}
+    assert deploy_check_ids() == ["whos_online.W006"]  # the default cache's, within reach
+    found = registry.registry.get_checks(include_deployment_checks=False)
+    names = {getattr(check, "__name__", "") for check in found}
+    assert not {"check_own_database", "check_redis_reachable"} & names

@@ -273,6 +273,19 @@ def test_messages_of_other_services_or_unreadable_ones_change_nothing(on_sentine
     assert listener.pool.master_address == ("127.0.0.1", on_sentinel.master.port)
 
 
+def test_a_switch_to_an_address_the_sentinel_does_not_know_is_ignored(on_sentinel):
+    listener, following = listener_on(on_sentinel)
+    master = on_sentinel.master.port
+
+    listener.handle(
+        sentinels.SWITCHED, f"{on_sentinel.service_name} 127.0.0.1 {master} 203.0.113.66 6379"
+    )
+
+    assert following.promotions == {}
+    assert listener.pool.master_address == ("127.0.0.1", master)
+    assert ("127.0.0.1", on_sentinel.replica.port) in following.replicas[on_sentinel.service_name]
+
+
 def test_the_sentinels_answer_wins_once_it_names_another_master_or_the_trust_runs_out(
     on_sentinel, monkeypatch
 ):

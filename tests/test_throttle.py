@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 import whos_online
 from whos_online import conf, throttle
 from whos_online.throttle import (
+    ARRIVED_SUFFIX,
     MAX_COOKIE_LENGTH,
     MEMORY_SIZE,
+    ROOM_MARK,
     RecentIdentities,
     binding,
     is_fresh,
@@ -175,6 +177,22 @@ def test_mac_of_another_expiry_is_refused():
 )
 def test_malformed_cookie_is_refused(cookie, make_bad):
     assert is_fresh(make_bad(cookie), BINDING, NOW, THROTTLE) is False
+
+
+@pytest.mark.parametrize(
+    "make_other",
+    [
+        pytest.param(lambda c: "0" + c, id="leading-zero"),
+        pytest.param(lambda c: "000" + c, id="leading-zeros"),
+        pytest.param(lambda c: c + ROOM_MARK, id="empty-room-tag"),
+        pytest.param(lambda c: c + ROOM_MARK + ARRIVED_SUFFIX, id="empty-room-tag-arrived"),
+    ],
+)
+def test_only_the_canonical_spelling_of_a_cookie_verifies(cookie, make_other):
+    """One visit, one cookie: another spelling of the same expiry and room (which the MAC
+    covers as numbers and tags, not as text) is refused, so that no two values are one cookie."""
+    assert is_fresh(cookie, BINDING, NOW, THROTTLE) is True
+    assert is_fresh(make_other(cookie), BINDING, NOW, THROTTLE) is False
 
 
 @pytest.mark.parametrize(
@@ -366,12 +384,11 @@ def cookie_texts() -> st.SearchStrategy[str]:
 def test_is_fresh_never_raises_and_accepts_only_issued_cookies(value, other_binding):
     for bound in (BINDING, other_binding):
         if is_fresh(value, bound, NOW, THROTTLE):
-            expiry_text, _, mac = value.partition(".")
-            expiry = int(expiry_text)
+            expiry = int(value.partition(".")[0])
             issued = make_cookie(bound, expiry - THROTTLE, THROTTLE)
-            # Only the cookie this site issued for that binding and expiry (an ASCII
-            # leading zero on the expiry denotes the same number).
-            assert issued == f"{expiry}.{mac}"
+            # Only the cookie this site issued for that binding and expiry, spelt as it was
+            # issued (the arrival mark is outside the MAC by design).
+            assert value.removesuffix(ARRIVED_SUFFIX) == issued
 
 
 @properties

@@ -132,18 +132,47 @@ async def call(
     shard: keyspace.Shard | None = None,
     writes: bool = False,
 ) -> T:
-    """``connection.call`` for ``client``: ``default`` if Redis fails or a breaker is open."""
+    """``connection.call`` for ``client``: ``default`` if Redis fails or a breaker is open.
+
+    A call whose connection turns out to be closed (a Redis restarted since it was opened) is
+    made once more, on a new connection, after ``drop_idle`` (see there)."""
     config = get_config()
     attempt = breakers.Attempt(config, shard, writes=writes)
     if not attempt.allowed:
         return default
     try:
-        result = await operation(client, config)
+        try:
+            result = await operation(client, config)
+        except redis.exceptions.ConnectionError:
+            if not await drop_idle(client):
+                raise
+            result = await operation(client, config)
     except connection.REDIS_ERRORS as error:
         attempt.failed(error)
         return default
     attempt.succeeded()
     return result
+
+
+async def drop_idle(client: AsyncClient) -> bool:
+    """Close every idle connection of ``client``'s pool, so that the next calls open new ones;
+    False for a client without a pool of its own (a cluster's handles its nodes itself).
+
+    A restarted Redis leaves the pool holding connections to the process that is gone.
+    redis-py's sync pool notices such a connection when it hands it out and opens a new one;
+    its asyncio pool does not (redis-py 8.1 skips the check while maintenance notifications
+    are on, their default with RESP3), and hands them out one by one: each call that gets one
+    fails, opens the breaker anew, and stops recording for ``FAILURE_BACKOFF`` seconds. After
+    one of them fails, the others are as dead, so all go at once, and the failed call is made
+    again on a new connection. Sending it again is safe even where the first one reached
+    Redis: what a visit writes (set members, maxima, numbered hit batches) comes to the same
+    when written twice. A Redis that is really down refuses the new connection at once,
+    and the call fails as it would have.
+    """
+    if not isinstance(client, redis.asyncio.Redis):
+        return False
+    await client.connection_pool.disconnect(inuse_connections=False)
+    return True
 
 
 async def run(client: AsyncClient, calls: Sequence[ScriptCall]) -> list[Any]:

@@ -85,6 +85,12 @@ def _room(room: str | None) -> str:
 
 
 def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether ``user`` was seen within ``WINDOW``.
+
+    The truth, for a user ``HIDE_USER`` hides too: this is for code. Code that shows the answer
+    to others should show nothing of a hidden user to anyone but that user and staff, as
+    ``{% last_seen %}`` does.
+    """
     if not user.is_authenticated:
         return False
     now = time.time()
@@ -93,7 +99,11 @@ def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
 
 
 def last_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
-    """When the user was last recorded; kept ``LAST_SEEN_DAYS`` after they leave."""
+    """When the user was last recorded; kept ``LAST_SEEN_DAYS`` after they leave.
+
+    The truth, for a user ``HIDE_USER`` hides too (see ``is_online``); ``{% last_seen %}``
+    shows it only to those who may see it.
+    """
     if not user.is_authenticated:
         return None
     _, seen = connection.call(_UNKNOWN_PRESENCE, _presence(user))
@@ -107,7 +117,12 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
     """Whether each of ``users`` (users or primary keys) is online, and when each was last
     seen, keyed by primary key: one Redis round trip for all of them, so that a list of users
     (an admin changelist, say) costs one read, not one per row. If Redis fails, everyone is
-    offline and unseen."""
+    offline and unseen.
+
+    Hidden users (``HIDE_USER``) are reported as they are, online and seen: the admin's columns,
+    which only staff see, show them so. Code that shows the answer to others applies the rule
+    of ``is_online``.
+    """
     keys = [getattr(user, "pk", user) for user in users]
     texts = [pk_text(key) for key in keys]
     if not texts:
@@ -161,6 +176,11 @@ def record_user(
     leaves the guests and bots in the same step, and this process forgets having recorded it, so
     that another browser at the same address is counted as a guest again at once. With ``room``,
     the user is in that room (and leaves the one they were in); without, they leave theirs.
+
+    ``HIDE_USER`` and ``DISPLAY_NAME`` run now. A site that changes what they read (a user who
+    turns invisible, or renames themselves) calls this to apply it at once: the user moves
+    between the named and the hidden users in this write, where their pages would otherwise
+    leave them as they were for up to ``THROTTLE`` seconds.
     """
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."

@@ -21,6 +21,8 @@ class WhosOnlineConfig(AppConfig):
         register(Tags.compatibility)(checks.check_middleware)
         register(Tags.urls)(checks.check_room_urls)
         register(Tags.compatibility, deploy=True)(checks.check_cleanup_runs)
+        register(Tags.compatibility, deploy=True)(checks.check_own_database)
+        register(Tags.compatibility, deploy=True)(checks.check_redis_reachable)
         user_logged_in.connect(receivers.record_login, dispatch_uid="whos_online.record_login")
         user_logged_out.connect(receivers.remove_logout, dispatch_uid="whos_online.remove_logout")
         post_delete.connect(

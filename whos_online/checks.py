@@ -1,5 +1,6 @@
 """System checks: every ``WHOS_ONLINE`` key, the middleware's place in ``MIDDLEWARE``, the URL
-names of ``ROOMS``, and (on ``check --deploy``) whether the cleanup command runs.
+names of ``ROOMS``, and (on ``check --deploy``) whether the cleanup command runs, whether
+whos_online has a Redis database of its own, and whether Redis can be reached.
 
 The settings are checked by ``validation.validate`` (each key by its row of ``key_rules.RULES``,
 then the keys that depend on each other); ``get_config`` runs the same function, and refuses to
@@ -13,12 +14,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from django.conf import settings
+from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from whos_online.conf import user_settings
+from whos_online.defaults import DEFAULTS
 from whos_online.key_rules import room_pattern_fields, rooms_problems
-from whos_online.validation import validate
+from whos_online.validation import is_django_redis, validate
 
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
 AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -94,6 +97,114 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
             id="whos_online.W005",
         )
     ]
+
+
+#: Django's own Redis cache, whose ``clear()`` empties its database as django-redis's does.
+DJANGO_REDIS_CACHE_BACKEND: Final = "django.core.cache.backends.redis.RedisCache"
+#: Names of this machine that mean the same server when only the name differs.
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+Database = tuple[str, int | str, int]
+
+
+def _database(url: object) -> Database | None:
+    """Which Redis database a URL names: (host, port, db), or ("unix", path, db); None for
+    anything that is not a Redis URL. The defaults are redis-py's: port 6379, database 0."""
+    if not isinstance(url, str):
+        return None
+    from redis.connection import parse_url
+
+    try:
+        parts = parse_url(url)  # type: ignore [no-untyped-call]
+    except ValueError:
+        return None
+    db = int(parts.get("db") or 0)
+    if "path" in parts:
+        return ("unix", str(parts["path"]), db)
+    host = str(parts.get("host") or "localhost").lower()
+    return ("loopback" if host in _LOOPBACK_NAMES else host, int(parts.get("port") or 6379), db)
+
+
+def _cache_databases(cache: Mapping[str, Any]) -> set[Database]:
+    """The Redis databases a cache's ``clear()`` empties: those of its LOCATION (one URL, a
+    list, or comma-separated) when it is a Redis cache, django-redis's or Django's own."""
+    backend = cache.get("BACKEND")
+    if backend != DJANGO_REDIS_CACHE_BACKEND and not is_django_redis(backend):
+        return set()
+    location = cache.get("LOCATION")
+    urls = location.split(",") if isinstance(location, str) else location
+    if not isinstance(urls, (list, tuple)):
+        return set()
+    return {found for url in urls if (found := _database(url)) is not None}
+
+
+def check_own_database(**kwargs: Any) -> list[CheckMessage]:
+    """A deploy check: whether whos_online keeps its data in the database of a Django cache.
+
+    A cache's ``clear()`` empties its whole Redis database (FLUSHDB), whatever key prefix each
+    user of it has, and deploy scripts often run ``cache.clear()``: whos_online's peak, counter
+    history and last-seen records would go with the cached pages. It needs no Redis; it is a
+    deploy check because the default, sharing the default cache, is fine while developing.
+    """
+    raw = user_settings()
+    if any(message.is_serious() for message in validate(raw)):
+        return []
+    merged = {**DEFAULTS, **raw}
+    caches: Mapping[str, Mapping[str, Any]] = getattr(settings, "CACHES", {})
+    url, alias = merged["REDIS_URL"], merged["REDIS_ALIAS"]
+    if url not in (None, ""):
+        ours, own_alias = ({found} if (found := _database(url)) else set()), None
+    else:
+        ours, own_alias = _cache_databases(caches[alias]), alias
+    sharing = [
+        name
+        for name, cache in caches.items()
+        if (name == own_alias and name == DEFAULT_CACHE_ALIAS)
+        or (name != own_alias and ours & _cache_databases(cache))
+    ]
+    if not sharing:
+        return []
+    names = ", ".join(repr(name) for name in sharing)
+    return [
+        Warning(
+            f"whos_online keeps its data in the Redis database of the cache {names}: that "
+            "cache's clear(), which deploy scripts often run, empties the whole database, and "
+            "erases whos_online's peak, counter history and last-seen records with it.",
+            hint="Give whos_online a database of its own: a django-redis cache alias on another "
+            "database number (LOCATION 'redis://host:6379/1'), named by "
+            "WHOS_ONLINE['REDIS_ALIAS'], or WHOS_ONLINE['REDIS_URL'] = 'redis://host:6379/1'.",
+            id="whos_online.W006",
+        )
+    ]
+
+
+def check_redis_reachable(**kwargs: Any) -> list[CheckMessage]:
+    """A deploy check: whether Redis answers a PING within the request path's timeout.
+
+    While it does not, whos_online fails open: pages render, showing nobody online and
+    recording nothing, with one warning in the log per outage. That is right for an outage, and
+    wrong for a deployment that can never reach its Redis, which only this check reports.
+    """
+    from whos_online import connection
+    from whos_online.conf import get_config
+
+    if any(message.is_serious() for message in validate(user_settings())):
+        return []
+    try:
+        connection.request_client().ping()
+    except connection.REDIS_ERRORS as error:
+        return [
+            Warning(
+                f"whos_online cannot reach Redis at {get_config().redis_target} within "
+                f"{connection.REQUEST_TIMEOUT:g} s ({type(error).__name__}: {error}): pages "
+                "will show nobody online and record nobody.",
+                hint="Check WHOS_ONLINE['REDIS_URL'], or the LOCATION and OPTIONS of the cache "
+                "WHOS_ONLINE['REDIS_ALIAS'] names (host, port, password, TLS), and that Redis "
+                "runs and accepts connections from this machine.",
+                id="whos_online.W007",
+            )
+        ]
+    return []
 
 
 def _indexes_of_subclasses(middleware: list[str], base_path: str) -> list[int]:

@@ -147,10 +147,13 @@ def make_cookie(
 
 
 def _parts(value: str) -> tuple[str, str, str] | None:
-    """The expiry, MAC and room tag of ``EXPIRY.MAC[.rTAG][.n]``, or None for another shape."""
+    """The expiry, MAC and room tag of ``EXPIRY.MAC[.rTAG][.n]``, or None for another shape.
+
+    A room mark with no tag is another shape: the MAC of a visit in no room covers no tag, so
+    ``EXPIRY.MAC.r`` would otherwise be a second spelling of ``EXPIRY.MAC``."""
     expiry, _, rest = value.removesuffix(ARRIVED_SUFFIX).partition(".")
     mac, dot, room = rest.partition(".")
-    if dot and (not room.startswith("r") or "." in room):
+    if dot and (len(room) < 2 or not room.startswith("r") or "." in room):
         return None
     return expiry, mac, room[1:]
 
@@ -188,7 +191,14 @@ def read_cookie(
     if parts is None:
         return None
     expiry_text, mac, room = parts
-    if not mac or not expiry_text.isascii() or not expiry_text.isdigit():
+    # Digits only, as ``make_cookie`` writes them: the MAC covers the number, so a leading zero
+    # would make a second cookie of the same visit.
+    if (
+        not mac
+        or not expiry_text.isascii()
+        or not expiry_text.isdigit()
+        or expiry_text.startswith("0")
+    ):
         return None
     expiry = int(expiry_text)
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.

@@ -73,7 +73,7 @@ def _alias(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
             )
         ]
     backend = caches[alias].get("BACKEND")
-    if not _is_django_redis(backend):
+    if not is_django_redis(backend):
         return [
             Error(
                 f"The cache {alias!r} named by WHOS_ONLINE['REDIS_ALIAS'] uses {backend!r}, "
@@ -86,7 +86,7 @@ def _alias(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
     return []
 
 
-def _is_django_redis(backend: object) -> bool:
+def is_django_redis(backend: object) -> bool:
     if backend == CACHE_BACKEND:
         return True
     try:

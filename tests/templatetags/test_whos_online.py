@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, User
 from django.template import Context, Template, TemplateSyntaxError
 from django.test import RequestFactory
+from django.utils.functional import SimpleLazyObject
 
 import whos_online
 from tests.helpers import configure, render, widget_text
@@ -337,6 +338,81 @@ def test_last_seen_is_empty_for_nobody(backend, alice, who):
         )
         == "never"
     )
+
+
+@pytest.fixture
+def hidden_bob_seen(backend, settings, bob):
+    """bob is hidden (``HIDE_USER``) and was seen at ``SEEN``."""
+    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    whos_online.record_user(bob, now=SEEN)
+    return bob
+
+
+def _viewed_by(viewer: Any) -> Any:
+    request = RequestFactory().get("/profile/bob/")
+    if viewer is not None:
+        request.user = viewer
+    return request
+
+
+LAST_SEEN_BOTH_WAYS = (
+    "{% load whos_online %}[{% last_seen shown %}]"
+    "{% last_seen shown as seen %}{% if seen %}seen{% else %}never{% endif %}"
+)
+
+
+@pytest.mark.parametrize("viewer", ["no-user", "anonymous", "another-user", "inactive-staff"])
+def test_last_seen_shows_nothing_of_a_hidden_user_to_others(hidden_bob_seen, alice, viewer):
+    others = {
+        "no-user": None,
+        "anonymous": AnonymousUser(),
+        "another-user": alice,
+        "inactive-staff": User.objects.create_user("ex", is_staff=True, is_active=False),
+    }
+
+    markup = render(
+        LAST_SEEN_BOTH_WAYS, {"shown": hidden_bob_seen}, request=_viewed_by(others[viewer])
+    )
+
+    assert markup == "[]never"
+
+
+def test_last_seen_of_a_hidden_user_outside_a_request_shows_nothing(hidden_bob_seen):
+    markup = Template(LAST_SEEN_BOTH_WAYS).render(Context({"shown": hidden_bob_seen}))
+
+    assert markup == "[]never"
+
+
+@pytest.mark.parametrize("viewer", ["themselves", "staff"])
+def test_last_seen_of_a_hidden_user_is_shown_to_them_and_to_staff(hidden_bob_seen, staff, viewer):
+    who = hidden_bob_seen if viewer == "themselves" else staff
+
+    markup = render(LAST_SEEN_BOTH_WAYS, {"shown": hidden_bob_seen}, request=_viewed_by(who))
+
+    assert markup == "[March 3, 2027, 6 a.m.]seen"
+
+
+def test_last_seen_of_a_hidden_user_ignores_a_context_user_variable(hidden_bob_seen):
+    # A profile view often passes the profile's owner as ``user``: it is not the viewer.
+    markup = render(
+        LAST_SEEN_BOTH_WAYS,
+        {"shown": hidden_bob_seen, "user": hidden_bob_seen},
+        request=_viewed_by(AnonymousUser()),
+    )
+
+    assert markup == "[]never"
+
+
+def test_last_seen_of_a_visible_user_does_not_load_the_viewer(backend, settings, alice):
+    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    whos_online.record_user(alice, now=SEEN)
+    request = RequestFactory().get("/")
+    # As AuthenticationMiddleware sets it: loaded (from the session) when first looked at.
+    request.user = SimpleLazyObject(  # type: ignore [assignment]
+        lambda: pytest.fail("the viewer was loaded")
+    )
+
+    assert render("{% load whos_online %}{% last_seen shown %}", {"shown": alice}, request)
 
 
 # Failing open

@@ -76,19 +76,35 @@ def user_presence(client: Client, config: Config, pk: str) -> tuple[float | None
 def users_presence(
     client: Client, config: Config, pks: Sequence[str]
 ) -> list[tuple[float | None, float | None]]:
-    """``user_presence`` of each of ``pks``, in one pipeline (one round trip on one Redis)."""
+    """``user_presence`` of each of ``pks``, in one pipeline (one round trip on one Redis).
+
+    The scores are read with one ZMSCORE (Redis 6.2) per online set and shard, however many of
+    ``pks`` it holds, rather than two ZSCOREs per user; the last-seen times stay one HGET per
+    user, since each lives in that user's own HASH.
+    """
+    if not pks:
+        return []  # ZMSCORE with no member is an error, not an empty reply
+    shards = [user_shard(config, pk) for pk in pks]
+    by_shard: dict[keyspace.Shard, list[str]] = {}
+    for pk, shard in zip(pks, shards, strict=True):
+        by_shard.setdefault(shard, []).append(pk)
     pipe = client.pipeline(transaction=False)
-    for pk in pks:
-        shard = user_shard(config, pk)
-        pipe.zscore(shard.key("users"), pk)
-        pipe.zscore(shard.key("hidden"), pk)
+    for shard, members in by_shard.items():
+        pipe.zmscore(shard.key("users"), members)
+        pipe.zmscore(shard.key("hidden"), members)
+    for pk, shard in zip(pks, shards, strict=True):
         pipe.hget(user_key(shard, pk), "seen")
-    replies = iter(pipe.execute())
-    found = []
-    for visible, hidden, seen in zip(replies, replies, replies, strict=True):
-        score = visible if visible is not None else hidden
-        found.append((score, float(seen) if seen is not None else None))
-    return found
+    replies = pipe.execute()
+    scores: dict[str, float | None] = {}
+    for index, members in enumerate(by_shard.values()):
+        visible, hidden = replies[2 * index], replies[2 * index + 1]
+        for pk, shown, unseen in zip(members, visible, hidden, strict=True):
+            scores[pk] = shown if shown is not None else unseen
+    seen_times = replies[2 * len(by_shard) :]
+    return [
+        (scores[pk], float(seen) if seen is not None else None)
+        for pk, seen in zip(pks, seen_times, strict=True)
+    ]
 
 
 def online_user_pks(client: Client, config: Config, *, now: float, limit: int) -> list[str]:

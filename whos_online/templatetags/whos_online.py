@@ -31,10 +31,12 @@ from whos_online import api, rooms, snapshots, viewer
 from whos_online.conf import get_config
 from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.views import presence_query, widget_query
-from whos_online.visibility import may_see_names
+from whos_online.visibility import is_staff, may_see_names
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from django.http import HttpRequest
 
     from whos_online.conf import Config
 
@@ -232,7 +234,11 @@ class LastSeenNode(template.Node):
     def render(self, context: template.Context) -> str:
         user = self.user.resolve(context)
         seen: datetime | None = None
-        if user is not None and getattr(user, "is_authenticated", False):
+        if (
+            user is not None
+            and getattr(user, "is_authenticated", False)
+            and _may_see_presence_of(user, context.get("request"))
+        ):
             seen = api.last_seen(user)
         if self.target is not None:
             context[self.target] = seen
@@ -241,10 +247,30 @@ class LastSeenNode(template.Node):
         return "" if seen is None else render_value_in_context(seen, context)
 
 
+def _may_see_presence_of(user: Any, request: HttpRequest | None) -> bool:
+    """Whether the viewer making ``request`` may see when ``user`` was last seen: always, unless
+    ``HIDE_USER`` hides ``user``; then only ``user`` themselves and active staff may.
+
+    The viewer is the request's user, never a ``user`` variable of the context, which a profile
+    page often sets to the profile's owner. It is only looked at for a hidden user, so that
+    showing everyone else does not load the session. Without a request, nobody is the viewer.
+    """
+    config = get_config()
+    if config.hide_user is None or not config.hide_user(user):
+        return True
+    viewer = getattr(request, "user", None)
+    if viewer is None or not viewer.is_authenticated:
+        return False
+    return bool(viewer.pk == user.pk or is_staff(viewer))
+
+
 @register.tag
 def last_seen(parser: template.base.Parser, token: template.base.Token) -> LastSeenNode:
     """``{% last_seen user %}`` renders when the user was last seen (or nothing);
-    ``{% last_seen user as seen %}`` stores the aware datetime, or None, in ``seen``."""
+    ``{% last_seen user as seen %}`` stores the aware datetime, or None, in ``seen``.
+
+    Of a user ``HIDE_USER`` hides, it shows nothing (None) except to that user and to staff:
+    a profile page must not tell visitors when an invisible user was around."""
     bits = token.split_contents()
     if len(bits) == 2:
         return LastSeenNode(parser.compile_filter(bits[1]), None)
