@@ -37,9 +37,12 @@ LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage
 COVERAGE_FLOOR = 97
 
 
-def install(session: nox.Session, *groups: str, pins: tuple[str, ...] = ()) -> None:
-    """The project (editable), the given dependency groups, and ``pins`` over them."""
-    arguments = ["-e", "."]
+def install(
+    session: nox.Session, *groups: str, extras: tuple[str, ...] = (), pins: tuple[str, ...] = ()
+) -> None:
+    """The project (editable, with ``extras``), the given dependency groups, and ``pins`` over
+    them."""
+    arguments = ["-e", f".[{','.join(extras)}]" if extras else "."]
     for group in groups:
         arguments += ["--group", group]
     session.install(*arguments)
@@ -108,8 +111,9 @@ def package(session: nox.Session) -> None:
 
 @nox.session
 def example(session: nox.Session) -> None:
-    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set."""
-    install(session, "server")
+    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set; its /metrics
+    page needs the ``prometheus`` extra."""
+    install(session, "server", extras=("prometheus",))
     session.run("python", "scripts/example.py", *session.posargs)
 
 
