@@ -33,6 +33,8 @@ MATRIX = [
 #: The oldest redis-py and django-redis that ``pyproject.toml`` accepts, run by ``floor``.
 FLOOR = ("django>=5.2,<5.3", "redis==5.0.*", "django-redis==5.4.*")
 LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage.py", "noxfile.py"]
+#: Benchmarks that are not parts of ``python -m bench``, each a module of its own (no wrk).
+ALONE = ("capacity", "failover", "outages")
 #: Branch coverage (of the package and the tests) that a run of the whole suite must reach.
 COVERAGE_FLOOR = 97
 
@@ -119,11 +121,19 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing."""
-    if shutil.which("wrk") is None:
+    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing.
+
+    A benchmark that runs on its own, named first, runs instead, with the arguments after it:
+    ``python3 scripts/dev.py bench failover`` is ``python -m bench.failover``.
+    """
+    name, *rest = session.posargs or [""]
+    if name not in ALONE and shutil.which("wrk") is None:
         _install_wrk(session)
     install(session, "bench", "test")
-    session.run("python", "-m", "bench", *session.posargs)
+    if name in ALONE:
+        session.run("python", "-m", f"bench.{name}", *rest)
+    else:
+        session.run("python", "-m", "bench", *session.posargs)
 
 
 def _install_wrk(session: nox.Session) -> None:

@@ -1,6 +1,7 @@
 """How many people online one Redis process serves, and what three cluster masters add.
 
-Run from the repository root: ``.venv/bin/python -m bench.capacity`` (``--help`` for the options).
+Run it with ``python3 scripts/dev.py bench capacity`` (``python3 scripts/dev.py bench capacity
+--help`` for the options).
 
 Capacity is a matter of Redis CPU, so it is measured on the server, not at the client: a fresh
 redis-server holds ``--people`` members online (a fifth of them users), then records visits of

@@ -11,9 +11,8 @@ Each variant runs the same way. "Asking once a second" turns off the listeners o
 ``whos_online.sentinels``, which act on the leading Sentinel's announcement of the promotion;
 "redis-py alone" also stops whos_online from asking the Sentinels again (the behaviour of redis-py's
 Sentinel pool alone, which asks only when it opens a connection).
-Run from the repository root:
-
-    .venv/bin/python bench/failover.py
+Run it with ``python3 scripts/dev.py bench failover`` (``python -m bench.failover`` in the
+environment that makes).
 """
 
 from __future__ import annotations

@@ -24,9 +24,8 @@ reached Redis against the requests served, once Redis is back and the buffer wri
 measures recovery: the fault, one failing request, Redis back, and
 requests every few milliseconds until one is recorded (its throttle cookie is only set once the
 write succeeded). Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
-and once with the default 10 s as a check. Run from the repository root:
-
-    .venv/bin/python bench/outages.py
+and once with the default 10 s as a check. Run it with ``python3 scripts/dev.py bench outages``
+(``python -m bench.outages`` in the environment that makes).
 """
 
 from __future__ import annotations
