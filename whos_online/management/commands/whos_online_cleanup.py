@@ -43,7 +43,7 @@ LABELS = {"users": "user", "hidden": "hidden user", "guests": "guest", "bots": "
 class Command(BaseCommand):
     help = (
         "Remove people last seen before WHOS_ONLINE['WINDOW'] from Redis and drop counter samples "
-        "beyond COUNTER_SAMPLES. Run it from cron, every minute or every few minutes."
+        "beyond COUNTER_SAMPLES. Run it from cron every minute."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
