@@ -300,3 +300,22 @@ def test_the_dashboard_fits_a_phone(site, open_page, staff, alice, bob):
     assert chart["x"] + chart["width"] <= 390
     page.get_by_role("link", name="Back to the site").click()
     expect(page.locator("main")).to_have_text("page")
+
+
+def test_the_dashboards_axis_labels_are_readable_on_a_phone(site, open_page, staff, alice):
+    """The charts scale down to the screen's width, their labels with them: a phone must still
+    show them at a size one can read."""
+    seed_history([alice])
+    page = open_page(390, 844)
+    page.goto(f"{site}/login/{staff.get_username()}/")
+
+    page.goto(f"{site}/online/")
+
+    expect(page.locator('figure[data-counter="online:guests"] svg')).to_be_visible()
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('.whos-online-chart text')].map(
+            (text) => parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a)"""
+    )
+    assert len(sizes) > 10
+    assert min(sizes) >= 10.5, sizes
+
