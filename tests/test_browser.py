@@ -467,3 +467,19 @@ def test_the_example_header_keeps_to_one_line_on_a_desktop_and_to_the_screen_on_
         if width == 1366:  # a second line would be a line's height lower
             assert max(middles) - min(middles) < 5, middles
 
+
+@pytest.mark.slow
+def test_the_user_admins_columns_fit_a_laptop_screen(backend, browser, example):
+    page = example_page(browser, 1366)
+    log_in(page, example, "admin")
+
+    page.goto(f"{example}/admin/auth/user/")
+
+    expect(page.locator("td.field-last_seen").first).not_to_have_text("-")
+    overflow = page.evaluate(
+        """() => {
+            const results = document.querySelector('#changelist .results');
+            return results.scrollWidth - results.clientWidth;
+        }"""
+    )
+    assert overflow <= 0
