@@ -277,6 +277,8 @@ def test_the_tags_show_a_room(backend, settings, alice, bob):
     assert widget_text(markup, peak=True) == "Here now: alice and 1 guest"
     assert render('{% load whos_online %}{% online_count room="topic:1" %}') == "2"
     assert render('{% load whos_online %}{% online_count "users" room=r %}', {"r": TOPIC_2}) == "1"
+    stored = "{% load whos_online %}{% online_count room=r as reading %}({{ reading }} reading)"
+    assert render(stored, {"r": TOPIC_1}) == "(2 reading)"
     site = render("{% load whos_online %}{% whos_online %}")
     assert widget_text(site).startswith("Who's online: bob, alice and 1 guest")
 
