@@ -221,7 +221,7 @@ def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
     whos_online.record_guest("192.0.2.2", room=TOPIC_2, now=now - window - 5)
     whos_online.record_guest("192.0.2.3", room=TOPIC_2, now=now - 5)
 
-    assert "Took 2 people out of rooms; 1 room left empty." in cleanup_output()
+    assert "Rooms: took 2 people out, and deleted 1 room that had nobody left." in cleanup_output()
 
     assert counts_at(TOPIC_2, now) == GUEST
     assert room_keys(r) == [
