@@ -33,6 +33,8 @@ MATRIX = [
 #: The oldest redis-py and django-redis that ``pyproject.toml`` accepts, run by ``floor``.
 FLOOR = ("django>=5.2,<5.3", "redis==5.0.*", "django-redis==5.4.*")
 LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage.py", "noxfile.py"]
+#: The hosted CI's workflows, checked by the lint session.
+WORKFLOWS = ".github/workflows"
 #: Benchmarks that are not parts of ``python -m bench``, each a module of its own (no wrk).
 ALONE = ("capacity", "failover", "outages")
 #: Branch coverage (of the package and the tests) that a run of the whole suite must reach.
@@ -59,11 +61,16 @@ def pytest(session: nox.Session, *arguments: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) and mypy; mypy reads the test dependencies' types too."""
+    """ruff (lint and format) and mypy, which reads the test dependencies' types too; and the
+    hosted workflows, which cannot run here: GitHub's schema (as check-jsonschema vendors it)
+    and zizmor's audits, offline (no GitHub token, no request)."""
     install(session, "test", "lint", "tools")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", *LINTED)
+    workflows = sorted(str(path) for path in Path(WORKFLOWS).glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    session.run("zizmor", "--offline", "--no-progress", WORKFLOWS)
 
 
 @nox.session
