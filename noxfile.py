@@ -33,13 +33,18 @@ MATRIX = [
 #: The oldest redis-py and django-redis that ``pyproject.toml`` accepts, run by ``floor``.
 FLOOR = ("django>=5.2,<5.3", "redis==5.0.*", "django-redis==5.4.*")
 LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage.py", "noxfile.py"]
+#: The hosted CI's workflows, checked by the lint session.
+WORKFLOWS = ".github/workflows"
 #: Branch coverage (of the package and the tests) that a run of the whole suite must reach.
 COVERAGE_FLOOR = 97
 
 
-def install(session: nox.Session, *groups: str, pins: tuple[str, ...] = ()) -> None:
-    """The project (editable), the given dependency groups, and ``pins`` over them."""
-    arguments = ["-e", "."]
+def install(
+    session: nox.Session, *groups: str, extras: tuple[str, ...] = (), pins: tuple[str, ...] = ()
+) -> None:
+    """The project (editable, with ``extras``), the given dependency groups, and ``pins`` over
+    them."""
+    arguments = ["-e", f".[{','.join(extras)}]" if extras else "."]
     for group in groups:
         arguments += ["--group", group]
     session.install(*arguments)
@@ -54,11 +59,16 @@ def pytest(session: nox.Session, *arguments: str) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format) and mypy; mypy reads the test dependencies' types too."""
+    """ruff (lint and format) and mypy, which reads the test dependencies' types too; and the
+    hosted workflows, which cannot run here: GitHub's schema (as check-jsonschema vendors it)
+    and zizmor's audits, offline (no GitHub token, no request)."""
     install(session, "test", "lint", "tools")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", *LINTED)
+    workflows = sorted(str(path) for path in Path(WORKFLOWS).glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    session.run("zizmor", "--offline", "--no-progress", WORKFLOWS)
 
 
 @nox.session
@@ -108,8 +118,9 @@ def package(session: nox.Session) -> None:
 
 @nox.session
 def example(session: nox.Session) -> None:
-    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set."""
-    install(session, "server")
+    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set; its /metrics
+    page needs the ``prometheus`` extra."""
+    install(session, "server", extras=("prometheus",))
     session.run("python", "scripts/example.py", *session.posargs)
 
 

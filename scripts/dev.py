@@ -5,6 +5,7 @@
     python3 scripts/dev.py lint                       # nox -s lint
     python3 scripts/dev.py example [runserver args]   # nox -s example
     python3 scripts/dev.py bench [bench arguments]    # nox -s bench
+    python3 scripts/dev.py bench failover             # capacity, failover, outages: run alone
     python3 scripts/dev.py nox [nox arguments]        # anything else nox does
 
 It installs nox and uv (the ``tools`` dependency group) into ``.venv-tools`` once, then hands

@@ -130,6 +130,29 @@ def test_the_filter_lists_those_online_now_or_the_others(backend, admin_browser,
     assert sorted(offline) == ["bob"]
 
 
+def test_last_seen_says_how_long_ago_with_the_time_in_full_as_its_title(
+    backend, admin_browser, alice, bob
+):
+    """The changelist keeps a datetime cell and every heading on one line: the columns would
+    overflow a laptop's screen (tests/test_browser.py measures it on the example site)."""
+    an_hour_ago = time.time() - 3600
+    whos_online.record_user(alice)
+    whos_online.record_user(bob, now=an_hour_ago)
+
+    html = admin_browser.get(CHANGELIST).content.decode()
+
+    assert '<td class="field-last_seen">' in html  # not "field-last_seen nowrap"
+    seen = cells(html, "last_seen")
+    assert re.fullmatch(r'<time datetime="[^"]+" title="[^"]+">just now</time>', seen["alice"])
+    found = re.fullmatch(
+        r'<time datetime="([^"]+)" title="([^"]+)">1\xa0hour ago</time>', seen["bob"]
+    )
+    assert found, seen["bob"]
+    assert abs(datetime.fromisoformat(found.group(1)).timestamp() - an_hour_ago) < 1
+    assert str(datetime.fromtimestamp(an_hour_ago, tz=timezone.utc).year) in found.group(2)
+    assert "whos_online/admin.css" in html
+
+
 def test_hidden_users_are_online_in_the_admin(backend, settings, admin_browser, alice):
     configure(settings, HIDE_USER=lambda user: user.username == "alice")
     whos_online.record_user(alice)

@@ -12,16 +12,20 @@ error (a CSP violation included) fails the test. Waits are on the page's state, 
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect, sync_playwright
 
 import whos_online
+from tests import wsgi_server
 from tests.helpers import configure
 
 if TYPE_CHECKING:
@@ -42,8 +46,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+ROOT = Path(__file__).resolve().parent.parent
 #: Where the dashboard's screenshot goes (git-ignored); the README shows a copy, docs/dashboard.png.
-SCREENSHOT = Path(__file__).resolve().parent.parent / ".artifacts" / "dashboard.png"
+SCREENSHOT = ROOT / ".artifacts" / "dashboard.png"
 #: Headless Chromium says "HeadlessChrome", which BOT_USER_AGENTS counts as a bot, rightly: the
 #: visitors of these tests present themselves as the desktop browser they stand for.
 USER_AGENT = (
@@ -385,3 +390,181 @@ def test_the_dashboard_fits_a_phone(site, open_page, staff, alice, bob):
     assert chart["x"] + chart["width"] <= 390
     page.get_by_role("link", name="Back to the site").click()
     expect(page.locator("main")).to_have_text("page")
+
+
+def test_the_dashboards_axis_labels_are_readable_on_a_phone(site, open_page, staff, alice):
+    """The charts scale down to the screen's width, their labels with them: a phone must still
+    show them at a size one can read."""
+    seed_history([alice])
+    page = open_page(390, 844)
+    page.goto(f"{site}/login/{staff.get_username()}/")
+
+    page.goto(f"{site}/online/")
+
+    expect(page.locator('figure[data-counter="online:guests"] svg')).to_be_visible()
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('.whos-online-chart text')].map(
+            (text) => parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a)"""
+    )
+    assert len(sizes) > 10
+    assert min(sizes) >= 10.5, sizes
+
+
+# The example project, as a newcomer opens it: served by runserver in a process of its own, with
+# its own settings and a database of its own, on the session's real Redis.
+
+Scheme = Literal["light", "dark"]
+#: WCAG 2 AA: the contrast ratio of normal text with its background.
+AA = 4.5
+#: The text elements of a page whose colour is less than AA on what is behind them, as
+#: [element, text, ratio]. The background is the first opaque one up the tree (or the canvas,
+#: the browser's own in the page's colour scheme), with the translucent ones in between laid
+#: over it; an SVG text's colour is its fill.
+LOW_CONTRAST = """(minimum) => {
+  const rgba = (value) => {
+    const found = value.match(/rgba?\\(([^)]*)\\)/);
+    if (!found) return null;
+    const [r, g, b, a = 1] = found[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return [r, g, b, a];
+  };
+  const over = (top, below) => top.slice(0, 3).map((v, i) => v * top[3] + below[i] * (1 - top[3]));
+  const luminance = (colour) => {
+    const [r, g, b] = colour.map((v) => {
+      const c = v / 255;
+      return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const probe = document.createElement("div");
+  probe.style.backgroundColor = "Canvas";
+  document.documentElement.append(probe);
+  const canvas = rgba(getComputedStyle(probe).backgroundColor);
+  probe.remove();
+  const behind = (element) => {
+    const layers = [];
+    for (let node = element; node; node = node.parentElement) {
+      const colour = rgba(getComputedStyle(node).backgroundColor);
+      if (colour && colour[3] > 0) {
+        layers.push(colour);
+        if (colour[3] === 1) break;
+      }
+    }
+    let base = canvas;
+    for (const layer of layers.reverse()) base = over(layer, base);
+    return base;
+  };
+  const low = [];
+  for (const element of document.querySelectorAll("body *")) {
+    const text = [...element.childNodes]
+      .filter((node) => node.nodeType === Node.TEXT_NODE)
+      .map((node) => node.textContent).join("").trim();
+    if (!text || !element.getClientRects().length) continue;
+    const style = getComputedStyle(element);
+    if (style.visibility === "hidden" || ["SCRIPT", "STYLE", "TITLE"].includes(element.tagName)) {
+      continue;
+    }
+    const background = behind(element);
+    const colour = rgba(element instanceof SVGElement ? style.fill : style.color);
+    const [light, dark] = [luminance(over(colour, background)), luminance(background)].sort(
+      (x, y) => y - x);
+    const ratio = (light + 0.05) / (dark + 0.05);
+    if (ratio < minimum) low.push([element.tagName + "." + element.className, text, ratio]);
+  }
+  return low;
+}"""
+
+#: The example's settings as they are, but for a database of its own.
+EXAMPLE_SETTINGS = """from example_project.settings import *
+
+DATABASES = {{"default": {{"ENGINE": "django.db.backends.sqlite3", "NAME": {database!r}}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def example(real_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The example site's URL, with its demo users and forum."""
+    directory = tmp_path_factory.mktemp("example")
+    database = str(directory / "example.sqlite3")
+    (directory / "example_settings.py").write_text(EXAMPLE_SETTINGS.format(database=database))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "example_settings",
+        "REDIS_URL": real_redis_url,
+    }
+    for step in (["migrate", "--noinput"], ["whos_online_demo"]):
+        subprocess.run(
+            [sys.executable, "manage.py", *step], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+    log = directory / "runserver.log"
+    with wsgi_server.runserver(env, log, ready_path="/accounts/login/") as (port, _process):
+        yield f"http://127.0.0.1:{port}"
+
+
+def example_page(browser: Browser, width: int, scheme: Scheme = "light") -> Page:
+    context = browser.new_context(
+        viewport={"width": width, "height": 800}, color_scheme=scheme, user_agent=USER_AGENT
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    return context.new_page()
+
+
+def log_in(page: Page, example: str, username: str, password: str = "demo-password-123") -> None:
+    page.goto(f"{example}/accounts/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_text_of_the_example_is_readable_in_light_and_dark(backend, browser, example, scheme):
+    guest = example_page(browser, 1366, scheme)
+    log_in(guest, example, "admin", "not-the-password")
+    expect(guest.locator(".errorlist")).to_be_visible()
+    assert guest.evaluate(LOW_CONTRAST, AA) == []
+
+    page = example_page(browser, 1366, scheme)
+    log_in(page, example, "admin")
+    for path in ("/", "/forum/", "/forum/topics/1/", "/online/"):
+        page.goto(f"{example}{path}")
+        assert page.evaluate(LOW_CONTRAST, AA) == [], path
+    page.goto(f"{example}/")
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=SCREENSHOT.with_name(f"example-{scheme}.png"), full_page=True)
+
+
+@pytest.mark.slow
+def test_the_example_header_keeps_to_one_line_on_a_desktop_and_to_the_screen_on_a_phone(
+    backend, browser, example
+):
+    for width in (1366, 390):
+        page = example_page(browser, width)
+        log_in(page, example, "admin")  # the longest header: a name, the staff links
+        page.goto(f"{example}/")
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= width
+        middles = page.evaluate(
+            """() => [...document.querySelectorAll('header > *')].map((element) => {
+                const box = element.getBoundingClientRect();
+                return box.top + box.height / 2;
+            })"""
+        )
+        if width == 1366:  # a second line would be a line's height lower
+            assert max(middles) - min(middles) < 5, middles
+
+
+@pytest.mark.slow
+def test_the_user_admins_columns_fit_a_laptop_screen(backend, browser, example):
+    page = example_page(browser, 1366)
+    log_in(page, example, "admin")
+
+    page.goto(f"{example}/admin/auth/user/")
+
+    expect(page.locator("td.field-last_seen").first).not_to_have_text("-")
+    overflow = page.evaluate(
+        """() => {
+            const results = document.querySelector('#changelist .results');
+            return results.scrollWidth - results.clientWidth;
+        }"""
+    )
+    assert overflow <= 0

@@ -7,9 +7,12 @@ and the README stays a short front page that sends readers there.
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from pathlib import Path
 
+import pytest
 from django.dispatch import Signal
 
 import whos_online
@@ -86,3 +89,109 @@ def test_the_readme_is_a_front_page_that_links_to_the_docs():
     assert images
     assert all(image.startswith("https://") for image in images)
     assert "python3 scripts/dev.py test" in text
+
+
+# The commands the docs give, and the code they show
+
+#: Where the docs give commands: the pages, the README, and the docstrings of what they run.
+COMMAND_SOURCES = [README, *sorted(DOCS.glob("*.md")), *sorted((ROOT / "bench").glob("*.py"))]
+#: A command that runs Python: an interpreter, by name or by path, and what it runs.
+PYTHON_COMMAND = re.compile(
+    r"(?:^|(?<=[\s`(=\"']))(?P<python>(?:[\w.~/-]*/)?python[\d.]*) (?P<what>-m \S+|\S+\.py)\b",
+    re.MULTILINE,
+)
+#: A crontab line, where a virtual environment's Python must be named by its absolute path.
+CRONTAB_LINE = re.compile(r"^(?:\S+ ){5}cd /")
+
+
+def nox_sessions() -> set[str]:
+    source = (ROOT / "noxfile.py").read_text()
+    return set(re.findall(r"@nox\.session(?:\([^)]*\))?\n(?:@.*\n)*def (\w+)\(", source))
+
+
+def dev_commands() -> set[str]:
+    """What ``python3 scripts/dev.py`` takes first."""
+    source = (ROOT / "scripts" / "dev.py").read_text()
+    found = re.search(r"^SESSIONS = (\{.*\})$", source, re.MULTILINE)
+    assert found
+    return {*ast.literal_eval(found.group(1)), "nox"}
+
+
+def interpreter_problems(text: str) -> list[str]:
+    """Each Python command of ``text`` whose interpreter the documented workflow does not
+    create: the reader's own Python by name (``python``, ``python3``); a nox session's
+    environment, ``.nox/<session>/bin/python``; ``.venv-tools``, where ``scripts/dev.py`` puts
+    nox; a virtual environment that the same text creates (``python3 -m venv .venv``); and, in a
+    crontab line, the absolute path of the site's own."""
+    created = set(re.findall(r"-m venv (\S+)", text))
+    problems = []
+    for found in PYTHON_COMMAND.finditer(text):
+        python, what = found.group("python"), found.group("what")
+        line = text[text.rfind("\n", 0, found.start()) + 1 : text.find("\n", found.end())]
+        directory = python.removesuffix("/bin/python").removesuffix("/bin/python3")
+        session = re.fullmatch(r"\.nox/(\w+)", directory)
+        fine = (
+            "/" not in python
+            or (session is not None and session.group(1) in nox_sessions())
+            or directory in {".venv-tools", *created}
+            or (python.startswith("/") and CRONTAB_LINE.match(line.strip().strip("`")) is not None)
+        )
+        if not fine:
+            problems.append(f"{python} {what}")
+        dev = re.match(r"scripts/dev\.py ([\w-]+)", text[found.start("what") :])
+        if dev and dev.group(1) not in dev_commands():
+            problems.append(f"{python} scripts/dev.py {dev.group(1)}")
+    return problems
+
+
+def test_the_commands_name_an_interpreter_the_documented_workflow_creates():
+    problems = {
+        str(path.relative_to(ROOT)): found
+        for path in COMMAND_SOURCES
+        if (found := interpreter_problems(path.read_text()))
+    }
+    assert problems == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        ("Run `.venv/bin/python bench/failover.py`.", [".venv/bin/python bench/failover.py"]),
+        ("python3 -m venv .venv\n.venv/bin/python manage.py migrate\n", []),
+        ("`.nox/example/bin/python manage.py whos_online_cleanup`", []),
+        ("`.nox/nonesuch/bin/python manage.py check`", [".nox/nonesuch/bin/python manage.py"]),
+        ("* * * * * cd /srv/site && /srv/site/.venv/bin/python manage.py x", []),
+        ("then `/srv/site/.venv/bin/python manage.py x`", ["/srv/site/.venv/bin/python manage.py"]),
+        ("python3 scripts/dev.py bench failover", []),
+        ("python3 scripts/dev.py benchmark", ["python3 scripts/dev.py benchmark"]),
+        ("python -m pip install whos-online; Python 3.10 and `python` alone", []),
+    ],
+)
+def test_what_counts_as_an_interpreter_the_workflow_creates(text, problems):
+    assert interpreter_problems(text) == problems
+
+
+def code_blocks(language: str) -> list[tuple[str, str]]:
+    """Every fenced block of ``language`` in the README and the pages, with where it is."""
+    found = []
+    for path in [README, *sorted(DOCS.glob("*.md"))]:
+        for block in re.findall(rf"^ *```{language}\n(.*?)^ *```", path.read_text(), re.M | re.S):
+            found.append((path.name, textwrap.dedent(block)))
+    return found
+
+
+def test_the_python_snippets_parse_and_none_is_a_stray_tuple():
+    """A snippet such as ``(path("online/", include(...)),)`` parses, but means nothing."""
+    blocks = code_blocks("python")
+    assert len(blocks) > 10
+    for page, block in blocks:
+        tree = ast.parse(block)
+        stray = [node for node in tree.body if isinstance(node, ast.Expr)]
+        assert not [node for node in stray if isinstance(node.value, ast.Tuple)], (page, block)
+
+
+def test_the_tutorials_base_template_fits_a_phone_and_puts_the_peak_on_its_own_line():
+    templates = [block for page, block in code_blocks("django") if page == "tutorial.md"]
+    base = next(block for block in templates if "<html" in block)
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in base
+    assert re.search(r"\.whos-online-peak \{[^}]*display: block", base)

@@ -3,23 +3,31 @@ its /metrics page serves the Prometheus collector, and its home page spells out 
 a cleanup command that works.
 
 It runs in a process of its own, on its own settings (a database in memory, the session's real
-redis-server), so that nothing of the test settings leaks into it.
+redis-server), so that nothing of the test settings leaks into it. That process has the test
+dependencies, a superset of what ``python3 scripts/dev.py example`` installs: a test of the
+noxfile's ``example`` session checks that it installs what the example imports.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
+import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import redis
-
-# Each test starts the example site in processes of its own.
-pytestmark = pytest.mark.slow
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Imported from the repository, not installed: the example's own code and what it runs.
+LOCAL = {"example_project", "whos_online", "tests", "bench", "scripts"}
 
 SCRIPT = r"""
 import html
@@ -124,10 +132,13 @@ def run_example(real_redis_url: str) -> str:
     return hint
 
 
+# Each of these starts the example site in processes of its own.
+@pytest.mark.slow
 def test_the_admin_metrics_and_home_page_of_the_example_project(real_redis_url):
     run_example(real_redis_url)
 
 
+@pytest.mark.slow
 def test_the_cleanup_command_on_the_home_page_cleans_the_sites_redis(real_redis_url):
     """The site's Redis URL is known to the site's process only (scripts/dev.py starts a
     redis-server on a free port): the command must carry it, and run as given."""
@@ -156,3 +167,68 @@ def test_the_cleanup_command_on_the_home_page_cleans_the_sites_redis(real_redis_
     assert result.returncode == 0, result.stderr
     assert "Removed" in result.stdout
     assert site_redis.exists("{whos_online}:counters-cleaned")
+
+
+def noxfile(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The noxfile, loaded with a stand-in for nox (not a test dependency): its decorators hand
+    the session functions back as they are."""
+
+    def session(function=None, **options):
+        return function if function is not None else (lambda decorated: decorated)
+
+    stand_in = SimpleNamespace(
+        options=SimpleNamespace(),
+        session=session,
+        parametrize=lambda *arguments, **options: lambda decorated: decorated,
+        param=lambda *arguments, **options: arguments,
+    )
+    monkeypatch.setitem(sys.modules, "nox", stand_in)
+    spec = importlib.util.spec_from_file_location("noxfile", ROOT / "noxfile.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def imported_distributions(paths: list[Path]) -> set[str]:
+    """The installed distributions that the modules under ``paths`` import (at any depth)."""
+    names: set[str] = set()
+    for path in paths:
+        for source in path.rglob("*.py") if path.is_dir() else [path]:
+            for node in ast.walk(ast.parse(source.read_text())):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name.partition(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names.add(node.module.partition(".")[0])
+    third_party = names - set(sys.stdlib_module_names) - LOCAL - {"__future__"}
+    providers = metadata.packages_distributions()
+    return {canonicalize_name(dist) for name in third_party for dist in providers.get(name, [name])}
+
+
+def test_the_example_session_installs_everything_the_example_imports(monkeypatch):
+    """/metrics answered 500 (no prometheus_client) when the session installed the package
+    without its ``prometheus`` extra: the test run, with every test dependency, never saw it."""
+    installed: list[str] = []
+    session = SimpleNamespace(
+        install=lambda *arguments: installed.extend(arguments),
+        run=lambda *arguments, **options: None,
+        posargs=[],
+    )
+
+    noxfile(monkeypatch).example(session)
+
+    project = installed[installed.index("-e") + 1]
+    found = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", project)
+    assert found, project
+    extras = found.group(1).split(",") if found.group(1) else []
+    requirements = [Requirement(line) for line in metadata.requires("whos-online") or []]
+    environment = {
+        canonicalize_name(requirement.name)
+        for requirement in requirements
+        if requirement.marker is None
+        or any(requirement.marker.evaluate({"extra": extra}) for extra in ["", *extras])
+    }
+    needed = imported_distributions([ROOT / "example_project", ROOT / "scripts" / "example.py"])
+    assert {"django", "prometheus-client"} <= needed  # the search itself works
+    assert sorted(needed - environment) == []

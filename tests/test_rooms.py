@@ -225,7 +225,7 @@ def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
     whos_online.record_guest("192.0.2.2", room=TOPIC_2, now=now - window - 5)
     whos_online.record_guest("192.0.2.3", room=TOPIC_2, now=now - 5)
 
-    assert "Took 2 people out of rooms; 1 room left empty." in cleanup_output()
+    assert "Rooms: took 2 people out, and deleted 1 room that had nobody left." in cleanup_output()
 
     assert counts_at(TOPIC_2, now) == GUEST
     assert room_keys(r) == [
@@ -281,6 +281,8 @@ def test_the_tags_show_a_room(backend, settings, alice, bob):
     assert widget_text(markup, peak=True) == "Here now: alice and 1 guest"
     assert render('{% load whos_online %}{% online_count room="topic:1" %}') == "2"
     assert render('{% load whos_online %}{% online_count "users" room=r %}', {"r": TOPIC_2}) == "1"
+    stored = "{% load whos_online %}{% online_count room=r as reading %}({{ reading }} reading)"
+    assert render(stored, {"r": TOPIC_1}) == "(2 reading)"
     site = render("{% load whos_online %}{% whos_online %}")
     assert widget_text(site).startswith("Who's online: bob, alice and 1 guest")
 

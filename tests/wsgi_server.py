@@ -1,6 +1,7 @@
 """gunicorn (WSGI) or uvicorn (ASGI) serving a Django settings module on a free loopback port, for
-the load test, the ASGI tests and the benchmarks. The server runs in its own process group, which
-is stopped with its workers when the block ends, however it ends."""
+the load test, the ASGI tests and the benchmarks, and Django's runserver for the example site's
+browser tests. The server runs in its own process group, which is stopped with its workers when
+the block ends, however it ends."""
 
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def uvicorn(
         "--factory",
         "django.core.asgi:get_asgi_application",
     ]
+    with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
+        yield port, process
+
+
+@contextlib.contextmanager
+def runserver(
+    env: dict[str, str], log: Path, *, ready_path: str, checkout: Path = ROOT
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Serve ``manage.py``'s site with Django's development server, which also serves the static
+    files while ``DEBUG`` is on, until the block ends (see ``gunicorn``)."""
+    port = free_port()
+    command = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
     with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
         yield port, process
 

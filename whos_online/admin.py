@@ -14,19 +14,23 @@ nobody has been seen.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from django.contrib import admin
+from django.utils import formats, timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from whos_online import api
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from django.contrib.admin.views.main import ChangeList
     from django.db.models import Model, QuerySet
     from django.http import HttpRequest
+    from django.utils.safestring import SafeString
 
 #: Where the changelist leaves each row's presence for the columns to read.
 PRESENCE_ATTRIBUTE: Final = "_whos_online_presence"
@@ -65,8 +69,13 @@ class OnlineUserAdminMixin(UserModelAdmin):
 
     Put it before the admin it extends (``class UserAdmin(OnlineUserAdminMixin,
     auth_admin.UserAdmin)``); the columns come after that admin's own ``list_display``, the
-    filter after its ``list_filter``.
+    filter after its ``list_filter``. Their headings wrap (``admin.css``), and the last-seen
+    column says how long ago, so that they fit beside Django's own ``UserAdmin`` columns on a
+    laptop's screen.
     """
+
+    class Media:
+        css: ClassVar = {"all": ("whos_online/admin.css",)}
 
     def get_list_display(self, request: HttpRequest) -> tuple[Any, ...]:
         return (*super().get_list_display(request), "online_now", "last_seen")
@@ -87,8 +96,19 @@ class OnlineUserAdminMixin(UserModelAdmin):
         return _presence_of(user).online
 
     @admin.display(description=_("last seen"))
-    def last_seen(self, user: Model) -> datetime | None:
-        return _presence_of(user).last_seen
+    def last_seen(self, user: Model) -> SafeString | None:
+        """How long ago, as the dashboard says it ("just now", "3 hours ago"), with the time in
+        full as the ``<time>`` element's title: short enough for the column to fit."""
+        seen = _presence_of(user).last_seen
+        if seen is None:
+            return None
+        now = timezone.now()
+        if now - seen < timedelta(minutes=1):
+            ago = gettext("just now")
+        else:
+            ago = gettext("%(ago)s ago") % {"ago": timesince(seen, now, depth=1)}
+        full = formats.date_format(timezone.localtime(seen), "DATETIME_FORMAT")
+        return format_html('<time datetime="{}" title="{}">{}</time>', seen.isoformat(), full, ago)
 
 
 def _presence_of(user: Model) -> api.Presence:

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 #: Most divisions of the value axis; fewer when the numbers are small.
 MAX_DIVISIONS: Final = 5
 
-#: Room around the plot for the value labels (left) and the time labels (bottom).
+#: Room around the plot for the value labels (left) and the time labels (bottom), which the
+#: dashboard's stylesheet draws larger, in these units, the narrower the chart is on the screen.
 LEFT: Final = 44
 RIGHT: Final = 10
 TOP: Final = 10
-BOTTOM: Final = 24
+BOTTOM: Final = 30
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def line_chart(
                 format_html(
                     '<text class="time-label" x="{}" y="{}" text-anchor="{}">{}</text>',
                     x(index),
-                    height - 6,
+                    height - 4,
                     anchors.get(index, "middle"),
                     label(starts[index]),
                 )

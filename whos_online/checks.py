@@ -92,7 +92,7 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
         Warning(
             f"People last seen {since} ago are still in whos_online's sets: the "
             "cleanup command has not run since then, and the sets grow until it does.",
-            hint="Run 'manage.py whos_online_cleanup' from cron every few minutes, with the "
+            hint="Run 'manage.py whos_online_cleanup' from cron every minute, with the "
             "virtual environment's python.",
             id="whos_online.W005",
         )

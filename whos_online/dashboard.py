@@ -186,7 +186,7 @@ def slice_starts(now: float, precision: int, count: int) -> list[int]:
 _Read = tuple[list[str], int, list[list[int | None]], float | None, dict[str, OnlineCounts]]
 
 #: Windows past which someone still in the online sets shows that the cleanup command is not
-#: running (it removes them within a window when cron runs it every few minutes).
+#: running (it removes them within a window when cron runs it every minute).
 OVERDUE_WINDOWS: Final = 3
 
 

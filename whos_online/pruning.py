@@ -148,6 +148,35 @@ def prune_old_layouts(
     return removed_by_kind
 
 
+def count_rooms(client: Client, config: Config, *, now: float) -> tuple[int, int]:
+    """What ``prune_rooms`` would do now, without doing it: how many people it would take out of
+    rooms, and how many rooms it would leave with nobody (and delete).
+
+    Visits the same rooms, those the shards' indexes name, a page of them per round trip: two
+    ZCOUNTs per set of each room (the stale members, and the others), each O(log n).
+    """
+    cutoff = f"{now - config.window:.3f}"  # as precise as the prune script's cutoff
+    people = emptied = 0
+    per_room = 2 * len(store.keys.KINDS)
+    page = store.cleanup.ROOMS_PAGE_SIZE
+    for shard in keyspace.layout(config):
+        # ZSCAN may name a room twice.
+        rooms = list(dict.fromkeys(store.cleanup.rooms_of(client, shard)))
+        for start in range(0, len(rooms), page):
+            pipe = client.pipeline(transaction=False)
+            for room in rooms[start : start + page]:
+                for kind in store.keys.KINDS:
+                    key = store.keys.room_key(shard, room, kind)
+                    pipe.zcount(key, "-inf", f"({cutoff}")
+                    pipe.zcount(key, cutoff, "+inf")
+            found = [int(count) for count in pipe.execute()]
+            for first in range(0, len(found), per_room):
+                counts = found[first : first + per_room]
+                people += sum(counts[0::2])
+                emptied += not any(counts[1::2])
+    return people, emptied
+
+
 def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | None:
     """Raise the peak and sample the ``online:*`` counters from counts over every shard (the
     command does so when ``SHARDS`` > 1, where a visit cannot count the whole site)."""

@@ -28,6 +28,8 @@ KNOWN = "{whos_online}:counters"
 LOCK = "{whos_online}:cleanup-lock"
 EVERY_PRECISION = "1 s, 5 s, 60 s, 300 s, 3600 s, 18000 s and 86400 s"
 NOTHING_DUE = "No counter precision was due for cleaning."
+NO_ROOMS = "Rooms: took nobody out, and deleted no room that had nobody left.\n"
+NO_ROOMS_DRY = "Rooms: would take nobody out, and delete no room that would have nobody left.\n"
 
 
 class Clock:
@@ -56,10 +58,10 @@ def run(*args: str) -> str:
 
 
 def counters_line(*args: str) -> str:
-    """The second line of the output, the first being the prune's."""
+    """The last line of the output, after the people's and the rooms'."""
     lines = run(*args).splitlines()
-    assert len(lines) == 2
-    return lines[1]
+    assert len(lines) == 3
+    return lines[2]
 
 
 def schedule(r) -> dict[str, str]:
@@ -110,7 +112,7 @@ def test_first_run_cleans_every_precision_then_each_when_due(backend, r, clock):
 
     assert out == (
         "Removed nobody last seen before 2027-01-11 23:50:00 UTC.\n"
-        f"Removed 0 counter samples at precisions {EVERY_PRECISION}.\n"
+        f"{NO_ROOMS}Removed 0 counter samples at precisions {EVERY_PRECISION}.\n"
     )
     assert schedule(r) == {str(p): when(T0) for p in PRECISIONS}
     assert counters_line() == NOTHING_DUE
@@ -190,7 +192,7 @@ def test_dry_run_reports_the_same_number_and_changes_nothing(backend, r, clock):
 
     assert out == (
         "Would remove nobody last seen before 2027-01-11 23:50:00 UTC.\n"
-        f"Would remove {stale} counter samples at precisions {EVERY_PRECISION}.\n"
+        f"{NO_ROOMS_DRY}Would remove {stale} counter samples at precisions {EVERY_PRECISION}.\n"
     )
     assert dump(r) == before
     assert r.exists(CLEANED) == 0
@@ -349,8 +351,8 @@ def test_redis_failing_while_cleaning_counters_is_a_command_error(
         str(excinfo.value) == f"Cannot clean up: Redis at {target} failed: Connection reset by peer"
     )
     assert excinfo.value.returncode == 1
-    verb = "Would remove" if dry_run else "Removed"
-    assert out.getvalue() == f"{verb} 1 guest last seen before 2027-01-11 23:50:00 UTC.\n"
+    verb, rooms = ("Would remove", NO_ROOMS_DRY) if dry_run else ("Removed", NO_ROOMS)
+    assert out.getvalue() == f"{verb} 1 guest last seen before 2027-01-11 23:50:00 UTC.\n{rooms}"
     assert r.exists(LOCK) == 0
     assert r.exists(CLEANED) == 0
 

@@ -12,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 from redis.lock import Lock
 
+import whos_online
 from tests.helpers import configure
 from whos_online import store
 from whos_online.management.commands import whos_online_cleanup
@@ -26,6 +27,8 @@ FIRST_CLEAN = (
     "Removed 0 counter samples at precisions 1 s, 5 s, 60 s, 300 s, 3600 s, 18000 s and 86400 s.\n"
 )
 NOTHING_DUE = "No counter precision was due for cleaning."
+#: The rooms line of a run that found no room to clean.
+NO_ROOMS = "Rooms: took nobody out, and deleted no room that had nobody left.\n"
 
 
 def run(*args: str, **options: Any) -> tuple[str, str]:
@@ -53,7 +56,9 @@ def some_stale(r) -> None:
 def test_removes_stale_members_and_reports(backend, r, some_stale):
     out, err = run()
 
-    assert re.fullmatch(rf"Removed 1 user and 2 guests last seen before {WHEN}\n{FIRST_CLEAN}", out)
+    assert re.fullmatch(
+        rf"Removed 1 user and 2 guests last seen before {WHEN}\n{NO_ROOMS}{FIRST_CLEAN}", out
+    )
     assert err == ""
     assert members(r, "users") == ["2"]
     assert members(r, "guests") == ["g3"]
@@ -76,7 +81,7 @@ def test_report_names_every_kind_and_the_exact_cutoff(backend, r, monkeypatch):
 
     assert out == (
         "Removed 1 user, 2 hidden users, 3 guests and 1 bot last seen before "
-        "2027-01-15 07:50:00 UTC.\n" + FIRST_CLEAN
+        "2027-01-15 07:50:00 UTC.\n" + NO_ROOMS + FIRST_CLEAN
     )
     assert members(r, "users") == ["2"]
     assert r.exists("{whos_online}:hidden", "{whos_online}:bots") == 0
@@ -89,7 +94,7 @@ def test_nothing_stale(backend, r):
 
     out, err = run()
 
-    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}\n{FIRST_CLEAN}", out)
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}\n{NO_ROOMS}{FIRST_CLEAN}", out)
     assert err == ""
     assert members(r, "guests") == ["g1"]
 
@@ -99,12 +104,50 @@ def test_dry_run_removes_nothing(backend, r, some_stale):
 
     assert re.fullmatch(
         rf"Would remove 1 user and 2 guests last seen before {WHEN}\n"
+        "Rooms: would take nobody out, and delete no room that would have nobody left.\n"
         + FIRST_CLEAN.replace("Removed", "Would remove"),
         out,
     )
     assert err == ""
     assert members(r, "users") == ["1", "2"]
     assert members(r, "guests") == ["g1", "g2", "g3"]
+
+
+def room_keys(r) -> dict[bytes, bytes]:
+    """The rooms' keys, with their values as DUMP serializes them."""
+    return {key: r.dump(key) for key in r.scan_iter(match="{whos_online}:room*")}
+
+
+def test_the_rooms_line_says_who_was_taken_out_and_which_rooms_went(backend, r):
+    now = time.time()
+    whos_online.record_guest("192.0.2.1", room="topic:1", now=now - WINDOW - 5)
+    whos_online.record_guest("192.0.2.2", room="topic:2", now=now - WINDOW - 5)
+    whos_online.record_guest("192.0.2.3", room="topic:2", now=now - 5)
+    whos_online.record_guest("192.0.2.4", room="topic:3", now=now - 5)
+    whos_online.record_guest("192.0.2.4", now=now - 4)  # out of topic:3, which has nobody now
+    before = room_keys(r)
+
+    dry, _ = run("--dry-run")
+
+    # topic:1 and topic:3 have nobody left; topic:2 keeps its fresh guest.
+    expected = "Rooms: would take 2 people out, and delete 2 rooms that would have nobody left."
+    assert f"\n{expected}\n" in dry
+    assert room_keys(r) == before
+
+    out, _ = run()
+
+    assert "\nRooms: took 2 people out, and deleted 2 rooms that had nobody left.\n" in out
+    assert [room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1)] == ["topic:2"]
+    assert f"\n{NO_ROOMS}" in run()[0]
+
+
+def test_the_rooms_line_in_the_singular(backend, r):
+    now = time.time()
+    whos_online.record_guest("192.0.2.1", room="topic:1", now=now - WINDOW - 5)
+
+    out, _ = run()
+
+    assert "\nRooms: took 1 person out, and deleted 1 room that had nobody left.\n" in out
 
 
 def test_verbosity_0_prints_nothing(backend, r, some_stale):
@@ -185,7 +228,7 @@ def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
     out, _ = run()
 
     assert re.fullmatch(
-        rf"Removed 7 users and 10 guests last seen before {WHEN}\n{NOTHING_DUE}\n", out
+        rf"Removed 7 users and 10 guests last seen before {WHEN}\n{NO_ROOMS}{NOTHING_DUE}\n", out
     )
     assert members(r, "guests") == ["fresh"]
     assert r.exists("{whos_online}:users") == 0
@@ -202,7 +245,9 @@ def test_prunes_thousands(backend, r):
 
     out, _ = run()
 
-    assert re.fullmatch(rf"Removed 5000 guests last seen before {WHEN}\n{FIRST_CLEAN}", out)
+    assert re.fullmatch(
+        rf"Removed 5000 guests last seen before {WHEN}\n{NO_ROOMS}{FIRST_CLEAN}", out
+    )
     assert members(r, "guests") == sorted(fresh)
 
 
@@ -232,13 +277,16 @@ def test_every_runs_until_interrupted(backend, r, monkeypatch):
     out, err = run("--every", "5")
 
     lines = out.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 8
     assert lines[0] == "Cleaning up every 5 s; stop with Ctrl-C or SIGTERM."
+    # Each round says what it did to the people online, to the rooms, and to the counters.
     assert re.fullmatch(rf"Removed 1 guest last seen before {WHEN}", lines[1])
-    assert lines[2] == FIRST_CLEAN.rstrip("\n")
-    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[3])
-    assert lines[4] == NOTHING_DUE
-    assert lines[5] == "Stopped by SIGINT."
+    assert lines[2] == NO_ROOMS.rstrip("\n")
+    assert lines[3] == FIRST_CLEAN.rstrip("\n")
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[4])
+    assert lines[5] == NO_ROOMS.rstrip("\n")
+    assert lines[6] == NOTHING_DUE
+    assert lines[7] == "Stopped by SIGINT."
     assert err == ""
     assert len(sleeps) == 2
     assert all(0 <= seconds <= 5 for seconds in sleeps)

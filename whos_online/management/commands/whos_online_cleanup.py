@@ -43,7 +43,7 @@ LABELS = {"users": "user", "hidden": "hidden user", "guests": "guest", "bots": "
 class Command(BaseCommand):
     help = (
         "Remove people last seen before WHOS_ONLINE['WINDOW'] from Redis and drop counter samples "
-        "beyond COUNTER_SAMPLES. Run it from cron, every minute or every few minutes."
+        "beyond COUNTER_SAMPLES. Run it from cron every minute."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -136,6 +136,8 @@ class Command(BaseCommand):
         try:
             if dry_run:
                 self.report(store.cleanup.count_stale(client, config, now=now), now, "Would remove")
+                people, emptied = pruning.count_rooms(client, config, now=now)
+                self.report_rooms(people, emptied, dry_run=True)
                 self.clean_counters(client, config, now=now, dry_run=True)
                 return
             lock = client.lock(
@@ -154,12 +156,7 @@ class Command(BaseCommand):
                 if any(left.values()):
                     self.report(left, now, "Removed from layouts of another SHARDS")
                 gone, emptied = pruning.prune_rooms(client, config, now=now, between_chunks=between)
-                if gone or emptied:
-                    self.log(
-                        f"Took {_plural(gone, 'person', 'people')} out of rooms; "
-                        f"{_plural(emptied, 'room')} left empty.",
-                        level=1,
-                    )
+                self.report_rooms(gone, emptied, dry_run=False)
                 found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
                     users = _plural(found.visible + found.hidden, "user")
@@ -244,6 +241,17 @@ class Command(BaseCommand):
         ]
         what = get_text_list(parts, "and") if parts else "nobody"
         line = f"{verb} {what} last seen before {cutoff:%Y-%m-%d %H:%M:%S} UTC."
+        self.log(self.style.SUCCESS(line), level=1)
+
+    def report_rooms(self, people: int, emptied: int, *, dry_run: bool) -> None:
+        """The rooms' line: the people gone for over the window taken out of rooms, and the rooms
+        deleted because nobody was left in them (whenever they emptied)."""
+        who = _plural(people, "person", "people") if people else "nobody"
+        rooms = _plural(emptied, "room") if emptied else "no room"
+        if dry_run:
+            line = f"Rooms: would take {who} out, and delete {rooms} that would have nobody left."
+        else:
+            line = f"Rooms: took {who} out, and deleted {rooms} that had nobody left."
         self.log(self.style.SUCCESS(line), level=1)
 
     def log(self, msg: str, level: int = 2) -> None:
