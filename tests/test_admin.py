@@ -93,7 +93,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
     users = [alice, bob, *(model.objects.create_user(f"u{n}") for n in range(10))]
     for user in users[:-1]:  # the last one never visited
         whos_online.record_user(user)
-    shards = {store.user_shard(get_config(), str(user.pk)).tag for user in users}
+    shards = {store.keys.user_shard(get_config(), str(user.pk)).tag for user in users}
     redis_calls.clear()
 
     found = api.presence(users)
