@@ -166,8 +166,8 @@ def prune_rooms(
     between_chunks: Callable[[], object] | None = None,
     layout: Sequence[keyspace.Shard] | None = None,
 ) -> tuple[int, int]:
-    """Take people gone for over the window out of the rooms, in chunks; returns how many
-    memberships went, and how many rooms were left empty (and leave no key).
+    """Take people gone for over the window out of the rooms, a page of rooms at a time; returns
+    how many memberships went, and how many rooms were left empty (and leave no key).
 
     Only the rooms of the shards' indexes are visited: those someone was in since the cleanup
     last emptied them, so the work grows with the rooms in use, not with every room there was.
@@ -176,13 +176,14 @@ def prune_rooms(
     """
     removed = emptied = 0
     for shard in keyspace.layout(config) if layout is None else layout:
-        for room in store.cleanup.rooms_of(client, shard):
-            while True:
-                count, gone = store.cleanup.prune_room_chunk(client, config, shard, room, now=now)
-                removed += count
-                emptied += gone
-                if between_chunks is not None and count:
-                    between_chunks()
-                if count < store.cleanup.PRUNE_CHUNK_SIZE:
-                    break
+        cursor = "0"
+        while True:
+            page = store.cleanup.prune_rooms_page(client, config, shard, cursor, now=now)
+            removed += page.removed
+            emptied += page.emptied
+            if between_chunks is not None and page.removed:
+                between_chunks()
+            if page.done:
+                break
+            cursor = page.cursor
     return removed, emptied
