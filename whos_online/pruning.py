@@ -172,7 +172,9 @@ def prune_rooms(
     Only the rooms of the shards' indexes are visited: those someone was in since the cleanup
     last emptied them, so the work grows with the rooms in use, not with every room there was.
     People who went offline leave the online sets through ``prune_with``; this only keeps the
-    rooms' sets from holding them.
+    rooms' sets from holding them. ``between_chunks`` runs after every page, whether or not it
+    removed anyone: a walk over a flood of empty rooms removes no one for a long while, and the
+    command must still keep its lock and hear a stop signal meanwhile.
     """
     removed = emptied = 0
     for shard in keyspace.layout(config) if layout is None else layout:
@@ -181,7 +183,7 @@ def prune_rooms(
             page = store.cleanup.prune_rooms_page(client, config, shard, cursor, now=now)
             removed += page.removed
             emptied += page.emptied
-            if between_chunks is not None and page.removed:
+            if between_chunks is not None:
                 between_chunks()
             if page.done:
                 break
