@@ -14,7 +14,7 @@ from redis.lock import Lock
 
 import whos_online
 from tests.helpers import configure, flood_rooms
-from whos_online import api, store
+from whos_online import api, counters, store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
 
@@ -361,6 +361,18 @@ def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch, lock_exten
     # Users 2+2+2+0, then the other sets and the step before the counters.
     assert len(lock_extensions) >= 4
     assert all(0 < ttl <= whos_online_cleanup.LOCK_TIMEOUT * 1000 for ttl in lock_extensions)
+    assert r.exists(LOCK) == 0
+
+
+def test_the_lock_is_extended_between_pages_of_counters(backend, r, monkeypatch, lock_extensions):
+    monkeypatch.setattr(counters, "CLEAN_PAGE_SIZE", 2)
+    for number in range(6):
+        api.update_counter(f"n{number}")
+
+    run()
+
+    # 6 counters at 7 precisions, 2 a page: 21 pages, each extending the lock.
+    assert len(lock_extensions) >= 21
     assert r.exists(LOCK) == 0
 
 

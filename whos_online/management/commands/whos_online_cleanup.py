@@ -170,7 +170,7 @@ class Command(BaseCommand):
                         level=2,
                     )
                 between()
-                self.clean_counters(client, config, now=now, dry_run=False)
+                self.clean_counters(client, config, now=now, dry_run=False, between=between)
             finally:
                 try:
                     lock.release()
@@ -182,8 +182,8 @@ class Command(BaseCommand):
             raise CommandError(msg) from error
 
     def between_chunks(self, lock: Lock) -> Callable[[], None]:
-        """What runs after each step (a chunk of members or a page of rooms, each a few
-        milliseconds of Redis time): stop if a signal asked to, else keep the lock alive.
+        """What runs after each step (a chunk of members, a page of rooms or of counters, each
+        a few milliseconds of Redis time): stop if a signal asked to, else keep the lock alive.
 
         The lock is extended by the clock, not by what the steps removed: a walk over thousands
         of empty rooms removes no one for seconds, and a lock left to expire meanwhile would let
@@ -200,10 +200,20 @@ class Command(BaseCommand):
 
         return between
 
-    def clean_counters(self, client: Client, config: Config, *, now: float, dry_run: bool) -> None:
+    def clean_counters(
+        self,
+        client: Client,
+        config: Config,
+        *,
+        now: float,
+        dry_run: bool,
+        between: Callable[[], None] | None = None,
+    ) -> None:
         """Clean the precisions that are due: each every max(precision, 60) seconds."""
         due = counters.cleaning_due(client, config, now=now)
-        cleaned = counters.clean(client, config, now=now, precisions=due, dry_run=dry_run)
+        cleaned = counters.clean(
+            client, config, now=now, precisions=due, dry_run=dry_run, between_pages=between
+        )
         if not dry_run:
             counters.mark_cleaned(client, config, due, now)
         if not due:
