@@ -33,6 +33,7 @@ PARTS: Final = (
     "request-cost",
     "tags",
     "cleanup",
+    "room-flood",
     "memory",
     "rooms",
 )
@@ -123,7 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     started = time.monotonic()
     _setup_django()
-    from bench import cleanup, memory, redis_work, request_cost, rooms, tags, throughput
+    from bench import (
+        cleanup,
+        memory,
+        redis_work,
+        request_cost,
+        room_flood,
+        rooms,
+        tags,
+        throughput,
+    )
 
     with tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir:
         runs: dict[str, Callable[[], Section]] = {
@@ -139,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             "request-cost": request_cost.run,
             "tags": tags.run,
             "cleanup": cleanup.run,
+            "room-flood": room_flood.run,
             "memory": memory.run,
             "rooms": rooms.run,
         }

@@ -180,7 +180,7 @@ SCRIPTS = (
     lua.SNAPSHOT,
     lua.PRUNE_CHUNK,
     lua.LEAVE,
-    lua.PRUNE_ROOM,
+    lua.PRUNE_ROOMS,
     lua.LEAVE_ROOM,
     lua.RECENT_ROOMS,
     lua.UPDATE_COUNTERS,

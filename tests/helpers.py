@@ -74,6 +74,15 @@ def members(r: redis.Redis, kind: str) -> list[str]:
     return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
 
 
+def flood_rooms(r: redis.Redis, rooms: int, *, at: float, prefix: str = "whos_online") -> None:
+    """What a crawler walking ``/topic/<n>/`` leaves: the index names the rooms, all empty now."""
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, rooms, 10_000):
+        batch = range(start, min(start + 10_000, rooms))
+        pipe.zadd(f"{{{prefix}}}:rooms", {f"flood:{number}": at for number in batch})
+    pipe.execute()
+
+
 def render(source: str, context: dict[str, Any] | None = None, request: Any = None) -> str:
     """``source`` rendered by Django's template engine, for a GET of "/" unless ``request``."""
     if request is None:

@@ -6,7 +6,7 @@ import html
 import io
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth import get_user_model, login
@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import include, path
 
 import whos_online
-from tests.helpers import configure, render, widget_text
+from tests.helpers import configure, flood_rooms, render, widget_text
 from whos_online import pruning, recording, rooms, store, throttle
 from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
@@ -256,6 +256,100 @@ def test_someone_back_in_a_room_during_the_cleanup_stays(backend, r):
     whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)  # came back
     pruning.prune_rooms(admin_client(), get_config(), now=now)
     assert counts_at(TOPIC_1, now) == GUEST
+
+
+def index_of_rooms(r) -> list[str]:
+    return sorted(room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1))
+
+
+def test_a_flood_of_empty_rooms_is_pruned_a_page_per_call(backend, r, monkeypatch, redis_calls):
+    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 100)
+    now = 1_800_000_000.0
+    whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)
+    flood_rooms(r, 2000, at=now - 700)
+    redis_calls.clear()
+
+    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (0, 2000)
+
+    # About 2000 / 100 pages (ZSCAN's COUNT is a hint to a real server), not a call per room.
+    trips = list(redis_calls.trips)
+    assert 20 <= len(trips) <= 30
+    assert set(map(tuple, trips)) == {("EVALSHA",)}
+    assert index_of_rooms(r) == [TOPIC_1]
+    assert counts_at(TOPIC_1, now) == GUEST
+
+
+def test_a_page_stops_at_its_budget_of_members_and_the_next_call_goes_on(backend, r, monkeypatch):
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
+    now = 1_800_000_000.0
+    for number in range(20):
+        whos_online.record_guest(f"192.0.2.{number}", room=f"topic:{number % 5}", now=now - 700)
+    whos_online.record_guest("192.0.2.99", room=TOPIC_1, now=now)
+    calls: list[store.cleanup.RoomsPage] = []
+    prune_page = store.cleanup.prune_rooms_page
+
+    def counted(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+        calls.append(prune_page(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(store.cleanup, "prune_rooms_page", counted)
+
+    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (20, 4)
+
+    assert all(page.removed <= 3 for page in calls)
+    assert len(calls) >= 7
+    assert index_of_rooms(r) == [TOPIC_1]
+    assert room_keys(r) == [
+        "{whos_online}:room:topic:1:guests",
+        "{whos_online}:rooms",
+        "{whos_online}:rooms:where",
+    ]
+    assert r.hlen("{whos_online}:rooms:where") == 1
+
+
+def test_the_where_hash_keeps_a_person_another_room_holds(backend, r):
+    """A stale member left in one room's set while the HASH puts them in another room: the
+    cleanup empties the first room and leaves the HASH as it is."""
+    now = 1_800_000_000.0
+    whos_online.record_guest("192.0.2.1", room=TOPIC_2, now=now)
+    member = r.zrange("{whos_online}:room:topic:2:guests", 0, -1)[0]
+    r.zadd("{whos_online}:room:topic:1:guests", {member: now - 700})
+    r.zadd("{whos_online}:rooms", {TOPIC_1: now - 700})
+
+    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (1, 1)
+
+    assert index_of_rooms(r) == [TOPIC_2]
+    assert r.hvals("{whos_online}:rooms:where") == [TOPIC_2.encode()]
+    assert counts_at(TOPIC_2, now) == GUEST
+
+
+def test_someone_back_between_two_pages_stays(backend, r, monkeypatch):
+    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 10)
+    now = 1_800_000_000.0
+    # More rooms than Redis keeps in its compact encoding, which ZSCAN reads whole.
+    for number in range(300):
+        address = f"192.0.{number // 250}.{number % 250}"
+        whos_online.record_guest(address, room=f"flood:{number}", now=now - 700)
+    prune_page = store.cleanup.prune_rooms_page
+
+    def and_everyone_back(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+        page = prune_page(*args, **kwargs)
+        if args[3] == "0":  # after the first page, the guests left are seen again
+            for number in range(300):
+                if r.exists(f"{{whos_online}}:room:flood:{number}:guests"):
+                    address = f"192.0.{number // 250}.{number % 250}"
+                    whos_online.record_guest(address, room=f"flood:{number}", now=now)
+        return page
+
+    monkeypatch.setattr(store.cleanup, "prune_rooms_page", and_everyone_back)
+
+    removed, emptied = pruning.prune_rooms(admin_client(), get_config(), now=now)
+
+    assert 0 < removed == emptied < 300
+    # Each room left holds its guest, seen again: its set, its entry in the index and the HASH.
+    assert len(index_of_rooms(r)) == 300 - emptied
+    assert len(room_keys(r)) == 300 - emptied + 2
+    assert r.hlen("{whos_online}:rooms:where") == 300 - removed
 
 
 def test_a_room_read_is_one_round_trip_however_many_rooms_there_are(

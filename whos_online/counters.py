@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 from whos_online import hits, keyspace, lua
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from whos_online.conf import Config
     from whos_online.connection import Client
@@ -201,12 +201,15 @@ def clean(
     now: float,
     precisions: Iterable[int] | None = None,
     dry_run: bool = False,
+    between_pages: Callable[[], object] | None = None,
 ) -> Cleaned:
     """Drop slices older than the newest ``COUNTER_SAMPLES`` of each counter.
 
     ``precisions`` limits the work to those (the command's schedule); counters of precisions no
     longer in ``COUNTER_PRECISIONS`` are always dropped whole. Each counter is one round trip to
     read and one script call per ``DELETE_CHUNK_SIZE`` slices, so Redis is never busy for long.
+    ``between_pages`` runs after each page of ``CLEAN_PAGE_SIZE`` counters: the command keeps
+    its lock and hears a stop signal there, however many counters a site has.
     """
     wanted = set(config.counter_precisions if precisions is None else precisions)
     samples = dropped = dropped_samples = 0
@@ -223,6 +226,8 @@ def clean(
                 cutoff = now - config.counter_samples * precision
                 stale = [field for field in fields if int(field) <= cutoff]
                 samples += _delete(client, config, name_member, stale, dry_run=dry_run)
+        if between_pages is not None:
+            between_pages()
     return Cleaned(
         samples=samples + dropped_samples,
         counters_dropped=dropped,

@@ -161,7 +161,9 @@ def count_rooms(client: Client, config: Config, *, now: float) -> tuple[int, int
     page = store.cleanup.ROOMS_PAGE_SIZE
     for shard in keyspace.layout(config):
         # ZSCAN may name a room twice.
-        rooms = list(dict.fromkeys(store.cleanup.rooms_of(client, shard)))
+        index = shard.key(store.keys.ROOMS_INDEX)
+        scanned = client.zscan_iter(index, count=page)
+        rooms = list(dict.fromkeys(keyspace.text(room) for room, _score in scanned))
         for start in range(0, len(rooms), page):
             pipe = client.pipeline(transaction=False)
             for room in rooms[start : start + page]:
@@ -195,23 +197,26 @@ def prune_rooms(
     between_chunks: Callable[[], object] | None = None,
     layout: Sequence[keyspace.Shard] | None = None,
 ) -> tuple[int, int]:
-    """Take people gone for over the window out of the rooms, in chunks; returns how many
-    memberships went, and how many rooms were left empty (and leave no key).
+    """Take people gone for over the window out of the rooms, a page of rooms at a time; returns
+    how many memberships went, and how many rooms were left empty (and leave no key).
 
     Only the rooms of the shards' indexes are visited: those someone was in since the cleanup
     last emptied them, so the work grows with the rooms in use, not with every room there was.
     People who went offline leave the online sets through ``prune_with``; this only keeps the
-    rooms' sets from holding them.
+    rooms' sets from holding them. ``between_chunks`` runs after every page, whether or not it
+    removed anyone: a walk over a flood of empty rooms removes no one for a long while, and the
+    command must still keep its lock and hear a stop signal meanwhile.
     """
     removed = emptied = 0
     for shard in keyspace.layout(config) if layout is None else layout:
-        for room in store.cleanup.rooms_of(client, shard):
-            while True:
-                count, gone = store.cleanup.prune_room_chunk(client, config, shard, room, now=now)
-                removed += count
-                emptied += gone
-                if between_chunks is not None and count:
-                    between_chunks()
-                if count < store.cleanup.PRUNE_CHUNK_SIZE:
-                    break
+        cursor = "0"
+        while True:
+            page = store.cleanup.prune_rooms_page(client, config, shard, cursor, now=now)
+            removed += page.removed
+            emptied += page.emptied
+            if between_chunks is not None:
+                between_chunks()
+            if page.done:
+                break
+            cursor = page.cursor
     return removed, emptied

@@ -302,7 +302,7 @@ def test_script_calls_per_chunk(
         ["SET"],  # the lock
         *[["EVALSHA"]] * 4,  # prune: one chunk per kind
         ["SMEMBERS"],  # the layouts of another SHARDS: none
-        ["ZSCAN"],  # the rooms to prune: none
+        ["EVALSHA"],  # the rooms to prune: one page, empty
         ["HMGET"],  # which precisions are due
         ["ZRANGEBYLEX"],  # the first page of names...
         ["HKEYS", "HKEYS"],  # ...read in one trip

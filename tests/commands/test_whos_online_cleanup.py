@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command, execute_from_comm
 from redis.lock import Lock
 
 import whos_online
-from tests.helpers import configure
-from whos_online import store
+from tests.helpers import configure, flood_rooms
+from whos_online import api, counters, store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
 
@@ -232,8 +232,9 @@ def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
     )
     assert members(r, "guests") == ["fresh"]
     assert r.exists("{whos_online}:users") == 0
-    # Chunks of at most 3: users 3+3+1, hidden 0, guests 3+3+3+1, bots 0; and the lock's release.
-    assert redis_calls.trips.count(["EVALSHA"]) == 3 + 1 + 4 + 1 + 1
+    # Chunks of at most 3: users 3+3+1, hidden 0, guests 3+3+3+1, bots 0; the one page of the
+    # index of rooms; and the lock's release.
+    assert redis_calls.trips.count(["EVALSHA"]) == 3 + 1 + 4 + 1 + 1 + 1
     assert [len(ids) for ids in offline_ids] == [3, 3, 1]
     assert sorted(pk for ids in offline_ids for pk in ids) == list(range(1, 8))
 
@@ -372,10 +373,10 @@ def test_the_previous_signal_handlers_come_back(backend, r):
     assert {number: signal.getsignal(number) for number in before} == before
 
 
-def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch):
-    """With a clock that moves LOCK_EXTEND_EVERY per reading, each chunk extends the lock."""
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
-    r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 7)})
+@pytest.fixture
+def lock_extensions(r, monkeypatch) -> list[int]:
+    """The lock's remaining milliseconds at each extension, on a clock that moves
+    LOCK_EXTEND_EVERY per reading: every step of the run extends the lock."""
     clock = [0.0]
 
     def tick() -> float:
@@ -395,10 +396,117 @@ def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch):
         return extend(lock, additional_time, replace_ttl=replace_ttl)
 
     monkeypatch.setattr(Lock, "extend", counted)
+    return extensions
+
+
+def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch, lock_extensions):
+    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
+    r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 7)})
 
     run()
 
     # Users 2+2+2+0, then the other sets and the step before the counters.
-    assert len(extensions) >= 4
-    assert all(0 < ttl <= whos_online_cleanup.LOCK_TIMEOUT * 1000 for ttl in extensions)
+    assert len(lock_extensions) >= 4
+    assert all(0 < ttl <= whos_online_cleanup.LOCK_TIMEOUT * 1000 for ttl in lock_extensions)
+    assert r.exists(LOCK) == 0
+
+
+def test_the_lock_is_extended_between_pages_of_counters(backend, r, monkeypatch, lock_extensions):
+    monkeypatch.setattr(counters, "CLEAN_PAGE_SIZE", 2)
+    for number in range(6):
+        api.update_counter(f"n{number}")
+
+    run()
+
+    # 6 counters at 7 precisions, 2 a page: 21 pages, each extending the lock.
+    assert len(lock_extensions) >= 21
+    assert r.exists(LOCK) == 0
+
+
+# A flood of rooms: thousands of rooms in the index with nobody left in them.
+
+FLOOD = 3000
+
+
+def flood_run_output(out: str) -> list[str]:
+    """The lines of a run that met nobody stale but the flood, the counters' line last."""
+    lines = out.splitlines()
+    assert re.fullmatch(rf"Removed nobody last seen before {WHEN}", lines[0])
+    return lines[1:]
+
+
+def test_a_flood_of_empty_rooms_is_cleaned_in_one_run_with_the_counters(
+    backend, r, monkeypatch, lock_extensions
+):
+    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 50)
+    flood_rooms(r, FLOOD, at=stale())
+    whos_online.record_guest("192.0.2.1", room="topic:1")
+    api.update_counter("downloads", now=time.time() - 1000)  # stale at precisions 1 and 5 s
+
+    out, err = run()
+
+    assert err == ""
+    assert flood_run_output(out) == [
+        f"Rooms: took nobody out, and deleted {FLOOD} rooms that had nobody left.",
+        "Removed 2 counter samples at precisions 1 s, 5 s, 60 s, 300 s, 3600 s, 18000 s and "
+        "86400 s.",
+    ]
+    assert [room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1)] == ["topic:1"]
+    assert sorted(key.decode() for key in r.scan_iter(match="*room*")) == [
+        "{whos_online}:room:topic:1:guests",
+        "{whos_online}:rooms",
+        "{whos_online}:rooms:where",
+    ]
+    # About FLOOD / 50 pages of rooms, each followed by an extension of the lock, which never
+    # lapsed; the lock is released at the end.
+    assert len(lock_extensions) >= FLOOD / 50
+    assert all(0 < ttl <= whos_online_cleanup.LOCK_TIMEOUT * 1000 for ttl in lock_extensions)
+    assert r.exists(LOCK) == 0
+
+
+def test_a_stop_signal_ends_a_flooded_run_between_two_pages(backend, r, monkeypatch):
+    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 50)
+    flood_rooms(r, FLOOD, at=stale())
+    pages: list[store.cleanup.RoomsPage] = []
+    prune_page = store.cleanup.prune_rooms_page
+
+    def signal_during_the_third_page(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+        pages.append(prune_page(*args, **kwargs))
+        if len(pages) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return pages[-1]
+
+    monkeypatch.setattr(store.cleanup, "prune_rooms_page", signal_during_the_third_page)
+
+    out, err = run()
+
+    assert err == ""
+    # The page under way was finished, and no other begun; the counters were left for next time.
+    assert flood_run_output(out) == ["Stopped by SIGTERM."]
+    assert len(pages) == 3
+    emptied = sum(page.emptied for page in pages)
+    assert 0 < emptied < FLOOD
+    assert r.zcard("{whos_online}:rooms") == FLOOD - emptied
+    assert r.exists(LOCK) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["real"], indirect=True)
+def test_200_000_empty_rooms_are_cleaned_in_one_run_under_a_short_lock(backend, r, monkeypatch):
+    """The whole flood, at the real page size, while the lock lives 1 s unless extended: a run
+    that let it lapse would fail at its next extension, with the counters not cleaned."""
+    monkeypatch.setattr(whos_online_cleanup, "LOCK_TIMEOUT", 1)
+    monkeypatch.setattr(whos_online_cleanup, "LOCK_EXTEND_EVERY", 0.1)
+    flood_rooms(r, 200_000, at=stale())
+    api.update_counter("downloads", now=time.time() - 1000)
+
+    out, err = run()
+
+    assert err == ""
+    assert flood_run_output(out) == [
+        "Rooms: took nobody out, and deleted 200000 rooms that had nobody left.",
+        "Removed 2 counter samples at precisions 1 s, 5 s, 60 s, 300 s, 3600 s, 18000 s and "
+        "86400 s.",
+    ]
+    assert list(r.scan_iter(match="*room*")) == []
     assert r.exists(LOCK) == 0

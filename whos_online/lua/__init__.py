@@ -62,8 +62,8 @@ SAMPLE: Final = load("sample")
 SNAPSHOT: Final = load("snapshot")
 #: A chunk of stale members out of one sorted set.
 PRUNE_CHUNK: Final = load("prune_chunk")
-#: A chunk of stale members out of one room of one shard.
-PRUNE_ROOM: Final = load("prune_room")
+#: A page of one shard's rooms pruned, emptied rooms out of its index.
+PRUNE_ROOMS: Final = load("prune_rooms")
 #: Amounts added to counters at every precision (see ``counters``).
 UPDATE_COUNTERS: Final = load("update_counters")
 #: Stale slices out of one counter HASH.

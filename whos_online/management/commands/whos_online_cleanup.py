@@ -24,17 +24,17 @@ if TYPE_CHECKING:
 
     from whos_online.connection import Client
 
-#: Seconds the cleanup lock lives unless the run extends it, which it does between chunks: a run
+#: Seconds the cleanup lock lives unless the run extends it, which it does between steps: a run
 #: that dies without releasing it (SIGKILL, a lost machine) holds it this long at most.
 LOCK_TIMEOUT = 10
 #: Seconds between two extensions of the lock.
 LOCK_EXTEND_EVERY = 2
-#: The signals that stop the command cleanly, between two chunks.
+#: The signals that stop the command cleanly, between two steps.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Stopped(Exception):
-    """Raised between two chunks once a stop signal has arrived."""
+    """Raised between two steps once a stop signal has arrived."""
 
 
 LABELS = {"users": "user", "hidden": "hidden user", "guests": "guest", "bots": "bot"}
@@ -96,7 +96,7 @@ class Command(BaseCommand):
 
     @contextlib.contextmanager
     def stop_signals(self) -> Iterator[None]:
-        """While the block runs, SIGTERM and SIGINT ask the command to stop between two chunks:
+        """While the block runs, SIGTERM and SIGINT ask the command to stop between two steps:
         what a chunk removed is reported (``users_went_offline``) and the lock released before
         it exits, with status 0. Signal handlers can only be set from the main thread; elsewhere
         (``call_command`` from a thread) the signals keep their handlers."""
@@ -167,7 +167,7 @@ class Command(BaseCommand):
                         level=2,
                     )
                 between()
-                self.clean_counters(client, config, now=now, dry_run=False)
+                self.clean_counters(client, config, now=now, dry_run=False, between=between)
             finally:
                 try:
                     lock.release()
@@ -179,7 +179,12 @@ class Command(BaseCommand):
             raise CommandError(msg) from error
 
     def between_chunks(self, lock: Lock) -> Callable[[], None]:
-        """What runs after each chunk: stop if a signal asked to, else keep the lock alive."""
+        """What runs after each step (a chunk of members, a page of rooms or of counters, each
+        a few milliseconds of Redis time): stop if a signal asked to, else keep the lock alive.
+
+        The lock is extended by the clock, not by what the steps removed: a walk over thousands
+        of empty rooms removes no one for seconds, and a lock left to expire meanwhile would let
+        a second run start alongside and fail this one at its next extension."""
         extended = time.monotonic()
 
         def between() -> None:
@@ -192,10 +197,20 @@ class Command(BaseCommand):
 
         return between
 
-    def clean_counters(self, client: Client, config: Config, *, now: float, dry_run: bool) -> None:
+    def clean_counters(
+        self,
+        client: Client,
+        config: Config,
+        *,
+        now: float,
+        dry_run: bool,
+        between: Callable[[], None] | None = None,
+    ) -> None:
         """Clean the precisions that are due: each every max(precision, 60) seconds."""
         due = counters.cleaning_due(client, config, now=now)
-        cleaned = counters.clean(client, config, now=now, precisions=due, dry_run=dry_run)
+        cleaned = counters.clean(
+            client, config, now=now, precisions=due, dry_run=dry_run, between_pages=between
+        )
         if not dry_run:
             counters.mark_cleaned(client, config, due, now)
         if not due:
