@@ -338,7 +338,48 @@ def test_a_cookie_from_another_epoch_is_not_counted_as_the_viewer(settings, back
     epochs.epochs.learn(keyspace.layout(get_config())[0].tag, "now")
     assert epochs.epochs.gone("then", get_config()) is True
     assert epochs.epochs.gone("now", get_config()) is False
-    assert epochs.epochs.gone("", get_config()) is False
+    assert epochs.epochs.gone("", get_config()) is False  # issued before the process knew
+
+
+def test_a_cookie_is_taken_at_its_word_until_every_shard_s_epoch_is_known(settings, backend):
+    configure(settings, SHARDS=2)
+    first, second = keyspace.layout(get_config())
+    epochs.epochs.learn(first.tag, "now")
+
+    assert epochs.epochs.outdated("then", get_config()) is False
+    assert epochs.epochs.outdated("", get_config()) is False
+    epochs.epochs.learn(second.tag, "also")
+    assert epochs.epochs.outdated("then", get_config()) is True
+    assert epochs.epochs.outdated("", get_config()) is True
+    assert epochs.epochs.outdated("also", get_config()) is False
+
+
+def test_a_shard_without_an_epoch_is_one_that_lost_its_data(settings, backend):
+    epochs.epochs.learn(keyspace.layout(get_config())[0].tag, "")  # read after a restart
+
+    assert epochs.epochs.gone("then", get_config()) is True
+    assert epochs.epochs.gone("", get_config()) is True
+
+
+def test_a_cookie_handed_out_before_the_process_knew_the_epoch_is_renewed(r, settings):
+    """A process's first pages, before it has read or written anything, hand out cookies
+    without an epoch: once it knows the epoch, such a visitor is written once more and gets one,
+    so that a Redis restarted empty later is noticed for them too."""
+    configure(settings, FLUSH_INTERVAL=10)  # the visit waits in the queue while its page answers
+    reader = Client(REMOTE_ADDR="192.0.2.1")
+    first = reader.get("/plain/").cookies[COOKIE].value
+    assert throttle.EPOCH_MARK not in first
+    assert whos_online.flush() is True  # writes it, and sets and learns the epoch
+
+    renewed = reader.get("/plain/").cookies[COOKIE].value
+    assert whos_online.flush() is True
+    assert throttle.EPOCH_MARK in renewed
+    r.flushdb()
+    whos_online.online_counts()  # the process reads, and learns that Redis lost its data
+    reader.get("/plain/")
+    assert whos_online.flush() is True
+
+    assert members(r, "guests") == [guest("192.0.2.1")]
 
 
 # Layouts of another SHARDS

@@ -13,9 +13,11 @@ gone no longer spares a write: the visitor is recorded again on their next page,
 came back empty is filled again as people browse. The process's memory of recent visitors is
 dropped whenever an epoch it knew changes.
 
-A cookie without an epoch, or with one the process has not seen yet (it has not read every shard
-since it started), is taken at its word, as before epochs existed: a process learns every shard's
-epoch with its first read of the site, a couple of seconds after it starts serving pages.
+Until a process knows the epoch of every shard (it learns them with its first read of the site, or
+its first batches), it takes every cookie at its word. A cookie handed out meanwhile carries no
+epoch; once the process knows them all, such a cookie no longer spares a write either, so that
+its visitor is written once more and handed a cookie that does carry one (a cookie from a release
+before epochs existed costs the same single write).
 """
 
 from __future__ import annotations
@@ -71,18 +73,34 @@ class Epochs:
         return self._known.get(shard.tag, "")
 
     def gone(self, epoch: str, config: Config) -> bool:
-        """Whether ``epoch``, carried by a cookie, is known to be no shard's any more: this
-        process knows the epoch of every shard of the configured layout, and none is it."""
-        if not epoch:
+        """Whether Redis is known to have lost what a cookie carrying ``epoch`` speaks of: this
+        process knows the epoch of every shard of the configured layout, and ``epoch`` is none
+        of them (for a cookie without one: a shard has none, as after a restart)."""
+        current = self._current(config)
+        if current is None:
             return False
+        return epoch not in current if epoch else "" in current
+
+    def outdated(self, epoch: str, config: Config) -> bool:
+        """Whether a cookie carrying ``epoch`` should no longer spare a write: gone, or issued
+        without an epoch (by a process that did not know it yet, or before epochs existed)
+        where every shard has one now. Its visitor is written once more and handed a cookie
+        that carries their shard's epoch, so that a later loss is noticed for them too."""
+        current = self._current(config)
+        if current is None:
+            return False
+        return epoch not in current or epoch == ""
+
+    def _current(self, config: Config) -> set[str] | None:
+        """The epochs of the configured layout's shards, or None while one is not known."""
         known = self._known
-        current = []
+        current = set()
         for shard in keyspace.layout(config):
             found = known.get(shard.tag)
             if found is None:
-                return False
-            current.append(found)
-        return epoch not in current
+                return None
+            current.add(found)
+        return current
 
     def clear(self) -> None:
         with self._lock:

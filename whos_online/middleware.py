@@ -102,8 +102,8 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
         return RECORD
     if cookie.arrived:
         snapshots.note_recorded(request, cookie.expiry - config.throttle)
-    if not cookie.fresh(now) or epochs.epochs.gone(cookie.epoch, config):
-        return RECORD  # Redis lost the visit this cookie speaks of: record it again now
+    if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config):
+        return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
     return THROTTLED
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
+    from whos_online import keyspace
     from whos_online.connection import Client
 
 #: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
@@ -334,8 +335,15 @@ def _spared(
         entry = recent.entry(visitor.remembered, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
             # The cookie handed out runs from the visit that was stored, not from now.
-            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1])
+            epoch = epochs.epochs.of(_shard_of(visitor, config))
+            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1], epoch)
     return _Writing(now, tag)
+
+
+def _shard_of(visitor: _Visitor, config: Config) -> keyspace.Shard:
+    if visitor.user is not None:
+        return store.keys.user_shard(config, users.pk_text(visitor.user))
+    return store.keys.member_shard(config, visitor.kind, visitor.member)
 
 
 def _memory_spares(remembered: str, placement: rooms.Placement, tag: str, config: Config) -> bool:
