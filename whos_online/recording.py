@@ -359,7 +359,11 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
     """Take the person making ``request`` out of ``room`` within ``store.presence.LEAVE_GRACE``
     seconds, if their throttle cookie (or, for a client without one, this process's memory) says
     they were put in it, and it is still theirs in Redis. Returns whether the cookie (or memory)
-    said so, so that the caller spends the cookie: a second word of leaving does nothing."""
+    said so, so that the caller spends the cookie: a second word of leaving does nothing.
+
+    A cookie that knows no room (``throttle.UNKNOWN_ROOM``: a page's own request wrote its
+    reader after a reload's leaving word had spent the cookie before, and before the new page
+    said "still here") does not stop them: Redis checks that the room is theirs."""
     now = time.time()
     visitor = _visitor_of(getattr(request, "user", None), request, config, now)
     if visitor is _NOBODY:
@@ -367,7 +371,7 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
     tag = rooms.room_tag(room)
     cookie = throttle.on_request(request)
     if cookie is not None:
-        if cookie.room != tag:
+        if cookie.room not in {tag, throttle.UNKNOWN_ROOM}:
             return False
     else:
         entry = recent.entry(visitor.remembered, now, epochs.generation())
