@@ -166,7 +166,7 @@ def record_user(client: Client, config: Config, n: int) -> None:
     details = users.UserDetails(pk=pk, hidden=False, name=f"Member {n}", url=f"/members/{n}/")
     visitor = identity.visitor_id(f"u:{pk}", now)
     visit = store.visits.Visit(kind="users", member=pk, now=now, user=details, visitor=visitor)
-    store.visits.record(client, config, visit)
+    store.visits.record(client, config, [visit])
 
 
 def record_guest(client: Client, config: Config, n: int) -> None:
@@ -176,9 +176,8 @@ def record_guest(client: Client, config: Config, n: int) -> None:
     now = time.time()
     member = identity.guest_id(address(n), config, now)
     visitor = identity.visitor_id(f"g:{member}", now)
-    store.visits.record(
-        client, config, store.visits.Visit(kind="guests", member=member, now=now, visitor=visitor)
-    )
+    visit = store.visits.Visit(kind="guests", member=member, now=now, visitor=visitor)
+    store.visits.record(client, config, [visit])
 
 
 def record_guest_by_api(n: int) -> None:

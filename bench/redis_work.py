@@ -23,7 +23,7 @@ from bench import servers, stats
 from bench.report import Section, Target
 from bench.variants import NAIVE_MIDDLEWARE, WHOS_ONLINE_MIDDLEWARE
 from tests.helpers import CONNECTION_SET_UP, counting_redis_calls
-from whos_online import hits, throttle
+from whos_online import flushing, throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -130,8 +130,8 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
                 # A first visit: no cookie, and not in the memory of recent cookie-less clients.
                 client.cookies.pop(throttle.COOKIE_NAME, None)
                 throttle.recent.clear()
-            # A flush of buffered hits by the timer thread is not part of the request.
-            hits.timer.cancel()
+            # A flush by the flusher's thread is not part of the request.
+            flushing.flusher._deadline = None
             admin.config_resetstat()
             with counting_redis_calls() as calls:
                 response = visit(number)

@@ -181,7 +181,6 @@ SCRIPTS = (
     lua.PRUNE_CHUNK,
     lua.LEAVE,
     lua.PRUNE_ROOMS,
-    lua.LEAVE_ROOM,
     lua.RECENT_ROOMS,
     lua.UPDATE_COUNTERS,
     lua.DELETE_SLICES,

@@ -70,7 +70,11 @@ def text(value: object) -> str:
 
 
 def members(r: redis.Redis, kind: str) -> list[str]:
-    """The members of one of the sorted sets of people online, sorted."""
+    """The members of one of the sorted sets of people online, sorted, once what this process
+    queued is written (as a read of the site's would)."""
+    from whos_online import flushing
+
+    flushing.flush()
     return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
 
 

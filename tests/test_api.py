@@ -14,7 +14,7 @@ from django.contrib.auth.signals import user_logged_out
 
 import whos_online
 from tests.helpers import client_of, configure
-from whos_online import api, identity, snapshots
+from whos_online import api, epochs, identity, snapshots
 from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
@@ -433,7 +433,7 @@ def test_record_guest_rejects_an_invalid_ip(ip):
 
 
 AGGREGATE_KEY = re.compile(
-    r"\{whos_online\}:(peak|counters|counter:\d+:online:\w+|visitors:[\d-]+)"
+    r"\{whos_online\}:(peak|counters|counter:\d+:online:\w+|visitors:[\d-]+|epoch)"
 )
 
 
@@ -447,7 +447,7 @@ def test_forget_user_erases_everything(backend, settings, r, alice, hidden):
     assert whos_online.forget_user(alice) is True
 
     # What stays are aggregates: counts per time slice, the peak, and the day's visitor estimate,
-    # which holds keyed hashes that cannot be read back.
+    # which holds keyed hashes that cannot be read back; and the shard's epoch, a random word.
     left = sorted(key.decode() for key in r.keys("*"))
     assert all(AGGREGATE_KEY.fullmatch(key) for key in left), left
     assert whos_online.last_seen(alice) is None
@@ -643,4 +643,4 @@ def test_failed_write_is_not_remembered_as_recorded(redis_down, settings, alice)
 
     assert whos_online.record_user(alice, now=now) is False
 
-    assert recent.seen_recently(f"u:{alice.pk}", now) is False
+    assert recent.seen_recently(f"u:{alice.pk}", now, epochs.generation()) is False

@@ -1,5 +1,6 @@
 """The middleware on an ASGI stack (Django's AsyncClient through the test settings' middleware):
-visits recorded with redis-py's asyncio client, the user loaded with ``request.auser()``.
+visits queued from the event loop, which never waits on Redis for them, the user loaded with
+``request.auser()``.
 
 The same stack through a real ASGI server is tests/test_load.py's uvicorn run."""
 
@@ -24,8 +25,9 @@ def get(client: AsyncClient, path: str = "/async/") -> Any:
 
 
 @pytest.fixture
-def no_thread(monkeypatch) -> None:
-    """Recording must not go through sync_to_async."""
+def queued(settings, monkeypatch) -> None:
+    """Visits are queued (FLUSH_INTERVAL), and recording must not leave the event loop."""
+    configure(settings, FLUSH_INTERVAL=10)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("recorded through sync_to_async")
@@ -33,21 +35,24 @@ def no_thread(monkeypatch) -> None:
     monkeypatch.setattr(recording, "sync_to_async", refuse)
 
 
-def test_a_guest_is_recorded_with_the_asyncio_client(r, no_thread):
+def test_a_guest_is_queued_on_the_event_loop(r, queued, redis_calls):
     response = get(AsyncClient())
 
     assert response.status_code == 200
     assert COOKIE in response.cookies
+    assert redis_calls.trips == []
+    assert whos_online.flush() is True
     assert members(r, "guests") == [guest("127.0.0.1")]  # AsyncClient's address
 
 
-def test_a_user_is_loaded_with_auser_and_recorded(r, alice, no_thread):
+def test_a_user_is_loaded_with_auser_and_queued(r, alice, queued):
     browser = AsyncClient()
     log_in_quietly(browser, alice)
 
     response = get(browser)
 
     assert COOKIE in response.cookies
+    # The process reads what it queued: the read writes its queue first.
     assert [user.name for user in whos_online.online_users()] == ["alice"]
     assert members(r, "guests") == []
 
@@ -78,42 +83,40 @@ def test_redis_down_fails_open_with_one_warning(redis_down, caplog):
     assert len([r for r in caplog.records if r.name == "whos_online"]) == 1
 
 
-def test_after_a_redis_restart_every_call_gets_a_live_connection(settings, caplog):
-    """The asyncio pool holds several connections to a Redis that is killed and started again:
-    not one call fails, so no warning, and the breaker stays closed (tests/test_restarts.py
-    does the same through uvicorn)."""
-    import asyncio
-
-    import redis.asyncio
+def test_after_a_redis_restart_the_next_flush_gets_a_live_connection(settings, caplog):
+    """The pool holds several connections to a Redis that is killed and started again: the next
+    flushes get live ones, so no warning, and the breaker stays closed (tests/test_restarts.py
+    does the same through uvicorn and gunicorn)."""
+    from concurrent.futures import ThreadPoolExecutor
 
     from tests.redis_server import RedisServer
-    from whos_online import aio
+    from whos_online.connection import request_client
 
     server = RedisServer()
     server.start()
     configure(settings, REDIS_URL=server.url)
 
-    async def pings(client: aio.AsyncClient, count: int) -> list[object]:
-        async def ping(client: aio.AsyncClient, _config: object) -> object:
-            return await client.ping()
+    def record_guests(first: int) -> list[bool]:
+        addresses = [f"198.51.100.{first + n}" for n in range(6)]
+        with ThreadPoolExecutor(6) as pool:
+            return list(pool.map(whos_online.record_guest, addresses))
 
-        return list(await asyncio.gather(*(aio.call(None, client, ping) for _ in range(count))))
-
-    async def scenario() -> tuple[int, list[object]]:
-        client = aio.request_client()
-        assert isinstance(client, redis.asyncio.Redis)
-        assert await pings(client, 6) == [True] * 6
-        pooled = len(client.connection_pool._available_connections)
-        assert server.process is not None
-        server.process.kill()
-        server.process.wait(timeout=5)
-        server.start()  # the same port, a new process
-        await asyncio.sleep(0.1)  # the loop learns that the old connections were closed
-        return pooled, await pings(client, 6)
+    def read_at_once() -> None:
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda _n: whos_online.peak(), range(12)))
 
     try:
         with caplog.at_level(logging.INFO, logger="whos_online"):
-            pooled, after = asyncio.run(scenario())
+            assert record_guests(1) == [True] * 6
+            read_at_once()  # several connections in the pool
+            pool = request_client().connection_pool  # type: ignore [union-attr]
+            pooled = len(pool._available_connections)
+            assert server.process is not None
+            server.process.kill()
+            server.process.wait(timeout=5)
+            server.start()  # the same port, a new process
+            after = record_guests(11)
+            read_at_once()
     finally:
         server.close()
 

@@ -46,6 +46,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "JSON_MAX_AGE": 10,
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,
+    "FLUSH_INTERVAL": 0.1,
     "ROOMS": {},
     "ROOM_ACCESS": None,
 }

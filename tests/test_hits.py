@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
@@ -25,12 +24,12 @@ from tests.conftest import SCRIPTS
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
 from tests.redis_server import free_port
-from whos_online import api, breakers, connection, counters, hits, recording, throttle
+from whos_online import api, breakers, connection, counters, flushing, hits, recording, throttle
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 
 #: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
@@ -38,23 +37,14 @@ T0 = 1_799_712_000
 PRECISIONS = (1, 5, 60, 300, 3600, 18000, 86400)
 ROOT = Path(__file__).resolve().parent.parent
 
-_schedule = hits.FlushTimer.schedule
+
+def flusher_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "whos_online flusher"]
 
 
-def flush_delay(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """Make the timer's default delay ``seconds`` (FLUSH_INTERVAL is bound at definition)."""
-    monkeypatch.setattr(
-        hits.FlushTimer, "schedule", functools.partialmethod(_schedule, delay=seconds)
-    )
-
-
-def timer_threads() -> list[threading.Timer]:
-    return [thread for thread in threading.enumerate() if isinstance(thread, threading.Timer)]
-
-
-def pending(timer: hits.FlushTimer | None = None) -> bool:
+def pending() -> bool:
     """Whether a flush is scheduled (a call, so that mypy does not narrow it between reads)."""
-    return (timer or hits.timer).pending
+    return flushing.flusher._deadline is not None
 
 
 def total(precision: int) -> int:
@@ -62,15 +52,11 @@ def total(precision: int) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _timers_end_with_the_test(monkeypatch) -> Iterator[None]:
-    """No background flush fires in the middle of a test, and no timer thread outlives it."""
-    flush_delay(monkeypatch, 3600)
-    yield
-    hits.timer.cancel()
-    for thread in timer_threads():
-        thread.cancel()
-        thread.join(5)
-    assert timer_threads() == []
+def _no_flush_mid_test(monkeypatch) -> None:
+    """No background flush fires in the middle of a test: the flusher's thread waits an hour
+    for the hits of a throttled request (FLUSH_INTERVAL is 0 in the test settings). The thread
+    stops with the test, as settings are reset."""
+    monkeypatch.setattr(hits, "LONGEST_WAIT", 3600)
 
 
 @pytest.fixture
@@ -140,11 +126,11 @@ def test_a_burst_of_requests_counts_every_hit_at_every_precision(backend, counti
     ended = int(time.time())
 
     assert counted == 15
-    # Each recorded visit carried what was buffered before it (its own hit included). Hits are
-    # counted after the view, and the login view recorded alice before its own hit was counted:
-    # that hit and those of her four throttled requests wait in the buffer.
-    assert total(1) == 10
-    assert hits.buffer.total() == 5
+    # Each recorded visit carried what was buffered before it (its own hit included), and so
+    # did each read of the site (a page with the tag: the process writes its queue first). Hits
+    # are counted after the view: the last page's, read before it was counted, waits.
+    assert total(1) == 14
+    assert hits.buffer.total() == 1
     assert recording.flush_hits() is True
     assert hits.buffer.total() == 0
     for precision in PRECISIONS:
@@ -196,7 +182,7 @@ def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
 
     assert hits.buffer.total() == 0
     assert pending() is False
-    assert timer_threads() == []
+    assert flusher_threads() == []
     assert r.keys("*hits*") == []
     assert [m for m in r.zrange("{whos_online}:counters", 0, -1) if b"hits" in m] == []
     redis_calls.clear()
@@ -271,12 +257,11 @@ def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
     recording.count_hit(T0)
     recording.count_hit(T0)
     recording.count_hit(T0 + 1)
-    hits.timer.cancel()
     outage.begin()
 
     assert recording.flush_hits() is False
     assert hits.buffer.total() == 3
-    # The flush is tried again later, by the timer.
+    # The flush is tried again later, by the flusher's thread.
     assert pending() is True
     recording.count_hit(T0 + 2)
     assert recording.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
@@ -359,68 +344,7 @@ def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
     assert api.get_counter("hits", 5) == [(T0, 6)]
 
 
-# The timer
-
-
-def test_flush_timer_runs_the_flush_once_after_the_delay():
-    timer = hits.FlushTimer()
-    calls: list[str] = []
-    done = threading.Event()
-
-    def flush(name: str) -> Callable[[], None]:
-        def run() -> None:
-            calls.append(name)
-            done.set()
-
-        return run
-
-    timer.schedule(flush("first"), delay=0.05)
-    assert pending(timer) is True
-    timer.schedule(flush("second"), delay=0.01)
-    assert len(timer_threads()) == 1
-
-    timer.join(5)
-    assert done.wait(5)
-    assert calls == ["first"]
-    assert pending(timer) is False
-
-    done.clear()
-    timer.schedule(flush("third"), delay=0.01)
-    assert done.wait(5)
-    timer.join(5)
-    assert calls == ["first", "third"]
-
-
-def test_flush_timer_cancel_drops_the_pending_flush():
-    timer = hits.FlushTimer()
-    calls: list[int] = []
-    timer.schedule(lambda: calls.append(1), delay=60)
-    (thread,) = timer_threads()
-
-    timer.cancel()
-    thread.join(5)
-
-    assert thread.is_alive() is False
-    assert pending(timer) is False
-    assert calls == []
-
-
-def test_concurrent_schedules_start_one_timer():
-    timer = hits.FlushTimer()
-    barrier = threading.Barrier(8)
-
-    def schedule() -> None:
-        barrier.wait(5)
-        timer.schedule(lambda: None, delay=60)
-
-    threads = [threading.Thread(target=schedule) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(5)
-
-    assert len(timer_threads()) == 1
-    timer.cancel()
+# Concurrency and the flusher
 
 
 def test_concurrent_hits_are_all_counted(counting):
@@ -440,59 +364,44 @@ def test_concurrent_hits_are_all_counted(counting):
     batch = hits.buffer.take()
     assert batch is not None
     assert batch.counts == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
-    assert len(timer_threads()) == 1
+    assert len(flusher_threads()) == 1
 
 
-def test_flush_timer_join_waits_for_a_flush_that_has_started():
-    timer = hits.FlushTimer()
-    started, release = threading.Event(), threading.Event()
-    finished: list[bool] = []
-
-    def flush() -> None:
-        started.set()
-        release.wait(5)
-        finished.append(True)
-
-    timer.schedule(flush, delay=0)
-    try:
-        assert started.wait(5)
-        threading.Timer(0.05, release.set).start()
-        timer.join(5)
-        assert finished == [True]
-    finally:
-        release.set()
-
-
-def test_the_default_flush_delay_is_flush_interval(counting, monkeypatch):
-    monkeypatch.setattr(hits.FlushTimer, "schedule", _schedule)
-
+def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings):
+    """With FLUSH_INTERVAL 0, hits of throttled requests wait at most LONGEST_WAIT; with one,
+    the flusher writes them with the visits, within FLUSH_INTERVAL."""
+    assert hits.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
+    started = time.monotonic()
     recording.count_hit()
-    recording.count_hit()
+    assert flushing.flusher._deadline is not None
+    assert flushing.flusher._deadline - started == pytest.approx(3600, abs=5)
 
-    assert hits.FLUSH_INTERVAL == 1.0
-    assert [thread.interval for thread in timer_threads()] == [1.0]
+    configure(settings, COUNT_HITS=True, FLUSH_INTERVAL=0.25)
+    started = time.monotonic()
+    recording.count_hit()
+    assert flushing.flusher._deadline is not None
+    assert flushing.flusher._deadline - started == pytest.approx(0.25, abs=0.2)
 
 
 def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
-    flush_delay(monkeypatch, 0.05)
+    monkeypatch.setattr(hits, "LONGEST_WAIT", 0.05)
     flushed = threading.Event()
-    original = recording.flush_hits
+    original = flushing.flusher.flush
 
-    def flush_hits() -> bool:
+    def flush() -> frozenset[str]:
         try:
             return original()
         finally:
             flushed.set()
 
-    monkeypatch.setattr(recording, "flush_hits", flush_hits)
+    monkeypatch.setattr(flushing.flusher, "flush", flush)
 
     recording.count_hit(T0)
     recording.count_hit(T0)
     recording.count_hit(T0 + 1)
     assert pending() is True
-    assert len(timer_threads()) == 1
+    assert len(flusher_threads()) == 1
 
-    hits.timer.join(5)
     assert flushed.wait(5)
 
     assert pending() is False
@@ -512,13 +421,14 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
     read_end, write_end = os.pipe()
 
     with warnings.catch_warnings():
-        # Python 3.12+ warns about forking with a (timer) thread running; the child exits at once.
+        # Python 3.12+ warns about forking with a (flusher) thread running; the child exits at
+        # once.
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             before = hits.buffer.total()
-            was_pending = hits.timer.pending
+            was_pending = pending()
             hits.buffer.add(T0 + 2)
             os.write(write_end, f"{before} {was_pending} {hits.buffer.total()}".encode())
         finally:
@@ -544,10 +454,10 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True}
 django.setup()
 
-from whos_online import hits, recording
+from whos_online import flushing, hits, recording
 
-# No timer: only the flush at exit can write these hits.
-hits.FlushTimer.schedule = lambda self, flush, delay=0: None
+# No flusher thread: only the flush at exit can write these hits.
+flushing.Flusher.schedule = lambda self, delay: None
 for _ in range(5):
     recording.count_hit()
 print(hits.buffer.total())

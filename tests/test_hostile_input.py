@@ -70,7 +70,7 @@ TAG = "{% load whos_online %}{% whos_online %}"
 PSEUDONYM = re.compile(r"[A-Za-z0-9_-]{12}")
 #: Every key the request path may leave (the cleanup command adds its own two).
 KEY = re.compile(
-    r"\{whos_online\}:(?:users|hidden|guests|bots|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"
+    r"\{whos_online\}:(?:users|hidden|guests|bots|epoch|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"
     r"|counters|counters-cleaned|counter:\d+:[\w:.-]+|hits-applied:[0-9a-f]{16})"
 )
 
@@ -144,6 +144,10 @@ def assert_no_garbage(r: redis.Redis) -> None:
             assert kind == "hash", key
             for field, value in r.hgetall(raw_key).items():
                 int(field), int(value)
+        elif suffix == "epoch":
+            # A random word, kept while the data lasts.
+            assert kind == "string", key
+            assert re.fullmatch(r"[\w-]{6}", text(r.get(raw_key) or b"")), key
         elif suffix.startswith("hits-applied:"):
             # The highest batch of page hits a process added, forgotten a day later.
             assert kind == "string", key

@@ -15,7 +15,7 @@ SCRIPT_NAMES = sorted(
 
 
 def test_every_script_file_is_loaded_at_import():
-    assert len(SCRIPT_NAMES) == 11
+    assert len(SCRIPT_NAMES) == 10
     for name in SCRIPT_NAMES:
         assert getattr(lua, name.upper()) == lua.load(name)
 
@@ -48,13 +48,17 @@ def test_each_script_opens_with_what_it_takes_and_returns(name):
 
 def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     source = lua.load("record")
-    named = re.findall(r"^local (\w+) = ARGV\[(\d+)\]$", source, re.MULTILINE)
+    header = source[: source.index("]]")]
+    named = re.findall(r"^    ARGV\[(\d+)\]\s+(\w+):", header, re.MULTILINE)
+    entry = re.findall(r"^ {16}(\w+)(?:, (\w+))? {2,}", header, re.MULTILINE)
 
-    assert [name for name, _ in named] == list(store.visits.RECORD_ARGUMENTS)
-    assert [int(index) for _, index in named] == list(
-        range(1, len(store.visits.RECORD_ARGUMENTS) + 1)
+    assert [name for _, name in named] == list(store.visits.HEADER_ARGUMENTS)
+    assert [int(index) for index, _ in named] == list(
+        range(1, len(store.visits.HEADER_ARGUMENTS) + 1)
     )
-    assert f"\nlocal batch = {len(store.visits.RECORD_ARGUMENTS) + 1}\n" in source
+    assert [name for pair in entry for name in pair if name] == list(store.visits.ENTRY_ARGUMENTS)
+    assert f"\nlocal FIELDS = {store.visits.ENTRY_FIELDS}\n" in source
+    assert f"\nlocal first = {len(store.visits.HEADER_ARGUMENTS) + 1}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

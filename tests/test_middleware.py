@@ -28,7 +28,7 @@ from tests.helpers import (
     valid_cookie,
 )
 from tests.redis_server import free_port
-from whos_online import aio, recording, throttle
+from whos_online import flushing, throttle
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -620,30 +620,55 @@ def test_display_name_callable_names_the_user(r, client, settings, alice):
 # Async and sync stacks
 
 
-def test_async_middleware_records_on_the_event_loop_without_a_thread(r, monkeypatch):
-    """Under ASGI the write is an awaited asyncio call: no trip through sync_to_async, whose
-    default executor is one thread for the whole process."""
-    threads: dict[str, int] = {}
-    original = aio.run
-
-    async def spy(*args: Any, **kwargs: Any) -> Any:
-        threads["write"] = threading.get_ident()
-        return await original(*args, **kwargs)
-
-    def no_thread(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("recorded through sync_to_async")
-
-    monkeypatch.setattr(aio, "run", spy)
-    monkeypatch.setattr(recording, "sync_to_async", no_thread)
-
+def _async_request(address: str) -> tuple[Any, HttpRequest]:
     async def get_response(request: HttpRequest) -> HttpResponse:
         return HttpResponse("async")
 
     middleware = WhosOnlineMiddleware(get_response)
     assert iscoroutinefunction(middleware)
     request = AsyncRequestFactory().get("/plain/")
-    request.META["REMOTE_ADDR"] = "198.51.100.20"
+    request.META["REMOTE_ADDR"] = address
     request.user = AnonymousUser()
+    return middleware, request
+
+
+def _answer(middleware: Any, request: HttpRequest) -> HttpResponseBase:
+    async def run() -> HttpResponseBase:
+        result = middleware(request)
+        assert inspect.isawaitable(result)
+        return cast("HttpResponseBase", await result)
+
+    return async_to_sync(run)()
+
+
+def test_async_middleware_queues_the_visit_and_never_waits_on_redis(r, settings, redis_calls):
+    """Under ASGI with FLUSH_INTERVAL, a recorded request only queues its visit: the event
+    loop makes no Redis call for it, and the flusher writes it."""
+    configure(settings, FLUSH_INTERVAL=10)
+    middleware, request = _async_request("198.51.100.20")
+    redis_calls.clear()
+
+    response = _answer(middleware, request)
+
+    assert response.status_code == 200
+    assert COOKIE in response.cookies
+    assert redis_calls.trips == []
+    assert whos_online.flush() is True
+    assert members(r, "guests") == [guest("198.51.100.20")]
+
+
+def test_async_middleware_without_an_interval_writes_in_a_thread_of_its_own(r, monkeypatch):
+    """With FLUSH_INTERVAL 0, the request writes its visit before it answers, in a worker
+    thread (not the event loop's), which a client that hangs up cannot cut off."""
+    threads: dict[str, int] = {}
+    original = flushing.flusher.flush
+
+    def spy() -> frozenset[str]:
+        threads["write"] = threading.get_ident()
+        return original()
+
+    monkeypatch.setattr(flushing.flusher, "flush", spy)
+    middleware, request = _async_request("198.51.100.20")
 
     async def run() -> HttpResponseBase:
         threads["loop"] = threading.get_ident()
@@ -655,7 +680,7 @@ def test_async_middleware_records_on_the_event_loop_without_a_thread(r, monkeypa
     assert response.status_code == 200
     assert COOKIE in response.cookies
     assert members(r, "guests") == [guest("198.51.100.20")]
-    assert threads["write"] == threads["loop"]
+    assert threads["write"] != threads["loop"]
 
 
 def test_async_client_end_to_end(r, async_client, monkeypatch):
@@ -707,6 +732,7 @@ def test_redis_down_fails_open_and_backs_off(client, settings, monkeypatch, capl
     settings.WHOS_ONLINE = {
         "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
         "FAILURE_BACKOFF": 3600,
+        "FLUSH_INTERVAL": 0,  # each request writes its visit: the first learns Redis is down
     }
     attempts: list[int] = []
     original: Any = Connection._connect
@@ -740,7 +766,11 @@ def test_redis_down_fails_open_and_backs_off(client, settings, monkeypatch, capl
 
 
 def test_one_warning_per_outage_even_without_backoff(client, settings, caplog):
-    settings.WHOS_ONLINE = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "FAILURE_BACKOFF": 0}
+    settings.WHOS_ONLINE = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "FAILURE_BACKOFF": 0,
+        "FLUSH_INTERVAL": 0,
+    }
     caplog.set_level(logging.INFO, logger="whos_online")
     responses = [client.get("/plain/") for _ in range(3)]
     assert [response.status_code for response in responses] == [200, 200, 200]

@@ -493,6 +493,25 @@ def test_a_reload_s_still_here_undoes_the_leaving_of_the_page_before(backend, re
     assert counts_at(TOPIC_1, now + store.presence.LEAVE_GRACE + 1) == GUEST
 
 
+def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(backend):
+    """A reload's leaving word spends the cookie; the new page's own script (a bookmark POST)
+    may then be answered before its "still here", with a cookie that knows no room. Closing
+    the tab still takes the reader out: Redis checks that the room is theirs."""
+    reader = client_of()
+    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    reader.get("/forum/live/1/", **PAGE_VIEW)  # the reload (throttled)
+    assert leave(reader, presence).status_code == 204  # the old page's word: cookie spent
+    reader.post("/forum/bookmark/1/", **FETCH)  # the new page's script, before its word
+    assert throttle.cookie_room(reader.cookies[throttle.COOKIE_NAME].value) == throttle.UNKNOWN_ROOM
+    assert stay(reader, presence) == 204  # throttled by the cookie the bookmark got
+    now = time.time()
+
+    assert leave(reader, presence).status_code == 204  # the tab is closed
+
+    assert counts_at(TOPIC_1, now + store.presence.LEAVE_GRACE + 1) == NOBODY
+    assert counts() == GUEST  # still on the site
+
+
 def test_leaving_twice_or_leaving_another_room_does_nothing(backend, redis_calls: RedisCalls):
     reader = client_of()
     _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())

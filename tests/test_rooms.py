@@ -162,12 +162,13 @@ def test_staying_in_a_room_is_throttled_and_moving_is_recorded_at_once(
     assert throttle.cookie_room(client.cookies[throttle.COOKIE_NAME].value) == ""
 
 
-def test_a_site_without_rooms_sends_the_cookie_it_always_sent(backend):
+def test_a_site_without_rooms_sends_no_room_mark(backend):
     client = Client(REMOTE_ADDR="192.0.2.8")
     client.get("/plain/")
     cookie = client.cookies[throttle.COOKIE_NAME].value.removesuffix(throttle.ARRIVED_SUFFIX)
-    assert cookie.count(".") == 1  # EXPIRY.MAC
-    assert len(cookie) == 33
+    assert cookie.count(".") == 2  # EXPIRY.MAC.eEPOCH
+    assert throttle.ROOM_MARK not in cookie
+    assert len(cookie) == 41
 
 
 def test_set_room_in_a_view(backend):

@@ -13,8 +13,18 @@ import time
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING
 
-from whos_online import connection, counters, identity, recording, rooms, snapshots, store
+from whos_online import (
+    connection,
+    counters,
+    flushing,
+    identity,
+    recording,
+    rooms,
+    snapshots,
+    store,
+)
 from whos_online.conf import get_config
+from whos_online.flushing import flush
 from whos_online.pruning import prune
 from whos_online.results import (
     EMPTY_COUNTS,
@@ -46,6 +56,7 @@ __all__ = [
     "Peak",
     "Presence",
     "clean_counters",
+    "flush",
     "forget_user",
     "get_counter",
     "is_online",
@@ -93,6 +104,7 @@ def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
     """
     if not user.is_authenticated:
         return False
+    _write_own_visits()
     now = time.time()
     score, _ = connection.call(_UNKNOWN_PRESENCE, _presence(user))
     return score is not None and score >= now - get_config().window
@@ -106,11 +118,19 @@ def last_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
     """
     if not user.is_authenticated:
         return None
+    _write_own_visits()
     _, seen = connection.call(_UNKNOWN_PRESENCE, _presence(user))
     return None if seen is None else as_datetime(seen)
 
 
 _UNKNOWN_PRESENCE: tuple[float | None, float | None] = (None, None)
+
+
+def _write_own_visits() -> None:
+    """Before a read: write what this process has queued, so that it sees its own visits (the
+    reads of ``snapshots`` do it in their own round trip)."""
+    if flushing.flusher.pending():
+        flushing.flusher.flush()
 
 
 def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presence]:
@@ -127,6 +147,7 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
     texts = [pk_text(key) for key in keys]
     if not texts:
         return {}
+    _write_own_visits()
     now = time.time()
     found = connection.call(
         None, lambda client, config: store.presence.users_presence(client, config, texts)
@@ -148,6 +169,7 @@ def online_user_pks(limit: int) -> list[object] | None:
 
     For filtering a queryset of users; O(log N + limit), so pass a bound.
     """
+    _write_own_visits()
     now = time.time()
     found = connection.call(
         None,
@@ -213,10 +235,12 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     """
     pk = pk_text(user)
     recent.forget([f"u:{pk}"])
+    flushing.flusher.queue.forget(f"u:{pk}")
 
     def erase(client: Client, config: Config) -> bool:
-        # Every layout the cleanup has seen: a user recorded before SHARDS changed has their
-        # last-seen record in the old one until it expires.
+        # Every layout the site's processes have written in (each registers its own) and the
+        # cleanup has seen: a user recorded before SHARDS changed has their last-seen record in
+        # the old one until it expires.
         for shards in store.keys.layouts_known(client, config):
             store.presence.remove_user(client, config, pk, erase=True, shards=shards)
         return True
@@ -281,6 +305,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
+    _write_own_visits()
     return as_peak(*connection.call(unknown, store.site.read_peak))
 
 
@@ -296,6 +321,7 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         wanted = _utc_date(day.timestamp()) if day.tzinfo else day.date()
     else:
         wanted = day
+    _write_own_visits()
     return connection.call(
         0, lambda client, config: store.site.unique_visitors(client, config, wanted)
     )

@@ -30,9 +30,10 @@ class WhosOnlineConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
         )
-        # Buffered page hits are written when the process exits normally. A process that
-        # multiprocessing started ends with os._exit once its finalizers have run, skipping
-        # atexit: a finalizer writes them there. (uvicorn's processes, single or --workers, end
-        # on their own re-raised SIGTERM, which neither survives: see whos_online.hits.)
-        atexit.register(recording.flush_hits_at_exit)
-        multiprocessing.util.Finalize(None, recording.flush_hits_at_exit, exitpriority=10)
+        # Queued visits and buffered page hits are written when the process exits normally. A
+        # process that multiprocessing started ends with os._exit once its finalizers have run,
+        # skipping atexit: a finalizer writes them there. (uvicorn's processes, single or
+        # --workers, end on their own re-raised SIGTERM, which neither survives: the middleware
+        # writes from that SIGTERM on instead; see whos_online.flushing.)
+        atexit.register(recording.flush_at_exit)
+        multiprocessing.util.Finalize(None, recording.flush_at_exit, exitpriority=10)

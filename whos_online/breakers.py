@@ -5,8 +5,9 @@ outage then costs each process one timeout per back-off period, and the log one 
 rather than one per request. A Redis that answers but refuses writes (out of memory, a replica)
 opens a breaker of its own, which stops writes only, so that the page still shows who is online.
 
-Shared by ``connection.call`` and ``whos_online.aio``, which make the calls; this module makes
-none, so that it can be read, and tested, on its own.
+Used by ``connection.call``, which makes the calls, and by the request path, which asks whether a
+write may go before it promises one with a throttle cookie; this module makes none, so that it
+can be read, and tested, on its own.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def breaker_target(config: Config, shard: Shard | None) -> str:
 
 class Attempt:
     """One call's dealings with the breakers of its target: whether it may go at all, and what
-    its outcome says about Redis. Shared by ``connection.call`` and ``whos_online.aio``.
+    its outcome says about Redis (see ``connection.call``).
 
     Redis errors open the breaker of the target (of ``shard``'s slot on a cluster). A Redis that
     answers but refuses writes (``refuses_writes``) opens only the ``refusals`` breaker, which

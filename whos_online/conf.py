@@ -69,6 +69,8 @@ class Config:
     shards: int
     #: Seconds a process may show the snapshot it last read; 0 reads Redis for every render.
     snapshot_max_age: float
+    #: Seconds a process may hold recorded visits before writing them; 0 writes in the request.
+    flush_interval: float
     #: Room patterns by URL name (``ROOMS``): the middleware puts a page view of that URL in the
     #: room its pattern names, formatted with the URL's keyword arguments.
     rooms: Mapping[str, str]
@@ -130,6 +132,7 @@ def get_config() -> Config:
         json_max_age=merged["JSON_MAX_AGE"],
         shards=merged["SHARDS"],
         snapshot_max_age=float(merged["SNAPSHOT_MAX_AGE"]),
+        flush_interval=float(merged["FLUSH_INTERVAL"]),
         rooms=dict(merged["ROOMS"]),
         room_access=import_callable(merged["ROOM_ACCESS"]),
     )

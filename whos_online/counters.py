@@ -123,13 +123,18 @@ def add(
         )
 
 
+def applied_key(config: Config, token: str) -> str:
+    """The key that remembers the highest batch of page hits the process ``token`` added."""
+    return keyspace.key(config, f"hits-applied:{token}")
+
+
 def batch_args(config: Config, batch: tuple[str, int] | None) -> list[str | int]:
     """What ``add_batch`` reads before the increments: the key that remembers the process's
     highest batch added (under the counters' hash tag), the number, and how long to remember."""
     if batch is None:
         return ["", 0, 0]
     token, number = batch
-    return [keyspace.key(config, f"hits-applied:{token}"), number, hits.APPLIED_MEMORY]
+    return [applied_key(config, token), number, hits.APPLIED_MEMORY]
 
 
 def get(client: Client, config: Config, name: str, precision: int) -> list[tuple[int, int]]:

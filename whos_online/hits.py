@@ -1,12 +1,11 @@
 """Page hits, counted in the process and written to Redis in batches, each exactly once.
 
 Counting a hit must not cost a throttled request its Redis-free path, so hits go into a buffer of
-counts per second. The buffer rides along with the next recorded visit (the same round trip), and
-otherwise a timer writes it at most ``FLUSH_INTERVAL`` seconds after it stopped being empty. A
-process that exits normally writes what it holds (``atexit``, or a multiprocessing finalizer);
-one that is killed loses what it held, at most the hits of the last ``FLUSH_INTERVAL`` (and, if
-Redis was failing, those it could not write). uvicorn kills its own processes in this sense: once
-its graceful shutdown is over it raises the SIGTERM it caught again, with the default handler.
+counts per second, which the process's flusher writes with the visits it queued
+(``whos_online.flushing``): within ``FLUSH_INTERVAL`` of the site's settings, or, when that is 0
+(each recorded request writing its own visit, the buffer riding along), within ``LONGEST_WAIT``
+seconds of a throttled request. A process that exits normally writes what it holds, and one that
+is killed loses what it held (see ``flushing``).
 
 Counts are kept per second so that each hit lands in the slice it happened in at every precision,
 however late it is written.
@@ -25,27 +24,21 @@ import os
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from django.dispatch import receiver
 
 from whos_online.conf import config_changed
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 #: The counter page hits are kept in.
 COUNTER_NAME: Final = "hits"
 
-#: Longest a hit waits in the buffer while Redis is reachable.
-FLUSH_INTERVAL: Final = 1.0
+#: Longest a hit waits in the buffer while Redis is reachable, with ``FLUSH_INTERVAL`` 0.
+LONGEST_WAIT: Final = 1.0
 
 #: Distinct seconds kept while Redis cannot be written; older ones are folded into the oldest kept
 #: second, so that an outage of any length keeps the total exact and the memory bounded.
 MAX_BUFFERED_SECONDS: Final = 3600
-
-#: Longest an exiting process waits for a flush the timer has started.
-EXIT_WAIT: Final = 2.0
 
 #: Seconds Redis remembers the highest batch a process added (refreshed by each batch): far
 #: longer than a failed batch waits to be sent again, which is about ``FAILURE_BACKOFF``.
@@ -109,6 +102,11 @@ class HitBuffer:
             _fold(batch.counts)
             _fold(self._counts)
 
+    @property
+    def numbered(self) -> int:
+        """How many batches this process has made so far."""
+        return self._numbered
+
     def total(self) -> int:
         with self._lock:
             pending = self._pending.total() if self._pending is not None else 0
@@ -124,67 +122,21 @@ def _fold(counts: dict[int, int]) -> None:
         counts[seconds[cut]] += folded
 
 
-class FlushTimer:
-    """Runs a flush ``FLUSH_INTERVAL`` seconds after it is asked to, at most one at a time."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        #: The timer still to fire, if any; cleared when it fires, so that a new one can start.
-        self._timer: threading.Timer | None = None
-        #: The last timer started, kept after it fires so that ``join`` can wait for its flush.
-        self._last: threading.Timer | None = None
-
-    @property
-    def pending(self) -> bool:
-        return self._timer is not None
-
-    def schedule(self, flush: Callable[[], object], delay: float = FLUSH_INTERVAL) -> None:
-        if self.pending:
-            return  # Checked again under the lock; this read spares the common case the lock.
-        with self._lock:
-            if self._timer is not None:
-                return
-            timer = threading.Timer(delay, self._fire, args=(flush,))
-            timer.daemon = True
-            self._timer = self._last = timer
-            timer.start()
-
-    def _fire(self, flush: Callable[[], object]) -> None:
-        with self._lock:
-            self._timer = None
-        flush()
-
-    def cancel(self) -> None:
-        with self._lock:
-            timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for a scheduled flush to finish (for tests and shutdown)."""
-        timer = self._last
-        if timer is not None:
-            timer.join(timeout)
-
-
 buffer = HitBuffer()
-timer = FlushTimer()
 
 
 @receiver(config_changed, dispatch_uid="whos_online.hits.reset")
 def reset(**kwargs: object) -> None:
-    """Drop buffered hits and any pending flush (for tests)."""
-    timer.cancel()
+    """Drop buffered hits (for tests)."""
     _start_afresh()
 
 
 def _start_afresh() -> None:
     # After a fork, only this rebinding is safe: the parent's locks may be held by threads that
     # did not come along. The child's copy of the parent's hits is dropped, since the parent
-    # writes them itself, and so is the timer, whose thread did not survive the fork.
-    global buffer, timer  # noqa: PLW0603
+    # writes them itself.
+    global buffer  # noqa: PLW0603
     buffer = HitBuffer()
-    timer = FlushTimer()
 
 
 if hasattr(os, "register_at_fork"):

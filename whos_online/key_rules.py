@@ -65,6 +65,16 @@ def _whole(
     return problems
 
 
+#: Longest FLUSH_INTERVAL: what a crash may lose, and how late other processes see a visit.
+MAX_FLUSH_INTERVAL: Final = 10
+
+
+def _flush_interval(value: Any) -> list[str]:
+    if _is_number(value) and 0 <= value <= MAX_FLUSH_INTERVAL:
+        return []
+    return [f"must be a number of seconds from 0 to {MAX_FLUSH_INTERVAL}, not {value!r}"]
+
+
 def _seconds(value: Any) -> list[str]:
     if _is_number(value) and value >= 0:
         return []
@@ -301,6 +311,13 @@ RULES: Final = (
         "whos_online.E027",
         _seconds,
         "The default is 2; 0 reads Redis for every render.",
+    ),
+    Rule(
+        "FLUSH_INTERVAL",
+        "whos_online.E033",
+        _flush_interval,
+        "The default is 0.1; 0 writes each recorded visit in its own request, for platforms that "
+        "freeze a process between requests.",
     ),
     Rule(
         "GUEST_IPV6_PREFIX",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from whos_online import identity, pageviews, recording, rooms, snapshots, throttle
+from whos_online import epochs, identity, pageviews, recording, rooms, snapshots, throttle
 from whos_online.conf import Config, get_config
 from whos_online.decorators import is_not_recorded
 
@@ -93,8 +93,7 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return IGNORE
-    session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    binding = throttle.binding(session_cookie, _address(request, config))
+    binding = _binding_before_view(request, config)
     cookie = throttle.read_cookie(
         request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
     )
@@ -103,7 +102,9 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
         return RECORD
     if cookie.arrived:
         snapshots.note_recorded(request, cookie.expiry - config.throttle)
-    return THROTTLED if cookie.fresh(now) else RECORD
+    if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config):
+        return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
+    return THROTTLED
 
 
 def after_view(
@@ -135,6 +136,8 @@ def after_view(
         return None
     if page_view and config.count_hits:
         recording.count_hit(now)
+    if moved and _binding_after_view(request, config) != _binding_before_view(request, config):
+        throttle.spend(request)  # a login or logout: the cookie spoke for another session
     return placement if moved else None
 
 
@@ -154,12 +157,18 @@ def hand_out_cookie(
             config.throttle,
             arrived=recorded.outcome == recording.ARRIVED,
             room=recorded.room_tag,
+            epoch=recorded.epoch,
         ),
         max_age=config.window,
         httponly=True,
         samesite="Lax",
         secure=request.is_secure(),
     )
+
+
+def _binding_before_view(request: HttpRequest, config: Config) -> str:
+    session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+    return throttle.binding(session_cookie, _address(request, config))
 
 
 def _binding_after_view(request: HttpRequest, config: Config) -> str:

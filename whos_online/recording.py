@@ -1,29 +1,30 @@
 """Recording visits: what the middleware, the login and logout receivers and ``record_*`` run.
 
-Every function here fails open: while Redis cannot be written, nothing is recorded and the caller
-learns so (``FAILED`` or False), so that the middleware hands out no throttle cookie for a visit
-that was not stored. A visit is one round trip to the visitor's shard; page hits counted in the
-process ride along with it, or are written by a timer.
+A visit is queued in the process and written with the others of the next flush
+(``whos_online.flushing``): a request never waits on Redis to record, unless ``FLUSH_INTERVAL`` is
+0. What a recorded request learns at once is what its throttle cookie needs: whether the visitor
+was online before (a browser with no genuine cookie, or one from before Redis lost its data, is
+taken to be arriving), which room the visit left them in, and Redis's epoch in their shard. While
+Redis is known to be down (a breaker open), the visit is still queued, but the caller learns that
+it was not stored (``FAILED``), so that no throttle cookie spares the next request its write.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import (
-    aio,
     breakers,
     connection,
-    counters,
+    epochs,
+    flushing,
     hits,
     identity,
-    keyspace,
     rooms,
     snapshots,
     store,
@@ -32,6 +33,7 @@ from whos_online import (
 )
 from whos_online.conf import Config, get_config
 from whos_online.results import as_timestamp
+from whos_online.store.visits import Visit
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
@@ -41,67 +43,55 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
+    from whos_online import keyspace
     from whos_online.connection import Client
 
-#: What recording a visit came to: nothing written, written for someone online already, or
-#: written for someone who was not online (whose next page must not show a snapshot from before).
+#: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
+#: queued for someone online already, or queued for someone who was not online (whose next page
+#: must not show a snapshot from before).
 FAILED: Final = 0
 WRITTEN: Final = 1
 ARRIVED: Final = 2
 
 
-@dataclass
-class PendingVisit:
-    """One visit, ready to write: the script calls and what to do once they have run.
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a request came to, for the throttle cookie the middleware hands out."""
 
-    Building it and finishing it are the same whether the write is awaited (``whos_online.aio``,
-    under ASGI) or not; only the write itself differs.
-    """
+    #: FAILED (no cookie: the visit may not be stored), WRITTEN or ARRIVED.
+    outcome: int
+    #: When the visit the cookie speaks of was recorded: now, or when this process last wrote it.
+    at: float
+    #: The tag of that visit's room ("" for none, ``throttle.UNKNOWN_ROOM`` if not known).
+    room_tag: str
+    #: The epoch of the visitor's shard, as far as the process knows ("" if it does not).
+    epoch: str = ""
 
-    config: Config
-    kind: str
-    member: str
-    calls: list[store.scripts.ScriptCall]
-    #: The in-process memory's entry for the visitor, and the Redis failure count it is
-    #: written in (see ``throttle.RecentIdentities``).
+
+@dataclass(frozen=True)
+class _Visitor:
+    """Who made a request: a user, or an anonymous visitor's set and member."""
+
+    #: Their entry in the process's memory (``throttle.recent``) and the queue's.
     remembered: str
-    until: float
-    epoch: int
-    #: Memory entries the visit replaces (a guest who has just logged in).
-    replaced: tuple[str, ...] = ()
-    #: Page hits riding along: settled with the buffer once the write's outcome is known.
-    batch: hits.Batch | None = None
-    #: The tag of the visit's room, which the memory keeps with the entry.
-    room_tag: str = ""
+    user: AbstractBaseUser | AnonymousUser | None = None
+    kind: str = ""
+    member: str = ""
 
-    @property
-    def shard(self) -> keyspace.Shard:
-        return store.keys.member_shard(self.config, self.kind, self.member)
 
-    def finish(self, reply: Any) -> int:
-        """What the script's ``reply`` (None: it failed) comes to: FAILED, WRITTEN or ARRIVED."""
-        if self.batch is not None:
-            hits.buffer.settle(self.batch, added=reply is not None)
-        if reply is None:
-            return FAILED
-        if self.config.throttle:
-            recent.remember(self.remembered, self.until, self.epoch, self.room_tag)
-            recent.forget(self.replaced)
-        return WRITTEN if reply == 0 else ARRIVED
+_NOBODY: Final = _Visitor(remembered="")
 
 
 def user_visit(
     details: users.UserDetails,
-    config: Config,
     timestamp: float,
     *,
     former_guest: str = "",
     room: str = "",
     room_mode: str = rooms.GO,
-    room_tag: str | None = None,
-) -> PendingVisit:
+) -> Visit:
     pk = details.pk
-    visit = store.visits.Visit(
+    return Visit(
         kind="users",
         member=pk,
         now=timestamp,
@@ -111,12 +101,9 @@ def user_visit(
         room=room,
         room_mode=room_mode,
     )
-    replaced = (f"guests:{former_guest}", f"bots:{former_guest}") if former_guest else ()
-    return _pending(config, visit, remembered=f"u:{pk}", replaced=replaced, room_tag=room_tag)
 
 
 def member_visit(
-    config: Config,
     kind: str,
     member: str,
     timestamp: float,
@@ -124,11 +111,10 @@ def member_visit(
     former_user: str = "",
     room: str = "",
     room_mode: str = rooms.GO,
-    room_tag: str | None = None,
-) -> PendingVisit:
+) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
-    visit = store.visits.Visit(
+    return Visit(
         kind=kind,
         member=member,
         now=timestamp,
@@ -137,53 +123,58 @@ def member_visit(
         room=room,
         room_mode=room_mode,
     )
-    return _pending(config, visit, remembered=f"{kind}:{member}", room_tag=room_tag)
 
 
-def _pending(
-    config: Config,
-    visit: store.visits.Visit,
-    *,
-    remembered: str,
-    replaced: tuple[str, ...] = (),
-    room_tag: str | None = None,
-) -> PendingVisit:
-    """The calls of one visit, with any buffered page hits riding along in the same round trip
-    when the visit samples the counts (one shard); with several shards the flush timer writes
-    them. ``room_tag`` is what the memory keeps of its room (by default the tag of
-    ``visit.room``)."""
-    epoch = breakers.failures()
-    riding = config.count_hits and config.shards == 1
-    batch = hits.buffer.take() if riding else None
-    calls = store.visits.record_calls(
-        config,
-        visit,
-        hits=_hit_amounts(batch.counts) if batch else {},
-        batch=(batch.token, batch.number) if batch else None,
-    )
-    return PendingVisit(
-        config=config,
-        kind=visit.kind,
-        member=visit.member,
-        calls=calls,
-        remembered=remembered,
-        until=visit.now + config.throttle,
-        epoch=epoch,
-        replaced=replaced,
-        batch=batch,
-        room_tag=rooms.room_tag(visit.room) if room_tag is None else room_tag,
-    )
+def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
+    """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
+    known to be down for its shard (it is queued, then, and written once Redis answers again).
+
+    Unless the queue is written at once (``flushing.writes_at_once``), the visit is remembered
+    in the process's memory from now: if its flush fails, the memory's generation changes, and
+    with it what the memory vouches for."""
+    if not flushing.flusher.put(visit):
+        return False
+    shard = store.keys.member_shard(config, visit.joined, visit.member)
+    if not breakers.Attempt(config, shard, writes=True).allowed:
+        return False
+    if not flushing.writes_at_once(config):
+        remember(config, visit, room_tag)
+    return True
 
 
-def write(pending: PendingVisit) -> int:
-    """Write ``pending`` (one round trip to its shard); FAILED, WRITTEN or ARRIVED."""
-    reply = connection.call(
-        None,
-        lambda client, _config: store.scripts.run(client, pending.calls)[0],
-        shard=pending.shard,
-        writes=True,
-    )
-    return pending.finish(reply)
+def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
+    """Note ``visit`` in the process's memory of recent visitors (``throttle.recent``), with the
+    tag of its room (by default of ``visit.room``)."""
+    if not config.throttle:
+        return
+    tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
+    recent.remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
+    if visit.former and visit.kind == "users":
+        recent.forget([f"guests:{visit.former}", f"bots:{visit.former}"])
+
+
+def _record_soon(config: Config, visit: Visit) -> None:
+    """Queue ``visit`` for the next flush, or write it now when the process writes at once
+    (remembering it once written), as a recorded request does."""
+    if not queue(config, visit):
+        return
+    if not flushing.writes_at_once(config):
+        flushing.flusher.schedule(config.flush_interval)
+    elif (
+        store.keys.member_shard(config, visit.joined, visit.member).tag not in flushing.flush_now()
+    ):
+        remember(config, visit)
+
+
+def _written(config: Config, visit: Visit) -> bool:
+    """Queue ``visit`` and write the queue now, as the API and the login receiver do: whether
+    it was written."""
+    if not queue(config, visit):
+        return False
+    if store.keys.member_shard(config, visit.joined, visit.member).tag in flushing.flush_now():
+        return False
+    remember(config, visit)
+    return True
 
 
 def record_user(
@@ -192,10 +183,11 @@ def record_user(
     *,
     former_guest: str = "",
     room: str = "",
-) -> int:
+) -> bool:
+    """Record ``user`` now, writing at once; False if Redis could not be written."""
     config = get_config()
     details = users.details(user, config)
-    return write(user_visit(details, config, timestamp, former_guest=former_guest, room=room))
+    return _written(config, user_visit(details, timestamp, former_guest=former_guest, room=room))
 
 
 def record_member(
@@ -206,92 +198,92 @@ def record_member(
     *,
     former_user: str = "",
     room: str = "",
-) -> int:
-    return write(member_visit(config, kind, member, timestamp, former_user=former_user, room=room))
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What recording a request came to, for the throttle cookie the middleware hands out."""
-
-    #: FAILED (no cookie: the visit was not stored), WRITTEN or ARRIVED (see ``record_request``).
-    outcome: int
-    #: When the visit the cookie speaks of was recorded: now, or when this process last wrote it.
-    at: float
-    #: The tag of that visit's room ("" for none, ``throttle.UNKNOWN_ROOM`` if not known).
-    room_tag: str
-
-
-@dataclass(frozen=True)
-class _Visitor:
-    """Who made a request: a user, or an anonymous visitor's set and member."""
-
-    #: Their entry in the process's memory (``throttle.recent``).
-    remembered: str
-    user: AbstractBaseUser | AnonymousUser | None = None
-    kind: str = ""
-    member: str = ""
+) -> bool:
+    """Record a guest or bot now, writing at once; False if Redis could not be written."""
+    return _written(
+        config, member_visit(kind, member, timestamp, former_user=former_user, room=room)
+    )
 
 
 def record_request(
     request: HttpRequest, config: Config, now: float, placement: rooms.Placement
 ) -> Recorded:
     """Record whoever made ``request``, placed as ``placement`` says, unless this process's
-    memory spares the write.
+    memory spares the write: queue the visit, and with ``FLUSH_INTERVAL`` 0 write it now.
 
-    The outcome is FAILED only when Redis could not be written, so that the caller does not hand
-    out a throttle cookie for a visit that was not stored; ARRIVED when the visitor was not
-    online, or this process recorded them moments ago (a login records the user at once), so that
-    their next page reads afresh; WRITTEN otherwise.
+    The outcome is FAILED when the visit may not be stored (see ``queue``), so that the caller
+    hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie (or
+    one from before Redis lost its data), or this process recorded them moments ago (a login
+    records the user at once), so that their next page reads afresh; WRITTEN otherwise.
     """
     visitor = _visitor_of(getattr(request, "user", None), request, config, now)
     found = _spared(visitor, request, config, now, placement)
     if isinstance(found, Recorded):
         return found
-    where = {"room": placement.room, "room_mode": placement.mode, "room_tag": found.room_tag}
     if visitor.user is None:
-        pending = member_visit(config, visitor.kind, visitor.member, now, **where)
+        visit = member_visit(
+            visitor.kind, visitor.member, now, room=placement.room, room_mode=placement.mode
+        )
     else:
         details = users.details(visitor.user, config)
-        pending = user_visit(details, config, now, **where)
-    return found.after(write(pending))
+        visit = user_visit(details, now, room=placement.room, room_mode=placement.mode)
+    queued = queue(config, visit, room_tag=found.room_tag)
+    failed = flushing.after_recording(config)
+    return _recorded(config, request, visit, found, queued=queued, failed=failed)
 
 
 async def arecord_request(
     request: HttpRequest, config: Config, now: float, placement: rooms.Placement
 ) -> Recorded:
-    """``record_request`` for an ASGI site, without leaving the event loop where it can be
-    helped: the user is loaded with ``request.auser()`` and the visit written with an asyncio
-    client (``whos_online.aio``). Where there is no asyncio client (a Sentinel alias), it runs
-    ``record_request`` in Django's thread for sync code, as the middleware always did."""
-    client = aio.request_client()
-    if client is None:
-        return await sync_to_async(record_request)(request, config, now, placement)
+    """``record_request`` for an ASGI site: the user is loaded with ``request.auser()``, and the
+    visit queued from the event loop, which never waits on Redis for it. With ``FLUSH_INTERVAL``
+    0 the queue is written in a thread of its own, which a client that hangs up cannot cut off.
+    """
+    flushing.install_signal_handlers()
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
     visitor = _visitor_of(user, request, config, now)
     found = _spared(visitor, request, config, now, placement)
     if isinstance(found, Recorded):
         return found
-    where = {"room": placement.room, "room_mode": placement.mode, "room_tag": found.room_tag}
     if visitor.user is None:
-        pending = member_visit(config, visitor.kind, visitor.member, now, **where)
+        visit = member_visit(
+            visitor.kind, visitor.member, now, room=placement.room, room_mode=placement.mode
+        )
     else:
         try:
             details = users.details(visitor.user, config)
         except SynchronousOnlyOperation:
             # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
             details = await sync_to_async(users.details)(visitor.user, config)
-        pending = user_visit(details, config, now, **where)
+        visit = user_visit(details, now, room=placement.room, room_mode=placement.mode)
+    queued = queue(config, visit, room_tag=found.room_tag)
+    if flushing.writes_at_once(config):
+        failed = await sync_to_async(flushing.flusher.flush, thread_sensitive=False)()
+    else:
+        failed = flushing.after_recording(config)
+    return _recorded(config, request, visit, found, queued=queued, failed=failed)
 
-    async def write(client: aio.AsyncClient, _config: Config) -> Any:
-        return (await aio.run(client, pending.calls))[0]
 
-    reply = await aio.call(None, client, write, shard=pending.shard, writes=True)
-    return found.after(pending.finish(reply))
-
-
-_NOBODY: Final = _Visitor(remembered="")
+def _recorded(
+    config: Config,
+    request: HttpRequest,
+    visit: Visit,
+    found: _Writing,
+    *,
+    queued: bool,
+    failed: frozenset[str],
+) -> Recorded:
+    shard = store.keys.member_shard(config, visit.joined, visit.member)
+    if not queued or shard.tag in failed:
+        return Recorded(FAILED, found.at, found.room_tag)
+    if flushing.writes_at_once(config):
+        remember(config, visit, found.room_tag)
+    cookie = throttle.on_request(request)
+    arriving = cookie is None or epochs.epochs.gone(cookie.epoch, config)
+    return Recorded(
+        ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)
+    )
 
 
 def _visitor_of(
@@ -308,20 +300,17 @@ def _visitor_of(
 
 @dataclass(frozen=True)
 class _Writing:
-    """A visit about to be written: what its cookie will say once it is."""
+    """A visit about to be queued: what its cookie will say of it."""
 
     at: float
     room_tag: str
-
-    def after(self, outcome: int) -> Recorded:
-        return Recorded(outcome, self.at, self.room_tag)
 
 
 def _spared(
     visitor: _Visitor, request: HttpRequest, config: Config, now: float, placement: rooms.Placement
 ) -> Recorded | _Writing:
     """What recording ``request`` comes to without a write (a ``Recorded``), or what its cookie
-    will say once written.
+    will say once queued.
 
     The process's memory is asked only for a browser that sent no genuine cookie: a cookie says
     where its browser was last put, whichever process did so, while the memory knows only what
@@ -343,10 +332,18 @@ def _spared(
     if visitor is _NOBODY:
         return Recorded(WRITTEN, now, tag)
     if cookie is None and config.throttle:
-        entry = recent.entry(visitor.remembered, now, breakers.failures())
+        entry = recent.entry(visitor.remembered, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
-            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1])
+            # The cookie handed out runs from the visit that was stored, not from now.
+            epoch = epochs.epochs.of(_shard_of(visitor, config))
+            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1], epoch)
     return _Writing(now, tag)
+
+
+def _shard_of(visitor: _Visitor, config: Config) -> keyspace.Shard:
+    if visitor.user is not None:
+        return store.keys.user_shard(config, users.pk_text(visitor.user))
+    return store.keys.member_shard(config, visitor.kind, visitor.member)
 
 
 def _memory_spares(remembered: str, placement: rooms.Placement, tag: str, config: Config) -> bool:
@@ -362,7 +359,11 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
     """Take the person making ``request`` out of ``room`` within ``store.presence.LEAVE_GRACE``
     seconds, if their throttle cookie (or, for a client without one, this process's memory) says
     they were put in it, and it is still theirs in Redis. Returns whether the cookie (or memory)
-    said so, so that the caller spends the cookie: a second word of leaving does nothing."""
+    said so, so that the caller spends the cookie: a second word of leaving does nothing.
+
+    A cookie that knows no room (``throttle.UNKNOWN_ROOM``: a page's own request wrote its
+    reader after a reload's leaving word had spent the cookie before, and before the new page
+    said "still here") does not stop them: Redis checks that the room is theirs."""
     now = time.time()
     visitor = _visitor_of(getattr(request, "user", None), request, config, now)
     if visitor is _NOBODY:
@@ -370,10 +371,10 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
     tag = rooms.room_tag(room)
     cookie = throttle.on_request(request)
     if cookie is not None:
-        if cookie.room != tag:
+        if cookie.room not in {tag, throttle.UNKNOWN_ROOM}:
             return False
     else:
-        entry = recent.entry(visitor.remembered, now, breakers.failures())
+        entry = recent.entry(visitor.remembered, now, epochs.generation())
         if entry is None or entry[1] != tag:
             return False
     recent.forget([visitor.remembered])
@@ -381,13 +382,8 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
         kind, member = visitor.kind, visitor.member
     else:
         kind, member = "users", users.pk_text(visitor.user)
-    call = store.presence.leave_room_call(config, kind, member, room, now=now)
-    connection.call(
-        None,
-        lambda client, _config: store.scripts.run(client, [call]),
-        shard=store.keys.member_shard(config, kind, member),
-        writes=True,
-    )
+    until = now - config.window + store.presence.LEAVE_GRACE
+    flushing.leave_room(kind, member, room, until)
     return True
 
 
@@ -414,10 +410,11 @@ def user_logged_out(
 ) -> None:
     """Take ``user`` off the online list at once; their last-seen record stays.
 
-    With the logout's ``request``, the visitor goes on as a guest in the same round trip, as a
-    login moves them the other way. Recording them here rather than on their next request
-    matters when another process served their earlier guest visits: that process still
-    remembers the guest as recorded and would skip the write.
+    With the logout's ``request``, the visitor goes on as a guest, in the same flush, as a login
+    moves them the other way. Recording them here rather than on their next request matters when
+    another process served their earlier guest visits: that process still remembers the guest as
+    recorded and would skip the write. The user also leaves the layouts of another ``SHARDS``
+    that the site's processes have written in, which a switch back would show again.
     """
     if user is None or not user.is_authenticated:
         return
@@ -427,6 +424,7 @@ def user_logged_out(
     now = time.time()
     guest = None if request is None else guest_of(request, config, now)
     if guest is None:
+        flushing.flusher.queue.forget(f"u:{pk}")
         connection.call(
             None,
             lambda client, config: store.presence.remove_user(client, config, pk),
@@ -435,47 +433,39 @@ def user_logged_out(
         )
     else:
         kind, member = guest
-        record_member(config, kind, member, now, former_user=pk)
+        _record_soon(config, member_visit(kind, member, now, former_user=pk))
+    if config.shards != 1 or flushing.flusher.layouts_in_use:
+        connection.call(
+            None, lambda client, config: _leave_other_layouts(client, config, pk), writes=True
+        )
     snapshots.invalidate()
 
 
-def _hit_amounts(taken: dict[int, int]) -> dict[tuple[str, int], int]:
-    return {(hits.COUNTER_NAME, second): count for second, count in taken.items()}
+def _leave_other_layouts(client: Client, config: Config, pk: str) -> None:
+    """Take the user off the layouts of another ``SHARDS`` that may hold them (a site that
+    changed it, whose processes each register the layout they write in): a switch back would
+    otherwise show them online again. The caller skips it on a site that never changed it, as
+    the process's flushes tell."""
+    for shards in store.keys.layouts_known(client, config)[1:]:
+        store.presence.remove_user(client, config, pk, shards=shards)
 
 
 def count_hit(now: float | datetime | None = None) -> None:
-    """Count one page view in the process buffer; it reaches Redis within about a second.
+    """Count one page view in the process buffer; the flusher writes it with the visits it
+    queued (within ``hits.LONGEST_WAIT`` seconds with ``FLUSH_INTERVAL`` 0).
 
-    The middleware calls this for every request it does not ignore when ``COUNT_HITS`` is on.
+    The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
     hits.buffer.add(as_timestamp(now))
-    hits.timer.schedule(flush_hits)
+    flushing.flusher.schedule(get_config().flush_interval or hits.LONGEST_WAIT)
 
 
 def flush_hits() -> bool:
-    """Write the buffered page hits now; False (and the hits kept) if Redis failed. A batch that
-    failed before goes first, then what was counted since. True also when another thread is
-    writing a batch, which settles it."""
-    while True:
-        batch = hits.buffer.take()
-        if batch is None:
-            return True
-        written = connection.call(False, functools.partial(_write_batch, batch), writes=True)
-        hits.buffer.settle(batch, added=written)
-        if not written:
-            if get_config().count_hits:
-                hits.timer.schedule(flush_hits)
-            return False
+    """Write the buffered page hits (and queued visits) now; False (and all of it kept) if
+    Redis failed."""
+    return flushing.flush()
 
 
-def flush_hits_at_exit() -> None:
-    """Write what the process holds as it exits: first let a flush that the timer has started
-    finish (its thread would be cut off by the exit, and its batch with it), then flush."""
-    hits.timer.cancel()
-    hits.timer.join(hits.EXIT_WAIT)
-    flush_hits()
-
-
-def _write_batch(batch: hits.Batch, client: Client, config: Config) -> bool:
-    counters.add(client, config, _hit_amounts(batch.counts), batch=(batch.token, batch.number))
-    return True
+def flush_at_exit() -> None:
+    """Write what the process holds as it exits (see ``flushing.Flusher.close``)."""
+    flushing.flusher.close()

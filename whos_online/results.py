@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -19,7 +19,7 @@ from whos_online import keyspace
 from whos_online.text import linkable_url
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from whos_online.users import UserDetails
 
@@ -112,6 +112,8 @@ class Snapshot:
     limit: int | None = 0
     #: When it was read (Unix time): visits written since are not in it.
     read_at: float = 0.0
+    #: The epoch of each shard it was read from, by hash tag (see ``whos_online.epochs``).
+    epochs: Mapping[str, str] = field(default_factory=dict)
 
     @functools.cached_property
     def listed(self) -> list[ListedUser]:

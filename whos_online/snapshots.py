@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
 
-from whos_online import connection, keyspace, store
+from whos_online import connection, epochs, flushing, keyspace, store
 from whos_online.conf import config_changed, get_config
 from whos_online.results import Snapshot
 
@@ -177,16 +177,19 @@ def read(
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
+        flushing.flusher.flush()
         found = _read_by_shard(config, limit, now, room)
     else:
-        found = connection.call(
-            None,
-            lambda client, config: store.reading.snapshot(
-                client, config, limit=limit, now=now, room=room
+        # The process's own queue is written first, in the same round trip: it sees its visits.
+        found = flushing.flusher.flush_with(
+            lambda client, config, before: store.reading.snapshot_after(
+                client, config, before, limit=limit, now=now, room=room
             ),
+            None,
         )
     if found is None:
         return None
+    epochs.epochs.learn_all(found.epochs)
     found = replace(found, read_at=now)
     if max_age > 0:
         cache_of(room).put(found)
@@ -219,4 +222,4 @@ def _read_shard(
     raw = connection.call(
         None, lambda client, _config: store.scripts.run(client, calls)[0], shard=shard
     )
-    return None if raw is None else store.reading.parse_snapshot(raw, limit)
+    return None if raw is None else store.reading.parse_snapshot(raw, limit, shard)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 COOKIE_NAME: Final = "whos_online"
 #: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC, a room's ".r"
-#: and 8-character tag, ".n"), with room to spare.
+#: and 8-character tag, an epoch's ".e" and 6 characters, ".n"), with room to spare.
 MAX_COOKIE_LENGTH: Final = 64
 #: Identities the in-process memory holds; the oldest is forgotten first beyond this.
 MEMORY_SIZE: Final = 10_000
@@ -108,6 +108,9 @@ class ThrottleCookie:
     room: str
     #: Whether the visitor was not online before that visit (see ``ARRIVED_SUFFIX``).
     arrived: bool
+    #: The epoch of the visitor's shard when it was recorded ("" if the process did not know
+    #: it): a cookie from before Redis lost its data spares no write (``whos_online.epochs``).
+    epoch: str = ""
 
     def fresh(self, now: float) -> bool:
         return now < self.expiry
@@ -121,6 +124,13 @@ def note_on_request(request: HttpRequest, cookie: ThrottleCookie | None) -> None
     setattr(request, ON_REQUEST, cookie)
 
 
+def spend(request: HttpRequest) -> None:
+    """Forget the request's cookie: the view logged someone in or out, and the cookie spoke for
+    a session that ended (its binding no longer holds)."""
+    if getattr(request, ON_REQUEST, None) is not None:
+        setattr(request, ON_REQUEST, None)
+
+
 def was_read(request: HttpRequest) -> bool:
     """Whether the middleware looked for the cookie of ``request``: it records its viewer."""
     return hasattr(request, ON_REQUEST)
@@ -132,30 +142,55 @@ def on_request(request: HttpRequest | None) -> ThrottleCookie | None:
     return cookie if isinstance(cookie, ThrottleCookie) else None
 
 
-def _bound_to(binding: str, room: str) -> str:
-    # Without a room, what the MAC covers is what it always covered: such cookies stay valid.
+#: Before the epoch of the visitor's shard.
+EPOCH_MARK: Final = ".e"
+
+
+def _bound_to(binding: str, room: str, epoch: str = "") -> str:
+    # Without a room or an epoch, what the MAC covers is what it always covered: such cookies
+    # stay valid. (Neither a room tag nor an epoch holds "|".)
+    if epoch:
+        return f"{binding}|{room}|{epoch}"
     return f"{binding}|{room}" if room else binding
 
 
 def make_cookie(
-    binding: str, now: float, throttle: int, *, arrived: bool = False, room: str = ""
+    binding: str,
+    now: float,
+    throttle: int,
+    *,
+    arrived: bool = False,
+    room: str = "",
+    epoch: str = "",
 ) -> str:
-    """The cookie for a visit just recorded; ``room`` is the tag of the visit's room."""
+    """The cookie for a visit just recorded; ``room`` is the tag of the visit's room, ``epoch``
+    its shard's epoch."""
     expiry = int(now) + throttle
-    mac = _mac(expiry, _bound_to(binding, room))
-    return f"{expiry}.{mac}{ROOM_MARK + room if room else ''}{ARRIVED_SUFFIX if arrived else ''}"
+    mac = _mac(expiry, _bound_to(binding, room, epoch))
+    marks = (ROOM_MARK + room if room else "") + (EPOCH_MARK + epoch if epoch else "")
+    return f"{expiry}.{mac}{marks}{ARRIVED_SUFFIX if arrived else ''}"
 
 
-def _parts(value: str) -> tuple[str, str, str] | None:
-    """The expiry, MAC and room tag of ``EXPIRY.MAC[.rTAG][.n]``, or None for another shape.
+def _parts(value: str) -> tuple[str, str, str, str] | None:
+    """The expiry, MAC, room tag and epoch of ``EXPIRY.MAC[.rTAG][.eEPOCH][.n]``, or None for
+    another shape.
 
-    A room mark with no tag is another shape: the MAC of a visit in no room covers no tag, so
-    ``EXPIRY.MAC.r`` would otherwise be a second spelling of ``EXPIRY.MAC``."""
+    A mark with nothing after it is another shape: the MAC of a visit in no room covers no tag,
+    so ``EXPIRY.MAC.r`` would otherwise be a second spelling of ``EXPIRY.MAC``."""
     expiry, _, rest = value.removesuffix(ARRIVED_SUFFIX).partition(".")
-    mac, dot, room = rest.partition(".")
-    if dot and (len(room) < 2 or not room.startswith("r") or "." in room):
+    mac, *marks = rest.split(".")
+    room = epoch = ""
+    if marks and marks[0].startswith("r"):
+        room = marks.pop(0)[1:]
+        if not room:
+            return None
+    if marks and marks[0].startswith("e"):
+        epoch = marks.pop(0)[1:]
+        if not epoch:
+            return None
+    if marks:
         return None
-    return expiry, mac, room[1:]
+    return expiry, mac, room, epoch
 
 
 def cookie_room(value: str) -> str:
@@ -190,7 +225,7 @@ def read_cookie(
     parts = _parts(value)
     if parts is None:
         return None
-    expiry_text, mac, room = parts
+    expiry_text, mac, room, epoch = parts
     # Digits only, as ``make_cookie`` writes them: the MAC covers the number, so a leading zero
     # would make a second cookie of the same visit.
     if (
@@ -205,8 +240,8 @@ def read_cookie(
     if not (now - window < expiry - throttle and expiry <= now + throttle):
         return None
     # compare_digest raises TypeError on non-ASCII text, which a client can send.
-    if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, _bound_to(binding, room))):
-        return ThrottleCookie(expiry=expiry, room=room, arrived=arrived(value))
+    if mac.isascii() and hmac.compare_digest(mac, _mac(expiry, _bound_to(binding, room, epoch))):
+        return ThrottleCookie(expiry=expiry, room=room, arrived=arrived(value), epoch=epoch)
     return None
 
 

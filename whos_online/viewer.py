@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Final
 
-from whos_online import breakers, pageviews, rooms, throttle, users
+from whos_online import epochs, pageviews, rooms, throttle, users
 from whos_online.decorators import is_not_recorded
 from whos_online.throttle import recent
 
@@ -60,6 +60,8 @@ def with_viewer(
     if request is None or not _shows_its_viewer(request, room):
         return found
     cookie = throttle.on_request(request)
+    if cookie is not None and epochs.epochs.gone(cookie.epoch, config):
+        cookie = None  # from before Redis lost its data: the viewer is not in what it holds
     if cookie is not None and (not room or cookie.room == rooms.room_tag(room)):
         # Online since the visit it speaks of; if they were not online before it, the snapshot
         # was read after it was written (``snapshots``: the middleware notes when).
@@ -92,7 +94,7 @@ def _counted(
         return True
     if not remembered or not config.throttle:
         return False
-    entry = recent.entry(viewer.remembered, time.time(), breakers.failures())
+    entry = recent.entry(viewer.remembered, time.time(), epochs.generation())
     return (
         entry is not None
         and found.read_at >= entry[0] - config.throttle

@@ -52,8 +52,6 @@ def _expand(name: str, folder: Traversable, included: set[str]) -> str:
 RECORD: Final = load("record")
 #: A person leaving two sets and their rooms: a former identity in another shard, a logout.
 LEAVE: Final = load("leave")
-#: A page's reader leaving its room, if it is still theirs.
-LEAVE_ROOM: Final = load("leave_room")
 #: The rooms most recently active, with who is in each (the dashboard's busiest rooms).
 RECENT_ROOMS: Final = load("recent_rooms")
 #: The site-wide counts, sampled by the cleanup command into the peak and the counters.

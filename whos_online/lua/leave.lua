@@ -10,7 +10,8 @@
     KEYS[4]  optional: a key to delete (the user's display HASH, on erasure)
     ARGV[1]  the person's member in those sets
     ARGV[2]  how the keys of a room's sets begin in this shard
-    ARGV[3]  the person's fields in the HASH of who is where, comma-separated
+    ARGV[3…] the person's fields in the HASH of who is where, each an argument of its own (a
+             primary key may hold any character)
 
   Output:
     1
@@ -20,8 +21,8 @@
 
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-for field in string.gmatch(ARGV[3], '[^,]+') do
-  leave_room(KEYS[3], ARGV[2], field, ARGV[1])
+for i = 3, #ARGV do
+  leave_room(KEYS[3], ARGV[2], ARGV[i], ARGV[1])
 end
 if #KEYS >= 4 then
   redis.call('DEL', KEYS[4])

@@ -1,168 +1,257 @@
 --[[
-  Records one visit, in one round trip to the visitor's shard.
+  Records a batch of visits in one shard, in one call: what a process queued since its last
+  flush, its people's visits and the moves that go with them, in the order they happened.
 
-  The visitor joins the set of their kind (a user also leaves the other user set and refreshes
-  their display HASH), leaves the sets of the identity they had until now when it is in this shard
-  (the guest's or bot's member on login, the user's pk on logout), moves to the room of the visit
-  (or out of the one they were in), and joins the shard's HyperLogLog of the day.
+  Each visit puts its person in the set of their kind, scored by when they were seen (a user
+  also leaves the other user set and refreshes their display HASH), takes the identity they had
+  until now off the online sets when it is in this shard (the guest's or bot's member on login,
+  the user's pk on logout), places them in a room as its mode says, and adds them to the day's
+  HyperLogLog of visitors. A visit older than what the set holds for its person (a batch sent
+  again after an outage, once another process recorded them since) only adds to the HyperLogLog:
+  the newer visit's time and room stand.
 
-  With one shard the same call keeps the site-wide numbers (with several, a shard cannot count the
-  whole site, and the cleanup command does it): buffered page hits ride along, and the visit raises
-  the all-time peak and samples the online counts into their counters when ``sampling`` says so:
-  '1' always (the process's first visit of the second), '?' only if the visitor was not online
-  until now (not in the set, or stale there and not pruned yet: one ZSCORE tells). The counts rise
-  only when someone comes online, so the peak and the largest count of every slice follow every
-  rise at once, while a visitor online already, the common case, runs no count at all; the
-  per-second samples keep the counters following the counts down.
+  Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
+  identity of a visit recorded in another shard); 'r', a page's reader leaving its room, kept in
+  it until a given score if the room is still theirs (the few seconds' grace of a reload).
 
-  Input (only the keys the call may touch are declared, in this order):
-    KEYS[1]   the sorted set the visitor joins (its name ends with their kind)
-    then      the day's visitors HyperLogLog, when ``visitor`` names one
-    then      for a user: the other user set, and the user's display HASH
-    then      the former identity's two sets, when ``former`` names one
-    then      the shard's HASH of who is in which room, and its sorted set of rooms
-    then      with one shard: the users, hidden, guests and bots sets, the peak HASH and the set
-              of known counters
-    The counter HASHes are named in Lua from ``counter_prefix``, and the key that remembers the
-    page-hit batches added from the arguments after ``second``: they share the base tag. A room's
-    sets are named from ``room_prefix``: they share the shard's tag.
+  The shard's epoch key holds a random word: it is set (to the candidate given) when missing, so
+  that a Redis that lost its data, by a restart without persistence or a FLUSHDB, gets a new one;
+  processes compare it with the word their visitors' throttle cookies carry.
 
-    ARGV[1]   member: who joins the set
-    ARGV[2]   score: when (the set's score)
-    ARGV[3]   visitor: what the day's HyperLogLog receives ('' for nothing)
-    ARGV[4]   visitors_expire_at: when that HyperLogLog expires (Unix seconds)
-    ARGV[5]   seen_ttl: for a user, how long the display HASH lives ('' for a guest or bot)
-    ARGV[6]   name: the user's display name ('' for a guest or bot)
-    ARGV[7]   url: the user's profile URL ('' for none)
-    ARGV[8]   former: the identity the visitor had until now, which leaves its two sets ('' for
-              none)
-    ARGV[9]   place: the visitor's field in the HASH of who is in which room
-    ARGV[10]  former_places: the fields of the former identity (comma-separated), which leave
-              their rooms too
-    ARGV[11]  room: the room of the visit ('' for none)
-    ARGV[12]  room_prefix: how the keys of a room's sets begin
-    ARGV[13]  mode: how the visit places the visitor: 'go' into ``room`` (out of the one they
-              were in when it is ''), a page view; 'keep' wherever they are (``room`` is ''),
-              any other request; 'stay' into ``room`` unless they are in another, a page's own
-              word that its reader is still on it
-    ARGV[14]  sampling: '1', '?' or '0' (see above); with '0', the arguments after it are not sent
-    ARGV[15]  online_since: the score from which someone counts as online
-    ARGV[16]  counter_prefix: how the keys of the counter HASHes begin
-    ARGV[17]  precisions: the counters' precisions, comma-separated
-    ARGV[18]  may_stop: one '1' or '0' per precision (see includes/sampling)
-    ARGV[19]  second: the Unix second sampled
-    ARGV[20…] the page-hit batch and its increments (see includes/counters, ``add_batch``)
+  With one shard the same call keeps the site-wide numbers: it samples the online counts into the
+  peak and the ``online:*`` counters when ``sampling`` says so ('1' always, '?' only when someone
+  in the batch was not online until now), and adds the process's page hits riding along. On the
+  shard whose slot holds the site-wide keys it also registers the layout (``SHARDS``) its writer
+  uses, so that an erasure finds every layout that ever held data.
+
+  Input:
+    KEYS[1..4]  the users, hidden, guests and bots sorted sets
+    KEYS[5]     the shard's HASH of who is in which room
+    KEYS[6]     the shard's sorted set of rooms, by their latest visit
+    KEYS[7]     the shard's epoch
+    KEYS[8]     the peak HASH, on the shard whose slot holds the site-wide keys (shard 0, the
+                only one with SHARDS 1); on the others, KEYS[8…] are the HyperLogLogs below
+    KEYS[9]     the set of known counters (likewise)
+    KEYS[10]    the set of layouts seen (likewise)
+    KEYS[11…]   the day's visitors HyperLogLogs the batch adds to (an entry names its own by
+                index). A user's display HASH and a room's sets are named in Lua from
+                ``user_prefix`` and ``room_prefix``: they share the shard's hash tag.
+
+    ARGV[1]   now: the time of the flush (the peak's time)
+    ARGV[2]   online_since: the score from which someone counts as online
+    ARGV[3]   seen_ttl: how long a user's display HASH lives
+    ARGV[4]   user_prefix: how the keys of the users' display HASHes begin
+    ARGV[5]   room_prefix: how the keys of a room's sets begin
+    ARGV[6]   sampling: '1', '?' or '0' (see above)
+    ARGV[7]   counter_prefix: how the keys of the counter HASHes begin
+    ARGV[8]   precisions: the counters' precisions, comma-separated
+    ARGV[9]   may_stop: one '1' or '0' per precision (see includes/sampling)
+    ARGV[10]  second: the Unix second sampled
+    ARGV[11]  epoch: the word to set when the shard has none
+    ARGV[12]  layout: on the base shard, the shard count to register in the set of layouts,
+              with the one-shard layout ('0' for none); '' on the others
+    ARGV[13]  visitors_ttl: seconds a day's HyperLogLog lives after its day ends
+    ARGV[14]  count: how many entries follow, of 12 arguments each:
+                op         'v' a visit, 'l' an identity leaving, 'r' a reader leaving a room
+                kind       'users', 'hidden', 'guests' or 'bots' ('l': the kind of the sets
+                           left, 'users' for both user sets, 'guests' for both anonymous ones)
+                member     who
+                score      when ('r': the latest score they keep in the room)
+                visitor    what the day's HyperLogLog receives ('' for nothing)
+                hll        the index in KEYS of that HyperLogLog ('0' for none)
+                day_end    when that HyperLogLog's day ends (Unix seconds)
+                name, url  a user's display name and profile URL ('' otherwise)
+                former     the identity the visitor had until now, in this shard ('' for none)
+                room       the room ('' for none)
+                mode       how a visit places its person: 'go' into ``room`` (out of theirs
+                           when it is ''), a page view; 'keep' wherever they are, any other
+                           request; 'stay' into ``room`` unless they are in another, a page's
+                           word that its reader is still on it
+    ARGV[…]   on the base shard, the page-hit batch and its increments (see includes/counters,
+              ``add_batch``), after the entries
 
   Output:
-    1 if the visitor was not online until now (their next page should not be shown a kept
-    snapshot read before this visit), else 0.
+    {the shard's epoch, one character per entry ('1' for a visitor who was not online until
+     now, else '0'), and on the base shard how many layouts are recorded (0 elsewhere)}
 ]]
 
 --- @include "includes/counters"
 --- @include "includes/sampling"
 --- @include "includes/rooms"
 
--- The arguments by name, in the order of ``store.visits.RECORD_ARGUMENTS``.
-local member = ARGV[1]
-local score = ARGV[2]
-local visitor = ARGV[3]
-local visitors_expire_at = ARGV[4]
-local seen_ttl = ARGV[5]
-local name = ARGV[6]
-local url = ARGV[7]
-local former = ARGV[8]
-local place = ARGV[9]
-local former_places = ARGV[10]
-local room = ARGV[11]
-local room_prefix = ARGV[12]
-local mode = ARGV[13]
-local sampling = ARGV[14]
-local online_since = ARGV[15]
-local counter_prefix = ARGV[16]
-local precisions = ARGV[17]
-local may_stop = ARGV[18]
-local second = ARGV[19]
--- The page-hit batch's arguments follow the named ones.
-local batch = 20
+local rcall = redis.call
+local now = ARGV[1]
+-- (ARGV[1] and ARGV[2] are the latest visit's time and its window's edge, so that a batch of
+-- visits made at given times, by the API, samples the counts as of then.)
+local online_since = tonumber(ARGV[2])
+local seen_ttl = ARGV[3]
+local user_prefix = ARGV[4]
+local room_prefix = ARGV[5]
+local sampling = ARGV[6]
+local count = tonumber(ARGV[14])
+-- The entries' arguments, each as ``store.visits.ENTRY_ARGUMENTS`` lists them.
+local FIELDS = 12
+local first = 15
+local where, index = KEYS[5], KEYS[6]
+local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
+local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
+-- The sets and the fields of who is where that a former identity leaves, by the visitor's kind.
+local FORMER = {
+  users = {{'guests', 'bots'}, {'guests:', 'bots:'}},
+  hidden = {{'guests', 'bots'}, {'guests:', 'bots:'}},
+  guests = {{'users', 'hidden'}, {'u:'}},
+  bots = {{'users', 'hidden'}, {'u:'}},
+}
 
-local n = 1
-local function take()
-  n = n + 1
-  return KEYS[n]
+local function place(kind, member)
+  if kind == 'users' or kind == 'hidden' then
+    return 'u:' .. member
+  end
+  return kind .. ':' .. member
 end
-local before = sampling == '?' and redis.call('ZSCORE', KEYS[1], member)
-local added = redis.call('ZADD', KEYS[1], score, member)
-if visitor ~= '' then
-  local visitors = take()
-  if redis.call('PFADD', visitors, visitor) == 1 then
-    redis.call('EXPIREAT', visitors, visitors_expire_at)
+
+local function leave_identity(kind, member)
+  local left = FORMER[kind == 'users' and 'guests' or 'users']
+  for _, set in ipairs(left[1]) do
+    rcall('ZREM', sets[set], member)
+  end
+  for _, prefix in ipairs(left[2]) do
+    leave_room(where, room_prefix, prefix .. member, member)
   end
 end
-if seen_ttl ~= '' then
-  -- A user is in one user set at most: only one who just joined this one can be in the other.
-  local other = take()
-  if added == 1 then
-    redis.call('ZREM', other, member)
+
+local function add_visitor(visitor, hll, day_end)
+  if visitor ~= '' and hll > 0 then
+    local key = KEYS[hll]
+    if rcall('PFADD', key, visitor) == 1 then
+      rcall('EXPIREAT', key, tonumber(day_end) + tonumber(ARGV[13]))
+    end
   end
-  local hash = take()
-  redis.call('HSET', hash, 'name', name, 'url', url, 'seen', score)
-  redis.call('EXPIRE', hash, seen_ttl)
 end
-if former ~= '' then
-  redis.call('ZREM', take(), former)
-  redis.call('ZREM', take(), former)
-end
--- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
--- set of their kind. A page view in another room (or in none) takes them out of the one they were
--- in.
-local where, index = take(), take()
-for field in string.gmatch(former_places, '[^,]+') do
-  leave_room(where, room_prefix, field, former)
-end
-local was = redis.call('HGET', where, place)
-if mode == 'keep' or (mode == 'stay' and was and was ~= room) then
-  -- Not a page view, or a page's word that its reader is still on it while a later page put
-  -- them in another room: they stay in the room they are in, and are seen there now.
-  room = was or ''
-end
-if was and was ~= room then
-  leave_room(where, room_prefix, place, member)
-end
-if room ~= '' then
-  if was ~= room then
-    redis.call('HSET', where, place, room)
+
+-- Returns 1 if the visitor was not online until now.
+local function visit(i)
+  local kind, member, score, mode = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 11]
+  local set = sets[kind]
+  local before = rcall('ZSCORE', set, member)
+  add_visitor(ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6])
+  if before and tonumber(before) > tonumber(score) then
+    return 0 -- a newer visit of theirs is recorded already
   end
-  local kind = string.match(KEYS[1], '[^:]+$')
-  redis.call('ZADD', room_prefix .. room .. ':' .. kind, score, member)
-  if seen_ttl ~= '' then
-    -- A user who was hidden, or was not, leaves the room's other user set.
-    local other = kind == 'users' and 'hidden' or 'users'
-    redis.call('ZREM', room_prefix .. room .. ':' .. other, member)
+  local added = rcall('ZADD', set, score, member)
+  local other = OTHER_USER_SET[kind]
+  if other then
+    -- A user is in one user set at most: only one who just joined this one can be in the other.
+    if added == 1 then
+      rcall('ZREM', sets[other], member)
+    end
+    local hash = user_prefix .. member
+    rcall('HSET', hash, 'name', ARGV[i + 7], 'url', ARGV[i + 8], 'seen', score)
+    rcall('EXPIRE', hash, seen_ttl)
   end
-  redis.call('ZADD', index, score, room)
+  local former = ARGV[i + 9]
+  if former ~= '' then
+    local left = FORMER[kind]
+    for _, former_set in ipairs(left[1]) do
+      rcall('ZREM', sets[former_set], former)
+    end
+    for _, prefix in ipairs(left[2]) do
+      leave_room(where, room_prefix, prefix .. former, former)
+    end
+  end
+  -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
+  -- set of their kind. A page view in another room (or in none) takes them out of theirs.
+  local field = place(kind, member)
+  local room = ARGV[i + 10]
+  local was = rcall('HGET', where, field)
+  if mode == 'keep' or (mode == 'stay' and was and was ~= room) then
+    room = was or ''
+  end
+  if was and was ~= room then
+    leave_room(where, room_prefix, field, member)
+  end
+  if room ~= '' then
+    if was ~= room then
+      rcall('HSET', where, field, room)
+    end
+    rcall('ZADD', room_prefix .. room .. ':' .. kind, score, member)
+    if other then
+      -- A user who was hidden, or was not, leaves the room's other user set.
+      rcall('ZREM', room_prefix .. room .. ':' .. other, member)
+    end
+    rcall('ZADD', index, score, room)
+  end
+  if added == 1 or tonumber(before) < online_since then
+    return 1
+  end
+  return 0
 end
--- The counts are sampled, and a batch of hits added, only when there is something to do: on
--- most visits (someone online already, no hits riding along) this part runs no command.
-local samples = sampling == '1' or (sampling == '?'
-  and (added == 1 or tonumber(before) < tonumber(online_since)))
-local has_hits = sampling ~= '0' and (ARGV[batch] ~= '' or tonumber(ARGV[batch + 3]) > 0)
+
+local function leave_room_by(i)
+  local kind, member, edge, room = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 10]
+  if rcall('HGET', where, place(kind, member)) ~= room then
+    return
+  end
+  local kinds = OTHER_USER_SET[kind] and {'users', 'hidden'} or {kind}
+  for _, set_kind in ipairs(kinds) do
+    local set = room_prefix .. room .. ':' .. set_kind
+    local seen = rcall('ZSCORE', set, member)
+    if seen and tonumber(seen) > tonumber(edge) then
+      rcall('ZADD', set, 'XX', edge, member)
+    end
+  end
+end
+
+local arrived = {}
+local arrivals = 0
+for n = 0, count - 1 do
+  local i = first + FIELDS * n
+  local op = ARGV[i]
+  local new = 0
+  if op == 'v' then
+    new = visit(i)
+  elseif op == 'l' then
+    leave_identity(ARGV[i + 1], ARGV[i + 2])
+  else
+    leave_room_by(i)
+  end
+  arrived[n + 1] = new
+  arrivals = arrivals + new
+end
+
+local epoch = rcall('GET', KEYS[7])
+if not epoch then
+  epoch = ARGV[11]
+  rcall('SET', KEYS[7], epoch)
+end
+
+local layouts = 0
+if ARGV[12] ~= '' then
+  if ARGV[12] ~= '0' then
+    -- Every site starts in the one-shard layout: a site that never left it keeps no record.
+    rcall('SADD', KEYS[10], '1', ARGV[12])
+  end
+  layouts = rcall('SCARD', KEYS[10])
+end
+
+-- The counts are sampled, and a batch of hits added, only when there is something to do.
+local samples = sampling == '1' or (sampling == '?' and arrivals > 0)
+local batch = first + FIELDS * count
+local has_hits = #ARGV > batch + 2 and (ARGV[batch] ~= '' or tonumber(ARGV[batch + 3]) > 0)
 if samples or has_hits then
-  local users, hidden, guests, bots, peak, known = take(), take(), take(), take(), take(), take()
-  local precision_list = parse_precisions(precisions)
+  local peak, known = KEYS[8], KEYS[9]
+  local precision_list = parse_precisions(ARGV[8])
   if samples then
-    local online_users = redis.call('ZCOUNT', users, online_since, '+inf')
-      + redis.call('ZCOUNT', hidden, online_since, '+inf')
-    local online_guests = redis.call('ZCOUNT', guests, online_since, '+inf')
-    local online_bots = redis.call('ZCOUNT', bots, online_since, '+inf')
-    raise_peak(peak, online_users + online_guests, score)
-    sample_all(known, counter_prefix, precision_list, may_stop, tonumber(second),
-      online_users, online_guests, online_bots)
+    local users = rcall('ZCOUNT', KEYS[1], online_since, '+inf')
+      + rcall('ZCOUNT', KEYS[2], online_since, '+inf')
+    local guests = rcall('ZCOUNT', KEYS[3], online_since, '+inf')
+    local bots = rcall('ZCOUNT', KEYS[4], online_since, '+inf')
+    raise_peak(peak, users + guests, now)
+    sample_all(known, ARGV[7], precision_list, ARGV[9], tonumber(ARGV[10]), users, guests, bots)
   end
   if has_hits then
-    add_batch(counter_prefix, known, precision_list, batch)
+    add_batch(ARGV[7], known, precision_list, batch)
   end
 end
-if added == 1 or (before and tonumber(before) < tonumber(online_since)) then
-  return 1
-end
-return 0
+
+return {epoch, table.concat(arrived), layouts}

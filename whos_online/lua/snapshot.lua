@@ -8,8 +8,9 @@
 
   Input:
     KEYS[1..4]  the users, hidden, guests and bots sorted sets
-    KEYS[5]     optional: the day's visitors HyperLogLog
-    KEYS[6]     optional: the peak HASH
+    KEYS[5]     the shard's epoch (see lua/record.lua)
+    KEYS[6]     optional: the day's visitors HyperLogLog
+    KEYS[7]     optional: the peak HASH
     ARGV[1]     the score from which someone counts as online
     ARGV[2]     how many users to list (-1 for all, 0 for none)
     ARGV[3]     how the keys of the users' display HASHes begin
@@ -18,7 +19,8 @@
     {users, hidden, guests, bots,
      the listed users as one flat array (pk, score, name, url, pk, …),
      {peak count, peak time} or {},
-     the day's visitors or 0}
+     the day's visitors or 0,
+     the shard's epoch, or '' when it has none}
 ]]
 
 local min = ARGV[1]
@@ -42,14 +44,15 @@ if limit ~= 0 then
   end
 end
 result[5] = listed
-if #KEYS >= 6 then
-  result[6] = redis.call('HMGET', KEYS[6], 'count', 'at')
+if #KEYS >= 7 then
+  result[6] = redis.call('HMGET', KEYS[7], 'count', 'at')
 else
   result[6] = {}
 end
-if #KEYS >= 5 then
-  result[7] = redis.call('PFCOUNT', KEYS[5])
+if #KEYS >= 6 then
+  result[7] = redis.call('PFCOUNT', KEYS[6])
 else
   result[7] = 0
 end
+result[8] = redis.call('GET', KEYS[5]) or ''
 return result

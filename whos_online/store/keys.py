@@ -42,6 +42,11 @@ def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
     return shard.key(f"visitors:{text}")
 
 
+def epoch_key(shard: keyspace.Shard) -> str:
+    """The random word a shard keeps while its data lasts (see ``whos_online.epochs``)."""
+    return shard.key("epoch")
+
+
 def score(now: float) -> str:
     """A time as the sorted sets hold it: Unix seconds, to the millisecond."""
     return f"{now:.3f}"
@@ -88,8 +93,10 @@ def layouts_seen(client: Client, config: Config) -> list[int]:
 
 
 def layouts_known(client: Client, config: Config) -> list[int]:
-    """Every layout that may hold data: the configured one and those the cleanup has seen."""
-    seen = {int(each) for each in client.smembers(layouts_key(config))}
+    """Every layout that may hold data, the configured one first: the one-shard layout, where
+    every site starts, and those the site's processes (each registers the layout it writes in)
+    and the cleanup have seen."""
+    seen = {int(each) for each in client.smembers(layouts_key(config))} | {1}
     return [config.shards, *sorted(seen - {config.shards})]
 
 

@@ -13,7 +13,6 @@ from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_WHERE,
-    member_shard,
     place,
     score,
     user_key,
@@ -46,19 +45,6 @@ def remove_user(
 #: Seconds a reader who left a page still counts in its room: long enough for the next page of
 #: the same room (a reload) to say they are still there, and no longer.
 LEAVE_GRACE: Final = 5
-
-
-def leave_room_call(config: Config, kind: str, member: str, room: str, *, now: float) -> ScriptCall:
-    """The call that takes a ``kind`` member out of ``room`` within ``LEAVE_GRACE`` seconds, if
-    ``room`` is still theirs (``lua/leave_room.lua``)."""
-    shard = member_shard(config, kind, member)
-    sets = ("users", "hidden") if kind in {"users", "hidden"} else (kind,)
-    edge = score(now - config.window + LEAVE_GRACE)
-    return ScriptCall(
-        lua.LEAVE_ROOM,
-        [shard.key(ROOMS_WHERE)],
-        [room, place(kind, member), member, shard.key(ROOM_PREFIX), *sets, edge],
-    )
 
 
 def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:

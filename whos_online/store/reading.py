@@ -15,12 +15,13 @@ from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_INDEX,
+    epoch_key,
     peak_key,
     room_key,
     score,
     visitors_key,
 )
-from whos_online.store.scripts import ScriptCall, run
+from whos_online.store.scripts import ScriptCall, replies, run
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,9 +36,10 @@ def snapshot_call(
     """One shard's part of a snapshot of the site, or of ``room`` (its four sets only: a room
     has no visitors of the day or peak of its own)."""
     if room:
-        keys = [room_key(shard, room, kind) for kind in KINDS]
+        keys = [*(room_key(shard, room, kind) for kind in KINDS), epoch_key(shard)]
     else:
-        keys = [shard.key(kind) for kind in KINDS] + [visitors_key(shard, identity.utc_day(now))]
+        keys = [*(shard.key(kind) for kind in KINDS), epoch_key(shard)]
+        keys.append(visitors_key(shard, identity.utc_day(now)))
         if shard.is_base:
             keys.append(peak_key(config))
     args: list[str | int | float] = [
@@ -48,10 +50,11 @@ def snapshot_call(
     return ScriptCall(lua.SNAPSHOT, keys, args)
 
 
-def parse_snapshot(raw: Sequence[Any], limit: int | None) -> Snapshot:
-    visible, hidden, guests, bots, rows, peak_fields, visitors = raw
+def parse_snapshot(raw: Sequence[Any], limit: int | None, shard: keyspace.Shard) -> Snapshot:
+    visible, hidden, guests, bots, rows, peak_fields, visitors, epoch = raw
     peak, peak_at = peak_fields if peak_fields else (None, None)
     return Snapshot(
+        epochs={shard.tag: keyspace.text(epoch)},
         visible=int(visible),
         hidden=int(hidden),
         guests=int(guests),
@@ -83,6 +86,7 @@ def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
         peak_at=peak.peak_at,
         visitors=sum(part.visitors for part in parts),
         limit=limit,
+        epochs={tag: epoch for part in parts for tag, epoch in part.epochs.items()},
     )
 
 
@@ -92,18 +96,38 @@ def snapshot(
     """Counts, the newest ``limit`` visible users, the peak and the day's visitors of the whole
     site: one call per shard, in one round trip on one Redis (a second one, for the few shards
     that need it, when the first could not tell the newest names; see ``shard_limit``)."""
+    return snapshot_after(client, config, (), limit=limit, now=now, room=room)[1]
+
+
+def snapshot_after(
+    client: Client,
+    config: Config,
+    before: Sequence[ScriptCall],
+    *,
+    limit: int | None,
+    now: float,
+    room: str = "",
+) -> tuple[list[Any], Snapshot]:
+    """``snapshot``, after the calls ``before`` (a flush of the process's queue) in the same
+    round trip on one Redis: their replies (an error in the place of a call that failed, such as
+    a write refused by a full Redis, which the read may survive), and the snapshot."""
     shards = keyspace.layout(config)
     asked = shard_limit(limit, len(shards))
     calls = [snapshot_call(config, shard, limit=asked, now=now, room=room) for shard in shards]
-    parts = [parse_snapshot(raw, asked) for raw in run(client, calls)]
+    answered = replies(client, [*before, *calls])
+    written, read = answered[: len(before)], answered[len(before) :]
+    for reply in read:
+        if isinstance(reply, Exception):
+            raise reply
+    parts = [parse_snapshot(raw, asked, shard) for raw, shard in zip(read, shards, strict=True)]
     again = unfinished(parts, limit, asked)
     if again:
         more = [
             snapshot_call(config, shards[index], limit=limit, now=now, room=room) for index in again
         ]
         for index, raw in zip(again, run(client, more), strict=True):
-            parts[index] = parse_snapshot(raw, limit)
-    return combine(parts, limit)
+            parts[index] = parse_snapshot(raw, limit, shards[index])
+    return written, combine(parts, limit)
 
 
 def shard_limit(limit: int | None, shards: int) -> int | None:

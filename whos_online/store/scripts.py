@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from whos_online import keyspace
 from whos_online.connection import execute, is_cluster
@@ -32,34 +32,50 @@ class ScriptCall:
 
 
 def run(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
-    """Run ``calls`` and return their replies, in one round trip where the client allows.
+    """Run ``calls`` and return their replies, in one round trip where the client allows; the
+    first error reply is raised.
 
     On one Redis (plain or Sentinel-managed) several calls go out in one pipeline of EVALSHAs;
     scripts the server does not know yet are loaded and the pipeline is sent once more. A cluster
     client runs each call on its own (redis-py refuses EVALSHA in cluster pipelines), following
     MOVED and ASK replies, so a call costs one round trip to the node of its shard.
     """
+    found = replies(client, calls)
+    for reply in found:
+        if isinstance(reply, Exception):
+            raise reply
+    return found
+
+
+def replies(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
+    """``run``, with an error reply (a script's, or a Redis that refuses writes) in the place of
+    its call's reply rather than raised: for a round trip that writes and reads, whose read may
+    succeed where its write was refused. A connection error is raised."""
     if len(calls) == 1 or is_cluster(client):
-        return [_run_one(client, call) for call in calls]
+        return [_reply_of(client, call) for call in calls]
     scripts = [keyspace.script(client, call.source) for call in calls]
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for script, call in zip(scripts, calls, strict=True):
             pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
-        replies = pipe.execute(raise_on_error=False)
+        answered = pipe.execute(raise_on_error=False)
         missing = [
             script
-            for script, reply in zip(scripts, replies, strict=True)
+            for script, reply in zip(scripts, answered, strict=True)
             if isinstance(reply, NoScriptError)
         ]
         if not missing or attempt:
             break
         for script in {script.sha: script for script in missing}.values():
             client.script_load(script.script)
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return list(replies)
+    return list(answered)
+
+
+def _reply_of(client: Client, call: ScriptCall) -> Any:
+    try:
+        return _run_one(client, call)
+    except ResponseError as error:
+        return error
 
 
 def _run_one(client: Client, call: ScriptCall) -> Any:

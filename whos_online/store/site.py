@@ -26,7 +26,7 @@ def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) ->
     fixed = recording_of(config)
     users = snapshot.visible + snapshot.hidden
     keyspace.script(client, lua.SAMPLE)(
-        keys=[fixed.peak, fixed.known],
+        keys=list(fixed.site_keys[:2]),
         args=[
             score(now),
             fixed.counter_prefix,

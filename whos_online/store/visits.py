@@ -1,8 +1,11 @@
-"""Recording a visit: the one call (per shard) that puts a person online, in their room.
+"""Recording visits: the batches of ``lua/record.lua``, one call per shard, that put people
+online, in their rooms.
 
-A recorded visit is the one Redis call on the request path, so this module builds its keys and
-arguments from what it worked out once per Config, shard and kind (``_Recording``), rather than
-anew on every request. The script itself is ``lua/record.lua``.
+A process queues the visits of its requests and writes them in batches (``whos_online.flushing``):
+each shard's entries go in one call, all the calls of one flush in one round trip on one Redis.
+This module turns visits into the entries of those batches, in their shards, and the entries of a
+shard into its call. What every call of a Config sends alike is worked out once and kept
+(``_Recording``), rather than anew on every flush.
 """
 
 from __future__ import annotations
@@ -20,47 +23,64 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_INDEX,
     ROOMS_WHERE,
+    epoch_key,
+    layouts_key,
     member_shard,
     peak_key,
-    place,
     score,
-    user_key,
     visitors_key,
 )
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from whos_online.conf import Config
     from whos_online.connection import Client
     from whos_online.users import UserDetails
 
-
-# The record script's arguments, in ARGV order; ``lua/record.lua`` says what each holds.
-# ``record_calls`` fills them by name and the script reads them into Lua locals of the same names,
-# so that neither side counts positions (a test checks that the two lists agree).
-RECORD_ARGUMENTS: Final = (
-    "member",
-    "score",
-    "visitor",
-    "visitors_expire_at",
-    "seen_ttl",
-    "name",
-    "url",
-    "former",
-    "place",
-    "former_places",
-    "room",
-    "room_prefix",
-    "mode",
-    "sampling",
+#: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
+#: and rooms of its shard, a page's reader leaving its room.
+VISIT: Final = "v"
+LEAVE: Final = "l"
+LEAVE_ROOM: Final = "r"
+#: The arguments of a batch before its entries, and of each entry, in the order
+#: ``lua/record.lua`` reads them (its header says what each holds; a test checks the two agree).
+HEADER_ARGUMENTS: Final = (
+    "now",
     "online_since",
+    "seen_ttl",
+    "user_prefix",
+    "room_prefix",
+    "sampling",
     "counter_prefix",
     "precisions",
     "may_stop",
     "second",
+    "epoch",
+    "layout",
+    "visitors_ttl",
+    "count",
 )
+ENTRY_ARGUMENTS: Final = (
+    "op",
+    "kind",
+    "member",
+    "score",
+    "visitor",
+    "hll",
+    "day_end",
+    "name",
+    "url",
+    "former",
+    "room",
+    "mode",
+)
+ENTRY_FIELDS: Final = len(ENTRY_ARGUMENTS)
+#: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
+#: (sent after an outage) does not stall Redis for its other clients. A shard's entries beyond it
+#: go in further calls of the same round trip.
+MAX_ENTRIES_PER_CALL: Final = 500
 
 
 @dataclass(frozen=True)
@@ -85,60 +105,254 @@ class Visit:
     #: How the visit places the visitor (``rooms.GO``, ``KEEP`` or ``STAY``).
     room_mode: str = "go"
 
+    @property
+    def joined(self) -> str:
+        """The set the visitor joins: a user's depends on whether they are hidden."""
+        if self.user is None:
+            return self.kind
+        return "hidden" if self.user.hidden else "users"
 
-#: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
-#: member both anonymous sets.
-_FORMER_SETS: Final = {
-    "users": ("guests", "bots"),
-    "hidden": ("guests", "bots"),
-    "guests": ("users", "hidden"),
-    "bots": ("users", "hidden"),
-}
+    @property
+    def person(self) -> str:
+        """Who the visit is of, the same whichever set a user is in (``u:<pk>``)."""
+        return person(self.kind, self.member)
+
+
+def person(kind: str, member: str) -> str:
+    """A person as the queue and the process's memory name them: users by pk, hidden or not."""
+    return f"u:{member}" if kind in {"users", "hidden"} else f"{kind}:{member}"
 
 
 @dataclass(frozen=True)
-class _ShardLayout:
-    """The keys and arguments that every visit of one kind to one shard sends alike."""
+class Entry:
+    """One entry of a shard's batch: its shard, the day of its visitors HyperLogLog (None for
+    none), its arguments but for that HyperLogLog's index in the call's keys, and for a visit,
+    when it was made (0 for the other entries)."""
 
-    joined: str
-    #: For a user, the user set they are not in ("hidden" for one who is not hidden).
-    other_user_set: str
-    rooms: tuple[str, str]
+    shard: keyspace.Shard
+    day: int | None
+    fields: tuple[str, ...]
+    at: float = 0.0
+
+    def arguments(self, hll_index: int) -> tuple[str, ...]:
+        fields = list(self.fields)
+        fields[_HLL] = str(hll_index)
+        return tuple(fields)
+
+
+_HLL: Final = ENTRY_ARGUMENTS.index("hll")
+
+
+def _entry(**named: str) -> tuple[str, ...]:
+    """An entry's arguments in ``ENTRY_ARGUMENTS`` order ("" for those not named)."""
+    return tuple(named.get(name, "") for name in ENTRY_ARGUMENTS)
+
+
+#: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
+#: member both anonymous sets; by the kind of the visitor.
+_FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users", "bots": "users"}
+
+
+def entries_of(config: Config, visit: Visit) -> list[Entry]:
+    """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
+    shard, for a former identity that lives in another."""
+    kind, user = visit.joined, visit.user
+    shard = member_shard(config, kind, visit.member)
+    day = int(visit.now // 86400) if visit.visitor else None
+    former = visit.former
+    entries = []
+    if former:
+        former_kind = _FORMER_KIND[kind]
+        former_shard = member_shard(config, former_kind, former)
+        if former_shard != shard:
+            entries.append(_leaving(former_shard, former_kind, former))
+            former = ""
+    fields = _entry(
+        op=VISIT,
+        kind=kind,
+        member=visit.member,
+        score=score(visit.now),
+        visitor=visit.visitor,
+        hll="0",
+        day_end=str(((day or 0) + 1) * 86400),
+        name="" if user is None else user.name,
+        url="" if user is None else user.url,
+        former=former,
+        room=visit.room,
+        mode=visit.room_mode,
+    )
+    entries.append(Entry(shard, day, fields, visit.now))
+    return entries
+
+
+def _leaving(shard: keyspace.Shard, kind: str, member: str) -> Entry:
+    return Entry(shard, None, _entry(op=LEAVE, kind=kind, member=member, score="0", hll="0"))
+
+
+def leave_room_entry(config: Config, kind: str, member: str, room: str, *, until: float) -> Entry:
+    """The entry that keeps a ``kind`` member in ``room`` no later than ``until``, if the room is
+    still theirs: a page's reader leaving it."""
+    shard = member_shard(config, kind, member)
+    fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(until), hll="0", room=room)
+    return Entry(shard, None, fields)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a batch's call answers: the shard's epoch, whether each entry's visitor was not
+    online until then ('1') or was ('0'), and on the base shard how many layouts are recorded
+    (a site that changed ``SHARDS``)."""
+
+    epoch: str
+    arrived: str
+    layouts: int
+
+
+def parse_reply(raw: Sequence[Any]) -> Reply:
+    epoch, arrived, layouts = raw
+    return Reply(keyspace.text(epoch), keyspace.text(arrived), int(layouts))
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What only the shard whose slot holds the site-wide keys receives in a flush: the layout
+    to register ('' for none), and the page hits riding along, as the ``batch`` (process token,
+    number) they were taken as (see ``hits``)."""
+
+    layout: str = ""
+    hits: Mapping[tuple[str, int], int] | None = None
+    batch: tuple[str, int] | None = None
+
+
+def batch_calls(
+    config: Config,
+    shard: keyspace.Shard,
+    entries: Sequence[Entry],
+    *,
+    now: float,
+    epoch: str,
+    extras: Extras | None = None,
+) -> list[ScriptCall]:
+    """The calls that write ``entries`` in ``shard``: one, unless there are more than
+    ``MAX_ENTRIES_PER_CALL``; ``extras`` go with the first, on the base shard only. ``now`` is
+    the time of the flush; the counts are sampled as of the latest visit's."""
+    now = max((entry.at for entry in entries), default=0.0) or now
+    chunks = [
+        entries[start : start + MAX_ENTRIES_PER_CALL]
+        for start in range(0, len(entries), MAX_ENTRIES_PER_CALL)
+    ] or [[]]
+    calls = []
+    for index, chunk in enumerate(chunks):
+        first = extras if index == 0 and shard.is_base else None
+        calls.append(_call(config, shard, chunk, now=now, epoch=epoch, extras=first))
+    return calls
+
+
+def _call(
+    config: Config,
+    shard: keyspace.Shard,
+    entries: Sequence[Entry],
+    *,
+    now: float,
+    epoch: str,
+    extras: Extras | None,
+) -> ScriptCall:
+    fixed = recording_of(config)
+    shard_keys = fixed.of(shard)
+    keys = list(shard_keys.keys)
+    hll_index: dict[int, int] = {}
+    for entry in entries:
+        if entry.day is not None and entry.day not in hll_index:
+            keys.append(_day_visitors_key(shard, entry.day))
+            hll_index[entry.day] = len(keys)
+    sampling = "0"
+    if shard.is_base and fixed.samples and entries:
+        sampling = _sampling.flag(int(now))
+    header: dict[str, str | int | float] = {
+        "now": score(now),
+        "online_since": score(now - config.window),
+        "seen_ttl": fixed.last_seen,
+        "user_prefix": shard_keys.user_prefix,
+        "room_prefix": shard_keys.room_prefix,
+        "sampling": sampling,
+        "counter_prefix": fixed.counter_prefix,
+        "precisions": fixed.precisions,
+        "may_stop": fixed.may_stop,
+        "second": int(now),
+        "epoch": epoch,
+        "layout": (extras.layout if extras is not None else "") or "0" if shard.is_base else "",
+        # A day's HyperLogLog lives LAST_SEEN_DAYS after its day ends.
+        "visitors_ttl": fixed.last_seen,
+        "count": len(entries),
+    }
+    args = [header[name] for name in HEADER_ARGUMENTS]
+    for entry in entries:
+        args += entry.arguments(hll_index.get(entry.day, 0) if entry.day is not None else 0)
+    if shard.is_base:
+        hits = extras.hits if extras is not None else None
+        batch = extras.batch if extras is not None else None
+        args += [*counters.batch_args(config, batch), *counters.increment_args(hits or {})]
+    return ScriptCall(lua.RECORD, keys, args)
+
+
+def record(
+    client: Client, config: Config, visits: Sequence[Visit], *, epoch: str = "-"
+) -> list[Reply]:
+    """Write ``visits`` at once, each shard's in one call, all in one round trip on one Redis:
+    for the benchmarks and for tools that record visits without a process's queue. ``epoch`` is
+    what a shard with none takes."""
+    groups: dict[str, tuple[keyspace.Shard, list[Entry]]] = {}
+    for visit in visits:
+        for entry in entries_of(config, visit):
+            groups.setdefault(entry.shard.tag, (entry.shard, []))[1].append(entry)
+    now = max((visit.now for visit in visits), default=0.0)
+    calls = [
+        call
+        for shard, entries in groups.values()
+        for call in batch_calls(config, shard, entries, now=now, epoch=epoch)
+    ]
+    return [parse_reply(raw) for raw in run(client, calls)]
+
+
+@dataclass(frozen=True)
+class _ShardKeys:
+    """The keys and prefixes every batch of one shard sends alike."""
+
+    keys: tuple[str, ...]
+    user_prefix: str
     room_prefix: str
-    #: What the visitor's field in the HASH of who is in which room begins with (see ``place``).
-    place_prefix: str
-    #: With one shard, the keys that sampling the counts reads and writes.
-    counts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class _Recording:
-    """What every recorded visit under one Config sends alike, and, per shard and kind, the keys
-    and arguments its visits share: worked out once and kept, rather than made again on every
-    recorded request."""
+    """What every batch under one Config sends alike, and per shard its keys, worked out once
+    and kept rather than made again on every flush."""
 
-    peak: str
-    known: str
     counter_prefix: str
     precisions: str
     may_stop: str
     last_seen: int
-    #: Whether a visit samples the online counts itself: only when one shard holds everybody.
+    #: Whether a batch samples the online counts itself: only when one shard holds everybody.
     samples: bool
-    _layouts: dict[tuple[int, str], _ShardLayout] = field(default_factory=dict, compare=False)
+    #: The site-wide keys that the base shard's batches declare after the shard's own: the peak,
+    #: the known counters and the layouts seen.
+    site_keys: tuple[str, str, str]
+    #: By shard tag (a layout of another SHARDS, being erased, has tags of its own).
+    _shards: dict[str, _ShardKeys] = field(default_factory=dict, compare=False)
 
-    def layout(self, shard: keyspace.Shard, kind: str) -> _ShardLayout:
-        found = self._layouts.get((shard.index, kind))
+    def of(self, shard: keyspace.Shard) -> _ShardKeys:
+        found = self._shards.get(shard.tag)
         if found is None:
-            found = self._layouts[shard.index, kind] = _ShardLayout(
-                joined=shard.key(kind),
-                other_user_set=shard.key("hidden" if kind == "users" else "users"),
-                rooms=(shard.key(ROOMS_WHERE), shard.key(ROOMS_INDEX)),
+            keys = (
+                *(shard.key(kind) for kind in KINDS),
+                shard.key(ROOMS_WHERE),
+                shard.key(ROOMS_INDEX),
+                epoch_key(shard),
+            )
+            found = self._shards[shard.tag] = _ShardKeys(
+                keys=keys + self.site_keys if shard.is_base else keys,
+                user_prefix=shard.key("user:"),
                 room_prefix=shard.key(ROOM_PREFIX),
-                place_prefix=place(kind, ""),
-                counts=(*(shard.key(name) for name in KINDS), self.peak, self.known)
-                if self.samples
-                else (),
             )
         return found
 
@@ -146,13 +360,12 @@ class _Recording:
 def _recording(config: Config) -> _Recording:
     precisions = config.counter_precisions
     return _Recording(
-        peak=peak_key(config),
-        known=counters.known_key(config),
         counter_prefix=counters.counter_prefix(config),
         precisions=counters.precisions_arg(precisions),
         may_stop="".join("1" if flag else "0" for flag in _may_stop(precisions)),
         last_seen=config.last_seen_days * 86400,
         samples=config.shards == 1,
+        site_keys=(peak_key(config), counters.known_key(config), layouts_key(config)),
     )
 
 
@@ -164,97 +377,10 @@ def _day_visitors_key(shard: keyspace.Shard, day_number: int) -> str:
     return visitors_key(shard, identity.utc_day(day_number * 86400))
 
 
-def _former_places(kind: str, former: str) -> str:
-    """The fields of the identity a visitor leaves: a guest's or bot's, or a user's."""
-    return ",".join(dict.fromkeys(place(name, former) for name in _FORMER_SETS[kind]))
-
-
-def record_calls(
-    config: Config,
-    visit: Visit,
-    *,
-    hits: Mapping[tuple[str, int], int] | None = None,
-    batch: tuple[str, int] | None = None,
-) -> list[ScriptCall]:
-    """The calls that record ``visit``: one, to the visitor's shard, unless the visitor's former
-    identity lives in another shard.
-
-    ``hits`` ride along only when the visit samples (one shard), as the ``batch`` (process token,
-    number) they were taken as (see ``hits``); the caller keeps them otherwise.
-    """
-    user, member, now = visit.user, visit.member, visit.now
-    kind = visit.kind if user is None else ("hidden" if user.hidden else "users")
-    fixed = recording_of(config)
-    shard = member_shard(config, kind, member)
-    layout = fixed.layout(shard, kind)
-    day_number = int(now // 86400)
-    keys = [layout.joined]
-    if visit.visitor:
-        keys.append(_day_visitors_key(shard, day_number))
-    if user is not None:
-        keys += (layout.other_user_set, user_key(shard, member))
-    former = former_places = ""
-    calls = []
-    if visit.former:
-        former_sets = _FORMER_SETS[kind]
-        former_shard = member_shard(config, former_sets[0], visit.former)
-        former_keys = [former_shard.key(name) for name in former_sets]
-        places = _former_places(kind, visit.former)
-        if former_shard == shard:
-            keys += former_keys
-            former, former_places = visit.former, places
-        else:
-            calls.append(
-                ScriptCall(
-                    lua.LEAVE,
-                    [*former_keys, former_shard.key(ROOMS_WHERE)],
-                    [visit.former, former_shard.key(ROOM_PREFIX), places],
-                )
-            )
-    keys += layout.rooms
-    arguments: dict[str, str | int | float] = {
-        "member": member,
-        "score": score(now),
-        "visitor": visit.visitor,
-        # The day's HyperLogLog lives LAST_SEEN_DAYS after the day ends.
-        "visitors_expire_at": (day_number + 1) * 86400 + fixed.last_seen,
-        "seen_ttl": "" if user is None else fixed.last_seen,
-        "name": "" if user is None else user.name,
-        "url": "" if user is None else user.url,
-        "former": former,
-        "place": layout.place_prefix + member,
-        "former_places": former_places,
-        "room": visit.room,
-        "room_prefix": layout.room_prefix,
-        "mode": visit.room_mode,
-        "sampling": "0",
-    }
-    extra: list[str | int | float] = []
-    if fixed.samples:
-        keys += layout.counts
-        arguments.update(
-            sampling=_sampling.flag(int(now)),
-            online_since=score(now - config.window),
-            counter_prefix=fixed.counter_prefix,
-            precisions=fixed.precisions,
-            may_stop=fixed.may_stop,
-            second=int(now),
-        )
-        extra = [*counters.batch_args(config, batch), *counters.increment_args(hits or {})]
-    # Those after ``sampling`` are left out when it is '0'; a name missing before them fails here.
-    args = [arguments[name] for name in RECORD_ARGUMENTS[: len(arguments)]]
-    return [ScriptCall(lua.RECORD, keys, args + extra), *calls]
-
-
-def record(client: Client, config: Config, visit: Visit) -> Any:
-    """Record one visit (see ``record_calls``); returns 1 if the visitor was not online until
-    now, else 0."""
-    return run(client, record_calls(config, visit))[0]
-
-
 class _SamplingSeconds:
-    """Which second this process last sampled the counts in, so that its first visit of each
-    second samples them whoever the visitor is ('1'), and the others only for someone new ('?').
+    """Which second this process last sampled the counts in, so that its first batch of each
+    second samples them whoever the visitors are ('1'), and the others only for someone new
+    ('?').
 
     Two threads may both take the same second as their first: they sample twice, which is
     harmless (each slice keeps the largest count).

@@ -1,0 +1,123 @@
+"""Noticing a Redis that lost its data: each shard keeps a random word, its *epoch*, while its data
+lasts.
+
+A throttle cookie (and the process's memory of the visitors it recorded) says "recorded, no need
+to write again for THROTTLE seconds". After a Redis restarts without its data, or a ``FLUSHDB``
+(``cache.clear()`` on a shared database), that is no longer true, and without a way to tell, the
+people online would stay missing until their cookies ran out.
+
+So the first batch written to a shard that has no epoch sets one (``lua/record.lua``), every
+batch and every read tells the process the shard's epoch, and the cookie carries the epoch of its
+visitor's shard as it was when they were recorded. A cookie whose epoch the process knows to be
+gone no longer spares a write: the visitor is recorded again on their next page, and a Redis that
+came back empty is filled again as people browse. The process's memory of recent visitors is
+dropped whenever an epoch it knew changes.
+
+Until a process knows the epoch of every shard (it learns them with its first read of the site, or
+its first batches), it takes every cookie at its word. A cookie handed out meanwhile carries no
+epoch; once the process knows them all, such a cookie no longer spares a write either, so that
+its visitor is written once more and handed a cookie that does carry one (a cookie from a release
+before epochs existed costs the same single write).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import TYPE_CHECKING, Final
+
+from django.dispatch import receiver
+
+from whos_online import breakers, keyspace
+from whos_online.conf import config_changed
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from whos_online.conf import Config
+
+#: Bytes of randomness in an epoch: its text is 6 characters.
+EPOCH_BYTES: Final = 4
+
+
+def new_epoch() -> str:
+    """A candidate epoch: the word a shard that has none takes."""
+    return secrets.token_urlsafe(EPOCH_BYTES)
+
+
+class Epochs:
+    """The epoch this process last heard of, per shard (by hash tag)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[str, str] = {}
+        #: How many times a known epoch changed: part of the memory's generation.
+        self.changes = 0
+
+    def learn(self, tag: str, epoch: str) -> None:
+        """Note ``epoch`` as the shard ``tag``'s ("" when it has none, as after a restart)."""
+        if self._known.get(tag) == epoch:
+            return
+        with self._lock:
+            previous = self._known.get(tag)
+            self._known[tag] = epoch
+            if previous is not None and previous != epoch:
+                self.changes += 1
+
+    def learn_all(self, epochs: Mapping[str, str]) -> None:
+        for tag, epoch in epochs.items():
+            self.learn(tag, epoch)
+
+    def of(self, shard: keyspace.Shard) -> str:
+        """The epoch of ``shard`` as far as this process knows ("" if it does not)."""
+        return self._known.get(shard.tag, "")
+
+    def gone(self, epoch: str, config: Config) -> bool:
+        """Whether Redis is known to have lost what a cookie carrying ``epoch`` speaks of: this
+        process knows the epoch of every shard of the configured layout, and ``epoch`` is none
+        of them (for a cookie without one: a shard has none, as after a restart)."""
+        current = self._current(config)
+        if current is None:
+            return False
+        return epoch not in current if epoch else "" in current
+
+    def outdated(self, epoch: str, config: Config) -> bool:
+        """Whether a cookie carrying ``epoch`` should no longer spare a write: gone, or issued
+        without an epoch (by a process that did not know it yet, or before epochs existed)
+        where every shard has one now. Its visitor is written once more and handed a cookie
+        that carries their shard's epoch, so that a later loss is noticed for them too."""
+        current = self._current(config)
+        if current is None:
+            return False
+        return epoch not in current or epoch == ""
+
+    def _current(self, config: Config) -> set[str] | None:
+        """The epochs of the configured layout's shards, or None while one is not known."""
+        known = self._known
+        current = set()
+        for shard in keyspace.layout(config):
+            found = known.get(shard.tag)
+            if found is None:
+                return None
+            current.add(found)
+        return current
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+            self.changes = 0
+
+
+epochs: Final = Epochs()
+
+
+def generation() -> int:
+    """A number that changes whenever what this process stored may have been lost: a Redis call
+    failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
+    current generation only (``throttle.RecentIdentities``)."""
+    return breakers.failures() + epochs.changes
+
+
+@receiver(config_changed, dispatch_uid="whos_online.epochs.reset")
+def reset(**kwargs: object) -> None:
+    epochs.clear()
