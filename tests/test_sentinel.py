@@ -169,6 +169,35 @@ def test_a_refused_write_asks_the_sentinel_and_goes_to_the_new_master(
     assert former is not promoted
 
 
+def test_visits_queued_across_a_failover_are_written_to_the_new_master(
+    on_sentinel, settings, breaker_clock, monkeypatch, db
+):
+    """Visits wait in the queue while Sentinel promotes the replica; the next flush finds the
+    new master and writes them all there, in one batch."""
+    from django.test import Client
+
+    from whos_online import flushing
+
+    configure(settings, FLUSH_INTERVAL=10)
+    monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: None)  # no thread
+    addresses = [f"198.51.100.{number}" for number in range(1, 6)]
+    for address in addresses[:2]:
+        assert Client(REMOTE_ADDR=address).get("/plain/").status_code == 200
+    assert whos_online.flush() is True  # a pooled connection to the master
+    for address in addresses[2:]:
+        assert Client(REMOTE_ADDR=address).get("/plain/").status_code == 200
+    assert stored_guests(on_sentinel.current_master()) == 2  # three still queued
+    former = on_sentinel.current_master()
+    on_sentinel.failover()
+    promoted = on_sentinel.current_master()
+    breaker_clock.advance(connection.MASTER_CHECK_INTERVAL)
+
+    assert whos_online.flush() is True
+
+    assert promoted is not former
+    assert stored_guests(promoted) == len(addresses)
+
+
 def manager() -> FollowingSentinel:
     pool = sentinel_pool()
     assert isinstance(pool.sentinel_manager, FollowingSentinel)
