@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from bench import stats
+from bench.report import targets_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -168,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(section.markdown() + "\n")
     targets = [target for section in sections for target in section.targets]
     if targets:
-        rows = [[t.goal, t.measured, "met" if t.met else "**not met**"] for t in targets]
-        print("#### Targets\n")
-        print(stats.table(["target", "measured", ""], rows) + "\n")
+        print(targets_table(targets))
     print(f"The whole run took {time.monotonic() - started:.0f} s.")
     return 0
 
