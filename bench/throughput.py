@@ -169,6 +169,9 @@ class ThrottleCookies:
                 raise RuntimeError("the throttled site handed out no throttle cookie")
             found.append({throttle.COOKIE_NAME: cookie})
         self.fetched[key] = (started, found)
+        # The site's flusher writes the visits that handed them out within FLUSH_INTERVAL:
+        # before the cell that sends them, which must find its Redis idle.
+        time.sleep(2 * defaults.DEFAULTS["FLUSH_INTERVAL"])
         return found
 
 
