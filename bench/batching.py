@@ -44,6 +44,7 @@ import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from unittest import mock
@@ -116,6 +117,11 @@ class Batches:
     rooms: dict[str, list[capacity.Pair]] = field(default_factory=dict)
     naive: list[capacity.Pair] = field(default_factory=list)
     read: list[capacity.Pair] = field(default_factory=list)
+    #: The commands the script ran in the calls of ``TARGET_BATCH``, by repetition: per visit,
+    #: (calls, µs), from ``INFO commandstats``.
+    commands: defaultdict[str, list[tuple[float, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 def zadd_usage(node: capacity.Watched, before: float) -> capacity.Usage:
@@ -145,6 +151,13 @@ def measure_batches(
         usages, count = capacity.in_batches(
             [node], client, config, people, size=size, turn=next(turns)
         )
+        if size == TARGET_BATCH and people is who:
+            # The commands the script ran, counted since the phase began (``measure`` resets).
+            for name, counted in node.client.info("commandstats").items():
+                command = name.removeprefix("cmdstat_")
+                if command not in {"evalsha", "config", "info"}:
+                    calls, us = int(counted["calls"]), float(counted["usec"])
+                    found.commands[command].append((calls / count, us / count))
         return capacity.per_visit(usages, count)
 
     def zadds() -> capacity.Pair:
@@ -443,6 +456,23 @@ def batch_table(batches: Batches) -> str:
     )
 
 
+def command_table(batches: Batches) -> str:
+    """What the script runs per visit in calls of ``TARGET_BATCH``, and what it spends on it."""
+    script = capacity.medians(batches.sizes[TARGET_BATCH])[0]
+    rows = []
+    spent = 0.0
+    for command, found in sorted(
+        batches.commands.items(), key=lambda item: -statistics.median(us for _, us in item[1])
+    ):
+        calls = statistics.median(calls for calls, _ in found)
+        us = statistics.median(us for _, us in found)
+        spent += us
+        rows.append([command.upper(), f"{calls:.2f}", f"{us:.2f}", f"{100 * us / script:.0f} %"])
+    rest = script - spent
+    rows.append(["the Lua around them", "", f"{rest:.2f}", f"{100 * rest / script:.0f} %"])
+    return stats.table(["command", "per visit", "µs per visit", "of the script's µs"], rows)
+
+
 def flush_table(cells: Sequence[Cell], idle_us: float) -> str:
     baseline = {cell.rate: cell for cell in cells if cell.interval == 0}
     rows = []
@@ -532,6 +562,10 @@ def report(
             f"page with the tag every {model.page_every:g} s, {model.processes} web processes, "
             f"SNAPSHOT_MAX_AGE {model.max_age:g} s) at this cost per visit and the read's.",
             batch_table(batches),
+            f"The commands the script ran in the calls of {TARGET_BATCH} (`INFO commandstats`, "
+            "which times the commands a script runs too), medians of the repetitions: the rest "
+            "of the script's time is the Lua itself, reading each entry and calling Redis.",
+            command_table(batches),
             f"The process's own queue and flusher: visits arriving at random at the rate "
             f"given, {flush_repeats} repetitions of each cell, in turns (cells of "
             f"{CELL_VISITS} visits at least). Redis CPU per visit less the idle server's "
