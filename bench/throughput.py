@@ -169,10 +169,23 @@ class ThrottleCookies:
                 raise RuntimeError("the throttled site handed out no throttle cookie")
             found.append({throttle.COOKIE_NAME: cookie})
         self.fetched[key] = (started, found)
-        # The site's flusher writes the visits that handed them out within FLUSH_INTERVAL:
-        # before the cell that sends them, which must find its Redis idle.
-        time.sleep(2 * defaults.DEFAULTS["FLUSH_INTERVAL"])
+        settle(site)
         return found
+
+
+def settle(site: Site, longest: float = 10.0) -> None:
+    """Wait for the site's Redis to fall idle: its flushers write the visits that handed out
+    the cookies up to FLUSH_INTERVAL later (longer on a busy machine), and the cell that sends
+    the cookies must find no command but its own."""
+    pause = 2 * defaults.DEFAULTS["FLUSH_INTERVAL"]
+    deadline = time.monotonic() + longest
+    count = site.commands()
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        now = site.commands()
+        if now == count + 1:  # the INFO that asked, and nothing else
+            return
+        count = now
 
 
 def unavailable(variant: Variant, env: dict[str, str]) -> str | None:
