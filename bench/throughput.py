@@ -47,6 +47,8 @@ USERS: Final = 20
 BROWSER: Final = "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0"
 #: Seconds of load per cell before the measured repetitions, to warm every worker.
 WARM_UP: Final = 1
+#: Seconds a set of throttle cookies must still be good for when a cell takes them.
+COOKIE_MARGIN: Final = 15
 #: The target of a recorded request (``THROTTLE`` 0): this many times the naive ZADD's req/s.
 RECORDED_VS_NAIVE: Final = 1.1
 
@@ -148,27 +150,32 @@ class Measured:
 
 
 class ThrottleCookies:
-    """The throttle cookie of every client of the throttled site, fetched again when half
-    expired, so that each is valid all through the cell that sends it."""
+    """The throttle cookie of every client of the throttled site, fetched again before the
+    first of them runs out, so that each is valid all through the cell that sends it."""
 
     def __init__(self, browsers: dict[str, list[Browser]]) -> None:
         self.browsers = browsers
+        #: By (variant, identity): when the first of the cookies runs out (Unix time), and them.
         self.fetched: dict[tuple[str, str], tuple[float, list[dict[str, str]]]] = {}
 
     def get(self, site: Site, identity: str) -> list[dict[str, str]]:
         key = (site.variant.name, identity)
-        at, found = self.fetched.get(key, (0.0, []))
-        # The throttled variant keeps THROTTLE at its default.
-        if time.monotonic() - at < defaults.DEFAULTS["THROTTLE"] / 2:
+        expiry, found = self.fetched.get(key, (0.0, []))
+        if time.time() + COOKIE_MARGIN < expiry:
             return found
-        started = time.monotonic()
+        # Fetched again before they run out, the cookies would come back unchanged: each
+        # process remembers the visits it recorded, and a cookie it hands out for one runs out
+        # THROTTLE after that visit. Once they have run out, the visits are recorded anew.
+        time.sleep(max(expiry - time.time() + 0.5, 0.0))
         found = []
         for browser in self.browsers[identity]:
             cookie = visit(site.port, "/", browser.headers()).get(throttle.COOKIE_NAME)
             if cookie is None:
                 raise RuntimeError("the throttled site handed out no throttle cookie")
             found.append({throttle.COOKIE_NAME: cookie})
-        self.fetched[key] = (started, found)
+        # A cookie begins with the Unix time at which it stops sparing a write (EXPIRY.MAC…).
+        expiry = min(int(cookie[throttle.COOKIE_NAME].partition(".")[0]) for cookie in found)
+        self.fetched[key] = (expiry, found)
         settle(site)
         return found
 
