@@ -6,7 +6,12 @@ options).
 Capacity is a matter of Redis CPU, so it is measured on the server, not at the client: a fresh
 redis-server holds ``--people`` members online (a fifth of them users), then records visits of
 people already online (the common case: each is recorded again every ``THROTTLE``) and reads
-snapshots of 50 names, as the template tag does. Per call it takes
+snapshots of 50 names, as the template tag does. Visits go as a process's flush sends them,
+``--batch`` per script call (20 by default: what each of 100 processes sends a shard at 10
+million people online on 4 shards; see ``bench.batching`` for other sizes). Users come with
+their display data; of every four people, two are in no room, one stays in their room (of
+1 000) and one moves to another room on each visit. Each was recorded once before, so that they
+are in their room and have their display HASH. Per visit, and per read, it takes
 
 * the time of the Lua scripts, from ``INFO commandstats`` (``cmdstat_evalsha``, reset with
   ``CONFIG RESETSTAT`` before each phase): what Redis spends on whos_online's work itself;
@@ -26,11 +31,15 @@ of the recording) for a share (2 + 1) / page-every of them. Reads are processes 
 share of the arrivals, per second.
 
 The cluster part starts three masters (tests/topologies.py) with ``SHARDS = 6``, records visits of
-people spread over the shards through the API, and reads each master's ``INFO commandstats``: the
+people spread over the shards, ``--batch`` × 6 at once (so that each shard's call carries about
+``--batch``), and reads each master's ``INFO commandstats``: the
 share of the work each master takes shows whether the shards spread it evenly. On a machine with
 two cores the three masters compete for the CPU, so the cluster's speed is not measured; its
-capacity follows from each master's share of the per-call costs. Every snapshot read asks every
-shard, so each master pays for every read whatever the number of masters.
+capacity follows from each master's share of the costs. They take turns with the client on the
+cores, so that each master idles between its calls, and finds its caches cold: the first master
+is also given visits of its own two shards only, back to back, as a busy master takes them,
+which the path to 10 million people online is worked out with too. Every snapshot read asks
+every shard, so each master pays for every read whatever the number of masters.
 
 Each phase is repeated (``--repeats``), in turns; tables give the median and the range.
 """
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import itertools
 import math
 import os
 import platform
@@ -54,6 +64,7 @@ import django
 import redis
 
 from bench import servers, sorted_sets, stats
+from bench.report import Target, targets_table
 
 # whos_online is imported inside the functions: its modules read Django's settings, which are
 # set up in main(), as ``python -m bench`` does.
@@ -62,21 +73,27 @@ if TYPE_CHECKING:
 
     from whos_online.conf import Config
     from whos_online.connection import Client
+    from whos_online.store.visits import Visit
 
 #: Every this many people online is a user; the others are guests.
 USER_EVERY: Final = 5
+#: Rooms the visits' people are in (see ``people_of``).
+ROOMS: Final = 1000
 #: Names a snapshot read asks for: the template tag's default ``DISPLAY_LIMIT``.
 NAMES: Final = 50
 #: Shards on the cluster: two per master.
 CLUSTER_SHARDS: Final = 6
 MASTERS: Final = 3
-#: The goal of the last line.
+#: The goal of the last line, and the masters it should take at most; people online one Redis
+#: process should hold.
 TARGET_PEOPLE: Final = 10_000_000
+TARGET_MASTERS: Final = 2
+TARGET_PER_REDIS: Final = 6_000_000
 #: µs of CPU one Redis process has in a second.
 BUDGET_US: Final = 1e6
 FIRST_ADDRESS: Final = int(ipaddress.IPv4Address("10.0.0.0"))
 
-#: µs per call: (Lua time from INFO commandstats, CPU of the redis-server process).
+#: µs per visit or read: (Lua time from INFO commandstats, CPU of the redis-server process).
 Pair: TypeAlias = tuple[float, float]
 
 
@@ -157,43 +174,75 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
         sorted_sets.fill(client_of(key), key, members.items())
 
 
-def record_user(client: Client, config: Config, n: int) -> None:
-    """Record user ``n`` with display data, as ``record_user`` does (one EVALSHA)."""
-    from whos_online import identity, store, users
+@dataclass(frozen=True)
+class Person:
+    """One person online whose visits a benchmark records."""
+
+    number: int
+    user: bool
+    #: The member of their set: a user's pk, a guest's pseudonym of the day.
+    member: str
+    #: In a room: 'stay' (the same topic each time), 'move' (another each time), or "" (none).
+    rooms: str
+
+
+def people_of(config: Config, numbers: Sequence[int]) -> list[Person]:
+    """The people online ``numbers``; of every four, two are in no room, one stays in a room
+    and one moves to another room on each visit."""
+    from whos_online import identity
 
     now = time.time()
-    pk = str(n)
-    details = users.UserDetails(pk=pk, hidden=False, name=f"Member {n}", url=f"/members/{n}/")
-    visitor = identity.visitor_id(f"u:{pk}", now)
-    visit = store.visits.Visit(kind="users", member=pk, now=now, user=details, visitor=visitor)
-    store.visits.record(client, config, [visit])
+    found = []
+    for index, number in enumerate(numbers):
+        user = is_user(number)
+        member = str(number) if user else identity.guest_id(address(number), config, now)
+        found.append(Person(number, user, member, ("", "stay", "", "move")[index % 4]))
+    return found
 
 
-def record_guest(client: Client, config: Config, n: int) -> None:
-    """Record the guest at ``address(n)``, as ``record_guest`` does (one EVALSHA)."""
-    from whos_online import identity, store
+def visit_of(person: Person, now: float, turn: int) -> Visit:
+    """``person``'s visit at ``now``, as the request path makes it (a user with their display
+    data); ``turn`` counts their visits, so that a mover changes room on each."""
+    from whos_online import recording, users
 
-    now = time.time()
-    member = identity.guest_id(address(n), config, now)
-    visitor = identity.visitor_id(f"g:{member}", now)
-    visit = store.visits.Visit(kind="guests", member=member, now=now, visitor=visitor)
-    store.visits.record(client, config, [visit])
+    room = ""
+    if person.rooms:
+        topic = person.number + (turn if person.rooms == "move" else 0)
+        room = f"topic:{topic % ROOMS}"
+    if person.user:
+        details = users.UserDetails(
+            pk=person.member,
+            hidden=False,
+            name=f"Member {person.number}",
+            url=f"/members/{person.number}/",
+        )
+        return recording.user_visit(details, now, room=room)
+    return recording.member_visit("guests", person.member, now, room=room)
 
 
-def record_guest_by_api(n: int) -> None:
-    """Record the guest at ``address(n)`` through the public API, which fails open: a visit it
-    could not write would make the figures wrong, so it stops the run instead."""
-    import whos_online
+def in_calls(
+    client: Client, config: Config, who: Sequence[Person], size: int, turn: int
+) -> Callable[[int], int]:
+    """An action for ``measure``: its ``index``-th call records the ``index``-th ``size``
+    people of ``who`` at once, as a flush does (a call per shard, in one round trip where the
+    client allows), and returns the calls it made."""
+    from whos_online import store
+    from whos_online.defaults import DEFAULTS
 
-    if not whos_online.record_guest(address(n), now=time.time()):
-        raise RuntimeError(f"record_guest({address(n)!r}) could not write to Redis")
+    interval = DEFAULTS["FLUSH_INTERVAL"]
 
+    def write(index: int) -> int:
+        now = time.time()
+        batch = who[index * size : (index + 1) * size]
+        # Made over the last FLUSH_INTERVAL, as a flush's visits are: to the millisecond, as
+        # Redis keeps them, the newest names are not all a tie (which a read would ask again).
+        visits = [
+            visit_of(person, now - interval * (len(batch) - 1 - number) / len(batch), turn)
+            for number, person in enumerate(batch)
+        ]
+        return len(store.visits.record(client, config, visits))
 
-def each(
-    record: Callable[[Client, Config, int], None], client: Client, config: Config, who: list[int]
-) -> Callable[[int], None]:
-    """An action for ``measure``: its ``index``-th call records ``who[index]``."""
-    return lambda index: record(client, config, who[index])
+    return write
 
 
 def read(client: Client, config: Config) -> None:
@@ -216,7 +265,7 @@ def chosen(rng: random.Random, people: int, count: int, *, users: bool) -> list[
 
 @dataclass
 class Costs:
-    """µs per call, by repetition."""
+    """µs per visit (users, guests) and per read, by repetition."""
 
     user: list[Pair]
     guest: list[Pair]
@@ -230,8 +279,56 @@ class Costs:
         ]
 
 
-def one_redis(people: int, visits: int, reads: int, repeats: int) -> tuple[Costs, str]:
-    """Per-call costs on one redis-server holding ``people`` online, and its version."""
+def shard_key(config: Config, person: Person) -> str:
+    """The key of the set ``person`` is in, in their shard."""
+    from whos_online import store
+
+    kind = "users" if person.user else "guests"
+    return store.keys.member_shard(config, kind, person.member).key(kind)
+
+
+def warm_up(client: Client, config: Config, who: Sequence[Person]) -> None:
+    """Record each of ``who`` once, 100 per call: into their rooms, and users with their display
+    HASH, as people online already are (and the scripts loaded)."""
+    record = in_calls(client, config, who, 100, 0)
+    for index in range(math.ceil(len(who) / 100)):
+        record(index)
+
+
+def in_batches(
+    nodes: Sequence[Watched],
+    client: Client,
+    config: Config,
+    who: Sequence[Person],
+    *,
+    size: int,
+    turn: int,
+) -> tuple[list[Usage], int]:
+    """Record the first multiple of ``size`` of ``who``, ``size`` at once, and return what each
+    node did and how many visits that was; fails unless Redis counted the calls made."""
+    record = in_calls(client, config, who, size, turn)
+    calls = 0
+
+    def action(index: int) -> None:
+        nonlocal calls
+        calls += record(index)
+
+    batches = len(who) // size
+    usages = measure(nodes, action, batches)
+    per_call(usages, 1, calls)
+    return usages, batches * size
+
+
+def per_visit(usages: Sequence[Usage], visits: int) -> Pair:
+    return (
+        sum(usage.script_us for usage in usages) / visits,
+        sum(usage.cpu_us for usage in usages) / visits,
+    )
+
+
+def one_redis(people: int, visits: int, reads: int, repeats: int, batch: int) -> tuple[Costs, str]:
+    """Costs per visit, recorded ``batch`` per call, and per read on one redis-server holding
+    ``people`` online; and its version."""
     from django.test import override_settings
 
     from whos_online import conf, connection
@@ -248,23 +345,28 @@ def one_redis(people: int, visits: int, reads: int, repeats: int) -> tuple[Costs
         client = connection.request_client()
         progress(f"filling one Redis with {stats.number(people)} people online…")
         fill(lambda _: admin, config, people, time.time())
-        # Loads the scripts, and gives the newest users their display HASH, as a site has.
-        for n in chosen(rng, people, 2 * NAMES, users=True):
-            record_user(client, config, n)
-        record_guest(client, config, 1)
+        users = people_of(config, chosen(rng, people, visits, users=True))
+        guests = people_of(config, chosen(rng, people, visits, users=False))
+        warm_up(client, config, users + guests)
         read(client, config)
         costs = Costs([], [], [])
+        turns = itertools.count(1)
         for repeat in range(repeats):
             progress(f"one Redis, repetition {repeat + 1} of {repeats}…")
-            users = chosen(rng, people, visits, users=True)
-            guests = chosen(rng, people, visits, users=False)
-            phases: list[tuple[list[Pair], Callable[[int], object], int]] = [
-                (costs.user, each(record_user, client, config, users), visits),
-                (costs.guest, each(record_guest, client, config, guests), visits),
-                (costs.read, lambda _: read(client, config), reads),
+            phases: list[tuple[list[Pair], list[Person]]] = [
+                (costs.user, users),
+                (costs.guest, guests),
+                (costs.read, []),
             ]
-            for results, action, count in stats.rotated(phases, repeat):
-                results.append(per_call(measure([node], action, count), count, 1))
+            for results, who in stats.rotated(phases, repeat):
+                if who:
+                    usages, count = in_batches(
+                        [node], client, config, who, size=batch, turn=next(turns)
+                    )
+                    results.append(per_visit(usages, count))
+                else:
+                    usages = measure([node], lambda _: read(client, config), reads)
+                    results.append(per_call(usages, reads, 1))
         version = str(admin.info("server")["redis_version"])
     return costs, version
 
@@ -272,16 +374,20 @@ def one_redis(people: int, visits: int, reads: int, repeats: int) -> tuple[Costs
 @dataclass
 class ClusterCosts:
     """Per master, by repetition: µs per site visit and per site read, (script, process CPU);
-    and each master's share of the visits' EVALSHA calls."""
+    and each master's share of the visits' EVALSHA calls. Then, by repetition, µs per visit of
+    the first master when it takes visits of its own shards only, back to back."""
 
     labels: list[str]
     visit: list[list[Pair]]
     read: list[list[Pair]]
     visit_calls: list[list[float]]
+    busy: list[Pair]
 
 
-def cluster(people: int, visits: int, reads: int, repeats: int) -> ClusterCosts:
-    """Per-master costs of visits and reads on a 3-master cluster with ``CLUSTER_SHARDS``."""
+def cluster(people: int, visits: int, reads: int, repeats: int, batch: int) -> ClusterCosts:
+    """Per-master costs of visits and reads on a 3-master cluster with ``CLUSTER_SHARDS``. The
+    visits go ``batch`` × ``CLUSTER_SHARDS`` at once, as a flush sends them: a call per shard
+    with about ``batch`` visits each."""
     from django.test import override_settings
 
     from tests.topologies import ClusterServers
@@ -305,36 +411,43 @@ def cluster(people: int, visits: int, reads: int, repeats: int) -> ClusterCosts:
                 watched.append(Watched(node.client(), node.process.pid, label))
             progress(f"filling the cluster with {stats.number(people)} people online…")
             fill(lambda key: nodes.node_of_key(key).client(), config, people, time.time())
-            for n in chosen(rng, people, 12 * NAMES, users=True):
-                record_user(client, config, n)
-            for n in chosen(rng, people, 12 * NAMES, users=False):
-                record_guest_by_api(n)
+            numbers = chosen(rng, people, visits // 2, users=True)
+            numbers += chosen(rng, people, visits - len(numbers), users=False)
+            rng.shuffle(numbers)
+            who = people_of(config, numbers)
+            warm_up(client, config, who)
             read(client, config)
+            first = nodes.nodes[0].port
+            own = [
+                person
+                for person in who
+                if nodes.node_of_key(shard_key(config, person)).port == first
+            ]
             result = ClusterCosts(
                 [node.label for node in watched],
                 [[] for _ in watched],
                 [[] for _ in watched],
                 [[] for _ in watched],
+                [],
             )
+            turns = itertools.count(1)
             for repeat in range(repeats):
                 progress(f"cluster, repetition {repeat + 1} of {repeats}…")
-                users = chosen(rng, people, visits // 2, users=True)
-                guests = chosen(rng, people, visits - len(users), users=False)
-
-                def visit(index: int, users: list[int] = users, guests: list[int] = guests) -> None:
-                    if index < len(users):
-                        record_user(client, config, users[index])
-                    else:
-                        record_guest_by_api(guests[index - len(users)])
-
-                visited = measure(watched, visit, visits)
-                per_call(visited, visits, 1)
+                # Its two shards' calls, about ``batch`` visits each, one after the other.
+                alone, alone_count = in_batches(
+                    watched[:1], client, config, own, size=2 * batch, turn=next(turns)
+                )
+                result.busy.append(per_visit(alone, alone_count))
+                visited, count = in_batches(
+                    watched, client, config, who, size=batch * CLUSTER_SHARDS, turn=next(turns)
+                )
+                calls = sum(usage.calls for usage in visited)
                 was_read = measure(watched, lambda _: read(client, config), reads)
                 per_call(was_read, reads, CLUSTER_SHARDS)
                 for index, (v, r) in enumerate(zip(visited, was_read, strict=True)):
-                    result.visit[index].append((v.script_us / visits, v.cpu_us / visits))
+                    result.visit[index].append((v.script_us / count, v.cpu_us / count))
                     result.read[index].append((r.script_us / reads, r.cpu_us / reads))
-                    result.visit_calls[index].append(v.calls / visits)
+                    result.visit_calls[index].append(v.calls / calls)
     finally:
         nodes.close()
     return result
@@ -350,6 +463,20 @@ class Model:
     max_age: float
     #: Seconds a person stays online, WINDOW included: people / stay arrive every second.
     stay: float
+
+
+def site_model(page_every: float = 30.0, processes: int = 100, stay: float = 900.0) -> Model:
+    """The site of the capacity table, at whos_online's default ``THROTTLE`` and
+    ``SNAPSHOT_MAX_AGE``."""
+    from whos_online.defaults import DEFAULTS
+
+    return Model(
+        throttle=DEFAULTS["THROTTLE"],
+        page_every=page_every,
+        processes=processes,
+        max_age=DEFAULTS["SNAPSHOT_MAX_AGE"],
+        stay=stay,
+    )
 
 
 #: How snapshot reads come, by scenario of the capacity table.
@@ -407,24 +534,31 @@ def cluster_people(
     )
 
 
+def masters_needed(
+    target: float, visit_us: float, shard_read_us: float, model: Model, scenario: str
+) -> int | None:
+    """Masters needed for ``target`` people online with two shards per master, spread evenly:
+    each master takes 1/M of the visits but reads its two shards on every read, so reads set a
+    ceiling that no number of masters lifts (None: beyond it)."""
+    for masters in range(1, 1001):
+        per_master = people_at_full_cpu(visit_us / masters, 2 * shard_read_us, model, scenario)
+        if per_master >= target:
+            return masters
+    return None
+
+
 def masters_for(
     target: float, visit_us: Pair, shard_read_us: Pair, model: Model, scenario: str
 ) -> str:
-    """Masters needed for ``target`` people online with two shards per master, spread evenly,
-    by Lua µs (by process CPU): each master takes 1/M of the visits but reads its two shards on
-    every read, so reads set a ceiling that no number of masters lifts."""
+    """``masters_needed`` by Lua µs (by process CPU)."""
     found = []
     for k in (0, 1):
-        for masters in range(1, 1001):
-            per_master = people_at_full_cpu(
-                visit_us[k] / masters, 2 * shard_read_us[k], model, scenario
-            )
-            if per_master >= target:
-                found.append(str(masters))
-                break
-        else:
+        masters = masters_needed(target, visit_us[k], shard_read_us[k], model, scenario)
+        if masters is None:
             ceiling = people_at_full_cpu(0.0, 2 * shard_read_us[k], model, scenario)
             found.append(f"none, reads cap it at {people_label(ceiling)}")
+        else:
+            found.append(str(masters))
     return f"{found[0]} ({found[1]})"
 
 
@@ -462,6 +596,7 @@ def report(
     repeats: int,
     visits: int,
     reads: int,
+    batch: int,
 ) -> str:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores (load average "
@@ -469,16 +604,17 @@ def report(
         f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
         f"redis-py {metadata.version('redis')}, redis-server {version}. "
         f"{stats.number(people)} people online (1 in {USER_EVERY} a user), {repeats} repetitions "
-        f"of {stats.number(visits)} visits and {stats.number(reads)} reads of {NAMES} names; "
+        f"of {stats.number(visits)} visits of users, as many of guests ({batch} per script "
+        f"call; half of the people in rooms), and {stats.number(reads)} reads of {NAMES} names; "
         "median (min–max).",
         "",
-        "Redis CPU per call, one Redis process:",
+        "Redis CPU per recorded visit and per read, one Redis process:",
         "",
     ]
     rows = []
     for label, pairs in (
-        ("recorded visit, user (name and profile URL)", single.user),
-        ("recorded visit, guest", single.guest),
+        (f"recorded visit, user (name and profile URL), {batch} per call", single.user),
+        (f"recorded visit, guest, {batch} per call", single.guest),
         ("recorded visit, half users and half guests (the model's)", single.visit()),
         (f"snapshot read, {NAMES} names", single.read),
     ):
@@ -492,10 +628,10 @@ def report(
             ]
         )
     header = [
-        "call",
+        "visit or read",
         "Lua µs (commandstats)",
         "process CPU µs",
-        "calls/s per Redis process (by Lua µs – by CPU)",
+        "per second per Redis process (by Lua µs – by CPU)",
     ]
     lines += [stats.table(header, rows), ""]
 
@@ -587,33 +723,66 @@ def report(
     alone_3 = cluster_people(
         [v[0] for v in visit_m], [r[0] for r in read_m], model, "recording alone"
     )
+    busy = medians(spread.busy)
     lines.append(
         f"Recording alone, {MASTERS} masters ≈ {MASTERS} × one master when the shards spread "
         f"evenly: the busiest master takes {100 * busiest:.0f} % of the visits' Lua time "
         f"(even: {100 / MASTERS:.0f} %), so {people_label(alone_3)} against "
-        f"{MASTERS} × {people_label(alone_1)} = {people_label(MASTERS * alone_1)}; a visit costs "
-        f"{total_visit:.1f} µs of Lua in cluster mode against {visit_1[0]:.1f} on one Redis (with "
-        "several shards a visit samples no counts, the cleanup command does; in cluster mode "
-        "Redis checks the slot of every command a script runs). Reads do not spread: each master "
-        f"pays for part of every read, {CLUSTER_SHARDS // MASTERS} shards' worth (each asked "
-        f"for about twice its share of the {NAMES} names)."
+        f"{MASTERS} × {people_label(alone_1)} = {people_label(MASTERS * alone_1)}. A visit costs "
+        f"{total_visit:.1f} µs of Lua ({total_cpu:.1f} of CPU) in cluster mode with its flush's "
+        f"calls going round the masters, against {visit_1[0]:.1f} ({visit_1[1]:.1f}) on one "
+        f"Redis; the first master, taking visits of its own shards back to back, spends "
+        f"{busy[0]:.1f} ({busy[1]:.1f}). Here the {MASTERS} masters and the client take turns on "
+        f"{os.cpu_count()} cores, so that a master that idles between its calls finds its caches "
+        "cold, which a busy master does not. (With several shards a visit samples no counts, "
+        "the cleanup command does; in cluster mode Redis checks the slot of every command a "
+        "script runs.) Reads do not spread: each master pays for part of every read, "
+        f"{CLUSTER_SHARDS // MASTERS} shards' worth (each asked for about twice its share of "
+        f"the {NAMES} names)."
     )
     shard_read = (
         sum(r[0] for r in read_m) / CLUSTER_SHARDS,
         sum(r[1] for r in read_m) / CLUSTER_SHARDS,
     )
     totals = (total_visit, total_cpu)
-    lines.append(
-        f"Path to {people_label(TARGET_PEOPLE)} people online at these per-call costs "
-        f"({totals[0]:.1f} µs of Lua, {totals[1]:.1f} of CPU, per visit; {shard_read[0]:.1f} "
-        f"and {shard_read[1]:.1f} per shard read), two shards per master; masters needed by Lua "
-        "µs (by CPU): "
-        + "; ".join(
-            f"{scenario}: {masters_for(TARGET_PEOPLE, totals, shard_read, model, scenario)}"
-            for scenario in SCENARIOS
+    for label, costs in (("going round the masters", totals), ("of the busy master", busy)):
+        lines.append(
+            f"Path to {people_label(TARGET_PEOPLE)} people online at the visits' costs {label} "
+            f"({costs[0]:.1f} µs of Lua, {costs[1]:.1f} of CPU, per visit; {shard_read[0]:.1f} "
+            f"and {shard_read[1]:.1f} per shard read), two shards per master; masters needed "
+            "by Lua µs (by CPU): "
+            + "; ".join(
+                f"{scenario}: {masters_for(TARGET_PEOPLE, costs, shard_read, model, scenario)}"
+                for scenario in SCENARIOS
+            )
+            + "."
         )
-        + "."
-    )
+    per_redis = people_at_full_cpu(visit_1[1], read_1[1], model, "cache")
+    masters = masters_needed(TARGET_PEOPLE, busy[1], shard_read[1], model, "cache")
+    going_round = masters_needed(TARGET_PEOPLE, totals[1], shard_read[1], model, "cache")
+    lines += [
+        "",
+        targets_table(
+            [
+                Target(
+                    f"people online per Redis process, by process CPU, the tag on every page "
+                    f"(SNAPSHOT_MAX_AGE {model.max_age:g}), {batch} visits per call: "
+                    f"≥ {people_label(TARGET_PER_REDIS)}",
+                    people_label(per_redis),
+                    per_redis >= TARGET_PER_REDIS,
+                ),
+                Target(
+                    f"masters for {people_label(TARGET_PEOPLE)} people online, by process CPU at "
+                    "the busy master's cost per visit, "
+                    f"the tag on every page, about {batch} visits per shard's call: "
+                    f"≤ {TARGET_MASTERS}",
+                    f"{'none' if masters is None else masters} (with the visits' calls going "
+                    f"round the masters: {'none' if going_round is None else going_round})",
+                    masters is not None and masters <= TARGET_MASTERS,
+                ),
+            ]
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -635,7 +804,10 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds a person stays online, WINDOW included (default: 5 min of visit + 10)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="repetitions of each phase")
-    parser.add_argument("--visits", type=int, default=2000, help="recorded visits per phase")
+    parser.add_argument(
+        "--visits", type=int, default=4000, help="recorded visits per phase (users, guests)"
+    )
+    parser.add_argument("--batch", type=int, default=20, help="visits per script call")
     parser.add_argument("--reads", type=int, default=2000, help="snapshot reads per phase")
     options = parser.parse_args(argv)
     if options.people < 20 * NAMES * USER_EVERY:
@@ -644,19 +816,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.site"
     os.environ.setdefault("WHOS_ONLINE_BENCH_VARIANT", "throttled")
     django.setup()
-    from whos_online.defaults import DEFAULTS
-
     started = time.monotonic()
     load = os.getloadavg()[0]
-    single, version = one_redis(options.people, options.visits, options.reads, options.repeats)
-    spread = cluster(options.people, options.visits, options.reads, options.repeats)
-    model = Model(
-        throttle=DEFAULTS["THROTTLE"],
-        page_every=options.page_every,
-        processes=options.processes,
-        max_age=DEFAULTS["SNAPSHOT_MAX_AGE"],
-        stay=options.stay,
-    )
+    sizes = (options.people, options.visits, options.reads, options.repeats, options.batch)
+    single, version = one_redis(*sizes)
+    spread = cluster(*sizes)
+    model = site_model(options.page_every, options.processes, options.stay)
     print(
         report(
             people=options.people,
@@ -668,6 +833,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=options.repeats,
             visits=options.visits,
             reads=options.reads,
+            batch=options.batch,
         )
     )
     print(f"\nThe whole run took {time.monotonic() - started:.0f} s.")

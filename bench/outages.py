@@ -1,8 +1,9 @@
 """What a Redis outage costs a page, and how soon recording resumes once Redis is back.
 
 Starts a throw-away redis-server (and a second one to be its primary in the read-only case),
-configures a small Django site with the whos_online middleware and a page that renders
-``{% whos_online %}``, and times ``django.test.Client`` requests to that page while Redis is:
+configures a small Django site with the whos_online middleware, a page that renders
+``{% whos_online %}`` and one that does not, and times ``django.test.Client`` requests while
+Redis is:
 
 * healthy;
 * not listening (the server was shut down);
@@ -14,23 +15,29 @@ configures a small Django site with the whos_online middleware and a page that r
 * unable to snapshot (``MISCONF``: the directory it saves to is gone; only where ``CONFIG SET
   dir`` is allowed, as on Redis 6.2: later versions protect it).
 
+Each situation is measured in four setups (``SETUPS``): the page with the tag, or the page
+without it (a request that only records), each with the default ``FLUSH_INTERVAL`` (the visit
+queued, written by the process's flusher thread) and with 0 (written before the response).
 Every request comes from a new visitor, so that every one of them is recorded (the path that
-talks to Redis; throttled requests never do). Each repetition runs every situation once, in a
-rotating order: a warm-up request on a healthy Redis (the pool holds a live connection, as on a
-busy site), then the fault, then the first request of the outage and the following ones, all
-within the back-off. Per situation it reports the share of HTTP 200 answers, the median and p99
-time added to a request, the warnings logged, and the page hits (``COUNT_HITS`` is on) that
+talks to Redis; throttled requests never do). Each repetition runs every situation of every
+setup once, in a rotating order: a warm-up request on a healthy Redis (the pool holds a live
+connection, as on a busy site), then the fault, then the first request of the outage and the
+following ones, 40 ms apart so that they go on while the flusher waits on the broken Redis,
+all within the back-off. Per situation it reports the share of HTTP 200 answers, the median and
+p99 time added to a request, the warnings logged, and the page hits (``COUNT_HITS`` is on) that
 reached Redis against the requests served, once Redis is back and the buffer written. Then it
-measures recovery: the fault, one failing request, Redis back, and
-requests every few milliseconds until one is recorded (its throttle cookie is only set once the
-write succeeded). Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
-and once with the default 10 s as a check. Run from the repository root:
+measures recovery with ``FLUSH_INTERVAL`` 0, where a throttle cookie is only set once the write
+succeeded: the fault, one failing request, Redis back, and requests every few milliseconds until
+one is recorded. Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
+and once with the default 10 s as a check. The targets' table ends the run. Run from the
+repository root (``--repeats`` for fewer outages per situation):
 
     python3 scripts/dev.py bench outages
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import statistics
@@ -50,6 +57,7 @@ import redis
 from django.conf import settings
 
 from bench import servers, stats
+from bench.report import Target, targets_table
 from tests import redis_faults
 from tests.delaying_proxy import DelayingProxy
 
@@ -61,9 +69,12 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 #: Repetitions of every situation, interleaved.
-REPEATS = 20
-#: Requests timed after the first one of each outage, all within the back-off.
+REPEATS = 10
+#: Requests timed after the first one of each outage, all within the back-off, this many seconds
+#: apart: together longer than a flush's wait and a timeout, so that the requests of an outage
+#: go on while the flusher thread waits on the broken Redis.
 FOLLOWING = 10
+FOLLOWING_EVERY = 0.04
 #: FAILURE_BACKOFF for the recovery measurements, and how many of them per fault.
 RECOVERY_BACKOFF = 1.0
 RECOVERY_REPEATS = 3
@@ -118,7 +129,10 @@ def configure(url: str) -> LogCounter:
         WHOS_ONLINE={"REDIS_URL": url, "COUNT_HITS": True},
     )
     django.setup()
-    urls.urlpatterns = [path("", page)]  # type: ignore [attr-defined]
+    urls.urlpatterns = [  # type: ignore [attr-defined]
+        path("", page),
+        path("plain/", plain_page),
+    ]
     counter = LogCounter()
     logger = logging.getLogger("whos_online")
     logger.addHandler(counter)
@@ -137,6 +151,34 @@ def page(request: HttpRequest) -> HttpResponse:
     return HttpResponse(template.render({}, request))
 
 
+def plain_page(request: HttpRequest) -> HttpResponse:
+    """A page that reads nothing from Redis: its request only records."""
+    from django.http import HttpResponse
+
+    return HttpResponse("<main>page</main>")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the site's pages do: read Redis (a page with the tag) or only record, and when
+    they write (``FLUSH_INTERVAL``; None for the default)."""
+
+    label: str
+    path: str
+    flush_interval: float | None = None
+
+
+SETUPS = (
+    Setup("page with {% whos_online %}, defaults", "/"),
+    Setup("page with {% whos_online %}, FLUSH_INTERVAL 0", "/", 0.0),
+    Setup("recorded request (no tag), defaults", "/plain/"),
+    Setup("recorded request (no tag), FLUSH_INTERVAL 0", "/plain/", 0.0),
+)
+#: The recorded requests of the targets: at most this many ms added to their p99, all served.
+TARGET_P99_MS = 2.0
+TARGET_SITUATIONS = ("frozen (SIGSTOP)", "sluggish: replies 50 ms late")
+
+
 @dataclass
 class Situation:
     name: str
@@ -148,6 +190,7 @@ class Situation:
     outage: bool = True
     #: Seconds for replies held back by the proxy to arrive, before the hits are counted.
     settle: float = 0.0
+    setup: Setup = SETUPS[0]
     first: list[float] = field(default_factory=list)
     following: list[float] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
@@ -228,13 +271,18 @@ class Faults:
         self.proxy.delay = 0.0
 
 
-def use(url: str) -> None:
-    """Point the site at ``url``, with fresh clients and a closed breaker."""
+def use(url: str, flush_interval: float | None = None) -> None:
+    """Point the site at ``url`` and write with ``flush_interval`` (None: the default), with
+    fresh clients and a closed breaker."""
     from whos_online import conf
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
-    if current["REDIS_URL"] != url:
-        setattr(settings, "WHOS_ONLINE", {**current, "REDIS_URL": url})  # noqa: B010
+    wanted = {key: value for key, value in current.items() if key != "FLUSH_INTERVAL"}
+    wanted["REDIS_URL"] = url
+    if flush_interval is not None:
+        wanted["FLUSH_INTERVAL"] = flush_interval
+    if current != wanted:
+        setattr(settings, "WHOS_ONLINE", wanted)  # noqa: B010
         conf.reset()
 
 
@@ -250,13 +298,13 @@ class Visitors:
         self.cookie = throttle.COOKIE_NAME
         self.addresses: Iterator[int] = iter(range(int(IPv4Address("198.18.0.1")), 2**32))
 
-    def visit(self, statuses: list[int] | None = None) -> tuple[float, bool]:
+    def visit(self, statuses: list[int] | None = None, path: str = "/") -> tuple[float, bool]:
         """Seconds the request took, and whether it was recorded (it got a throttle cookie).
         The status is added to ``statuses``; without it, anything but a 200 is an error."""
         self.client.cookies.clear()
         address = str(IPv4Address(next(self.addresses)))
         started = time.perf_counter()
-        response = self.client.get("/", REMOTE_ADDR=address)
+        response = self.client.get(path, REMOTE_ADDR=address)
         took = time.perf_counter() - started
         if statuses is not None:
             statuses.append(response.status_code)
@@ -290,23 +338,28 @@ def counted_hits(direct: redis.Redis) -> int:
 
 
 def measure_latency(
-    situations: list[Situation], visitors: Visitors, logs: LogCounter, direct: redis.Redis
+    situations: list[Situation],
+    visitors: Visitors,
+    logs: LogCounter,
+    direct: redis.Redis,
+    repeats: int,
 ) -> None:
-    for repeat in range(REPEATS):
+    for repeat in range(repeats):
         for situation in stats.rotated(situations, repeat):
-            use(situation.url)
+            setup = situation.setup
+            use(situation.url, setup.flush_interval)
             close_breakers()  # every episode is a new outage
-            visitors.visit()
+            visitors.visit(path=setup.path)
             before = counted_hits(direct)
-            episode = f"{repeat}:{situation.name}"
+            episode = f"{repeat}:{setup.label}:{situation.name}"
             direct.set(MARKER, episode)
             warned = logs.levels.count("WARNING")
             situation.inject()
             try:
-                situation.first.append(visitors.visit(situation.statuses)[0])
-                situation.following += [
-                    visitors.visit(situation.statuses)[0] for _ in range(FOLLOWING)
-                ]
+                situation.first.append(visitors.visit(situation.statuses, setup.path)[0])
+                for _ in range(FOLLOWING):
+                    time.sleep(FOLLOWING_EVERY)
+                    situation.following.append(visitors.visit(situation.statuses, setup.path)[0])
             finally:
                 situation.heal()
             situation.warnings += logs.levels.count("WARNING") - warned
@@ -336,7 +389,7 @@ def measure_recovery(
     # The block's end restores the settings as they were, the URL that use() sets in it included.
     with override_settings(WHOS_ONLINE={**current, "FAILURE_BACKOFF": backoff}):
         for situation in situations:
-            use(situation.url)
+            use(situation.url, situation.setup.flush_interval)
             target = get_config().redis_target
             found = []
             for _ in range(repeats):
@@ -388,22 +441,28 @@ def report(
     check: list[tuple[str, list[tuple[float, float]]]],
     logs: LogCounter,
     version: str,
+    *,
+    repeats: int,
 ) -> None:
     from whos_online.connection import REQUEST_TIMEOUT
+    from whos_online.defaults import DEFAULTS
 
-    # Each situation is compared with the first healthy one that reaches Redis the same way.
-    healthy: dict[str, Situation] = {}
+    # Each situation is compared with the first healthy one of its setup that reaches Redis the
+    # same way.
+    healthy: dict[tuple[Setup, str], Situation] = {}
     for situation in situations:
         if not situation.outage:
-            healthy.setdefault(situation.url, situation)
+            healthy.setdefault((situation.setup, situation.url), situation)
     print(
         f"redis-server {version}, Django {django.get_version()}, redis-py {redis.__version__}; "
-        f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default). One request = "
-        f"GET of a page with {{% whos_online %}} from a new visitor (a read and a recorded "
-        f"write while Redis is healthy). {REPEATS} outages per situation, interleaved; "
-        f"{FOLLOWING} following requests each. Times in ms: median (min–max). Warnings: "
-        f"lines the 'whos_online' logger wrote during the episodes, {REPEATS} of them. Hits: "
-        f"COUNT_HITS is on; counted once Redis is back and the process has written its buffer."
+        f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default), FLUSH_INTERVAL "
+        f"{DEFAULTS['FLUSH_INTERVAL']:g} s by default. One request = GET from a new visitor, "
+        f"of a page with {{% whos_online %}} (a read and a recorded visit while Redis is "
+        f"healthy) or of a page without it (a recorded visit only). {repeats} outages per "
+        f"situation and setup, interleaved; {FOLLOWING} following requests each, "
+        f"{FOLLOWING_EVERY * 1000:g} ms apart. Times in ms: median (min–max). Warnings: lines "
+        f"the 'whos_online' logger wrote during the episodes, {repeats} of them. Hits: "
+        "COUNT_HITS is on; counted once Redis is back and the process has written its buffer."
     )
     print()
     header = [
@@ -417,22 +476,28 @@ def report(
         "warnings",
         "hits counted / served",
     ]
-    rows = [
-        [
-            situation.name,
-            f"{100 * situation.statuses.count(200) / len(situation.statuses):.0f} %",
-            spread(situation.first),
-            added(situation.first, healthy[situation.url].first),
-            spread(situation.following),
-            added(situation.following, healthy[situation.url].following),
-            p99_added(situation.times, healthy[situation.url].times),
-            str(situation.warnings),
-            f"{situation.counted} / {situation.served}",
-        ]
-        for situation in situations
-    ]
-    print(stats.table(header, rows))
-    print()
+    for setup in SETUPS:
+        rows = []
+        for situation in situations:
+            if situation.setup != setup:
+                continue
+            base = healthy[setup, situation.url]
+            rows.append(
+                [
+                    situation.name,
+                    f"{100 * served(situation):.0f} %",
+                    spread(situation.first),
+                    added(situation.first, base.first),
+                    spread(situation.following),
+                    added(situation.following, base.following),
+                    p99_added(situation.times, base.times),
+                    str(situation.warnings),
+                    f"{situation.counted} / {situation.served}",
+                ]
+            )
+        print(f"{setup.label}:\n")
+        print(stats.table(header, rows))
+        print()
     print(
         f"Time to recover: from Redis back (server answering again) to the first recorded "
         f"visit, polling every {POLL * 1000:g} ms. Redis came back right after the outage's "
@@ -461,7 +526,7 @@ def report(
         for name, found in runs
     ]
     print(stats.table(header, rows))
-    outages = sum(situation.outage for situation in situations) * REPEATS + sum(
+    outages = sum(situation.outage for situation in situations) * repeats + sum(
         len(found) for rows in (recovery, check) for _, found in rows
     )
     print()
@@ -472,7 +537,36 @@ def report(
     )
 
 
-def main() -> None:
+def served(situation: Situation) -> float:
+    return situation.statuses.count(200) / len(situation.statuses)
+
+
+def targets(situations: list[Situation]) -> list[Target]:
+    """The recorded requests' targets: a frozen Redis, and one 50 ms slow, add at most
+    ``TARGET_P99_MS`` to their p99, with every page served."""
+    setup = SETUPS[2]
+    mine = [situation for situation in situations if situation.setup == setup]
+    found = []
+    for name in TARGET_SITUATIONS:
+        situation = next(s for s in mine if s.name == name)
+        base = next(s for s in mine if not s.outage and s.url == situation.url)
+        difference = (p99(situation.times) - p99(base.times)) * 1000
+        found.append(
+            Target(
+                f"{name}, {setup.label}: p99 added ≤ {TARGET_P99_MS:g} ms, pages 100 % served",
+                f"{p99_added(situation.times, base.times)}, {100 * served(situation):.0f} % served",
+                difference <= TARGET_P99_MS and served(situation) == 1.0,
+            )
+        )
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.outages", description=__doc__)
+    parser.add_argument(
+        "--repeats", type=int, default=REPEATS, help="outages per situation and setup"
+    )
+    options = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(servers.redis_server())
         primary = stack.enter_context(servers.redis_server())
@@ -481,42 +575,70 @@ def main() -> None:
         logs = configure(server.url)
         faults = Faults(server, primary, proxy)
         direct, proxied = server.url, proxy.url
-        situations = [
-            Situation("healthy", nothing, nothing, direct, outage=False),
-            Situation("nothing listening", server.stop, server.start, direct),
-            Situation("frozen (SIGSTOP)", server.freeze, server.resume, direct),
-            # A reply held back a second arrives before the hits are read (settle).
-            Situation(
-                "slow: replies 1 s late", faults.delay(1.0), faults.undelay, proxied, settle=1.1
-            ),
-            Situation("out of memory", faults.fill, faults.unfill, direct),
-            Situation("read-only replica", faults.demote, faults.promote, direct),
-            Situation("healthy, through the proxy", nothing, nothing, proxied, outage=False),
-            Situation(
-                "sluggish: replies 50 ms late",
-                faults.delay(0.05),
-                faults.undelay,
-                proxied,
-                outage=False,
-                settle=0.1,
-            ),
-        ]
-        if faults.can_move_snapshots():
-            misconf = Situation(
-                "snapshots failing (MISCONF)", faults.fail_snapshots, faults.allow_writes, direct
-            )
-            situations.insert(6, misconf)
+
+        def kinds(setup: Setup) -> list[Situation]:
+            found = [
+                Situation("healthy", nothing, nothing, direct, outage=False, setup=setup),
+                Situation("nothing listening", server.stop, server.start, direct, setup=setup),
+                Situation("frozen (SIGSTOP)", server.freeze, server.resume, direct, setup=setup),
+                # A reply held back a second arrives before the hits are read (settle).
+                Situation(
+                    "slow: replies 1 s late",
+                    faults.delay(1.0),
+                    faults.undelay,
+                    proxied,
+                    settle=1.1,
+                    setup=setup,
+                ),
+                Situation("out of memory", faults.fill, faults.unfill, direct, setup=setup),
+                Situation("read-only replica", faults.demote, faults.promote, direct, setup=setup),
+                Situation(
+                    "healthy, through the proxy",
+                    nothing,
+                    nothing,
+                    proxied,
+                    outage=False,
+                    setup=setup,
+                ),
+                Situation(
+                    "sluggish: replies 50 ms late",
+                    faults.delay(0.05),
+                    faults.undelay,
+                    proxied,
+                    outage=False,
+                    settle=0.1,
+                    setup=setup,
+                ),
+            ]
+            if faults.can_move_snapshots():
+                misconf = Situation(
+                    "snapshots failing (MISCONF)",
+                    faults.fail_snapshots,
+                    faults.allow_writes,
+                    direct,
+                    setup=setup,
+                )
+                found.insert(6, misconf)
+            return found
+
+        situations = [situation for setup in SETUPS for situation in kinds(setup)]
         visitors = Visitors()
-        for _ in range(20):  # warm up Django, the templates and the scripts
-            visitors.visit()
+        for setup in SETUPS:  # warm up Django, the templates and the scripts
+            use(direct, setup.flush_interval)
+            for _ in range(20):
+                visitors.visit(path=setup.path)
         started = time.perf_counter()
-        measure_latency(situations, visitors, logs, faults.direct)
-        outages = [situation for situation in situations if situation.outage]
+        measure_latency(situations, visitors, logs, faults.direct, options.repeats)
+        # Recovery is timed where a throttle cookie says the visit was written: with
+        # FLUSH_INTERVAL 0. (Queued, a visit gets its cookie before its flush, and one that
+        # failed is written again by the first flush after the back-off.)
+        outages = [s for s in situations if s.outage and s.setup == SETUPS[1]]
         recovery = measure_recovery(outages, visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
         check = measure_recovery(outages[:1], visitors, 10.0, 1)
         version = str(faults.direct.info("server")["redis_version"])
-        report(situations, recovery, check, logs, version)
-        print(f"\nRun time {time.perf_counter() - started:.0f} s.")
+        report(situations, recovery, check, logs, version, repeats=options.repeats)
+        print(targets_table(targets(situations)))
+        print(f"Run time {time.perf_counter() - started:.0f} s.")
 
 
 if __name__ == "__main__":

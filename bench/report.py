@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bench import stats
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass(frozen=True)
@@ -24,3 +30,9 @@ class Section:
         notes = "\n".join(f"- {note}" for note in self.notes)
         parts = [f"#### {self.title}", self.intro, *self.tables, notes]
         return "\n\n".join(part for part in parts if part)
+
+
+def targets_table(targets: Sequence[Target]) -> str:
+    """The targets and how each fares, as the last table of a run."""
+    rows = [[t.goal, t.measured, "met" if t.met else "**not met**"] for t in targets]
+    return "#### Targets\n\n" + stats.table(["target", "measured", ""], rows) + "\n"

@@ -62,10 +62,19 @@ VARIANTS: Final = (
     ),
     Variant(
         "recording",
-        "whos_online, every request recorded (`THROTTLE=0`)",
+        "whos_online, every request recorded (`THROTTLE=0`), queued and written within the "
+        "default `FLUSH_INTERVAL`",
         apps=("whos_online",),
         middleware=(WHOS_ONLINE_MIDDLEWARE,),
         whos_online={"THROTTLE": 0},
+    ),
+    Variant(
+        "recording_at_once",
+        "whos_online, every request recorded and written before its response (`THROTTLE=0`, "
+        "`FLUSH_INTERVAL=0`)",
+        apps=("whos_online",),
+        middleware=(WHOS_ONLINE_MIDDLEWARE,),
+        whos_online={"THROTTLE": 0, "FLUSH_INTERVAL": 0},
     ),
     Variant(
         "recording_hits",

@@ -560,6 +560,35 @@ def test_a_process_that_exits_writes_its_queue_and_forgets_its_batches(settings,
     assert client.exists(f"{{whos_online}}:hits-applied:{token}") == 0
 
 
+IDLE_PROCESS = """
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes", "whos_online"],
+    WHOS_ONLINE={"REDIS_ALIAS": "default"},  # a local-memory cache: not a valid configuration
+)
+django.setup()
+"""
+
+
+def test_a_process_with_nothing_to_write_exits_without_reading_the_settings():
+    """A process that recorded nothing (``manage.py check`` on a site not configured yet) has
+    nothing to write at exit, and its exit does not fail on the settings."""
+    result = subprocess.run(
+        [sys.executable, "-c", IDLE_PROCESS],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0
+    assert result.stderr == ""
+
+
 def test_the_queue_is_process_state_a_forked_child_starts_without(queued):
     """A child of a fork (a server's worker) writes its own visits, not its parent's."""
     import os

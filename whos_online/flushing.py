@@ -303,6 +303,10 @@ class Flusher:
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
+            if not self.pending() and not hits.buffer.numbered:
+                # Nothing to write, nor a key to forget: the settings are not read, which a
+                # process that never recorded (a site not configured yet) may not have right.
+                return
             prepared = self._prepare(get_config(), time.time())
             failed = self._write(prepared) if prepared is not None else frozenset()
             if not failed and hits.buffer.numbered and not hits.buffer.total():
