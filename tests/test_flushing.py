@@ -498,7 +498,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
-    handler = flushing.flusher.on_signal(lambda signum, frame: forwarded.append(signum))
+    handler = flushing.on_signal(lambda signum, frame: forwarded.append(signum))
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
@@ -508,6 +508,68 @@ def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     assert flushing.writes_at_once(get_config()) is True
     Client(REMOTE_ADDR=GUEST_IP).get("/plain/")  # written in its request from now on
     assert r.zcard("{whos_online}:guests") == 2
+
+
+SIGNALLED_PROCESS = """
+import os
+import signal
+import sys
+import threading
+import time
+
+import django
+from django.conf import settings
+
+settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
+django.setup()
+
+from whos_online import flushing, recording, visit_queue
+from whos_online.connection import admin_client
+
+flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
+forwarded = []
+signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
+flushing.install_signal_handlers()
+if sys.argv[1] == "replaced":
+    flushing.reset()  # settings changed since: another flusher
+original = visit_queue.merge
+
+
+def merge(earlier, later):
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives while put holds the queue's lock
+    return original(earlier, later)
+
+
+visit_queue.merge = merge
+now = time.time()
+flushing.flusher.put(recording.member_visit("guests", "m", now - 1))
+flushing.flusher.put(recording.member_visit("guests", "m", now))
+visit_queue.merge = original
+for thread in threading.enumerate():
+    if thread is not threading.current_thread():
+        thread.join(10)
+stored = admin_client().zrange("{whos_online}:guests", 0, -1)
+print("done", forwarded, flushing.flusher.immediate, [m.decode() for m in stored])
+"""
+
+
+@pytest.mark.parametrize("flusher", ["same", "replaced"])
+def test_a_sigterm_inside_a_lock_of_the_main_thread_writes_once_it_is_let_go(flusher):
+    """The handler runs on the thread the signal interrupted, which may hold the queue's lock
+    (an ASGI server's event loop, queueing a visit): it must not wait on that lock itself.
+    It writes the queue of the flusher in place when the signal comes."""
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_PROCESS, flusher],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == f"done [{int(signal.SIGTERM)}] True ['m']"
 
 
 # Process exit

@@ -20,7 +20,9 @@ request writes the queue itself, as it writes its own visit.
 What the process holds when it stops is written as it exits: at ``atexit`` (and in the finalizers
 of a process that multiprocessing started), and under an ASGI server at its first SIGTERM or
 SIGINT, from which the process writes each visit at once until it exits (uvicorn ends its
-processes with its own re-raised SIGTERM, which no ``atexit`` survives). A process that is killed
+processes with its own re-raised SIGTERM, which no ``atexit`` survives). The signal's handler
+writes from a thread of its own: it runs on the main thread (an ASGI server's event loop), which
+the signal may have caught inside the queue's lock or the page hits'. A process that is killed
 (SIGKILL, a crash) loses what it held: at most the last ``FLUSH_INTERVAL`` of visits and page
 hits, or what an outage kept queued.
 """
@@ -311,28 +313,6 @@ class Flusher:
         finally:
             self._lock.release()
 
-    def on_signal(self, previous: Any) -> Callable[[int, FrameType | None], Any]:
-        """A SIGTERM or SIGINT handler that writes what is queued, writes every later visit at
-        once, and hands the signal on to ``previous`` (the server's own handler)."""
-
-        def handle(signum: int, frame: FrameType | None) -> Any:
-            self.immediate = True
-            if self._lock.acquire(blocking=False):
-                try:
-                    prepared = self._prepare(get_config(), time.time())
-                    if prepared is not None:
-                        self._write(prepared)
-                finally:
-                    self._lock.release()
-            if callable(previous):
-                return previous(signum, frame)
-            if previous != signal.SIG_IGN:  # the default action, as if nothing had been here
-                signal.signal(signum, signal.SIG_DFL)
-                signal.raise_signal(signum)
-            return None
-
-        return handle
-
 
 def _write_group(group: _Group) -> list[Any] | None:
     """Write one shard's calls behind the breaker of its shard (on a cluster, a master that is
@@ -409,7 +389,35 @@ def install_signal_handlers() -> None:
         return
     _signals_installed = True
     for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, flusher.on_signal(signal.getsignal(number)))
+        signal.signal(number, on_signal(signal.getsignal(number)))
+
+
+def on_signal(previous: Any) -> Callable[[int, FrameType | None], Any]:
+    """A SIGTERM or SIGINT handler that writes what the process holds, has every later visit
+    written at once, and hands the signal on to ``previous`` (the server's own handler).
+
+    A handler runs on the main thread, between two of its steps; under an ASGI server that is
+    the event loop, which may be inside the queue's lock or the page hits' (queueing a visit,
+    counting a hit), and would wait on itself for ever if it wrote from here. So the write runs
+    in a thread of its own, which the handler waits for at most ``EXIT_WAIT`` seconds: mostly it
+    is done by then; if the main thread held a lock, it is done once the handler has returned
+    and the lock is let go. The flusher is the module's when the signal comes (a change of
+    settings replaces it)."""
+
+    def handle(signum: int, frame: FrameType | None) -> Any:
+        current = flusher
+        current.immediate = True
+        writer = threading.Thread(target=current.flush, name="whos_online exit flush", daemon=True)
+        writer.start()
+        writer.join(EXIT_WAIT)
+        if callable(previous):
+            return previous(signum, frame)
+        if previous != signal.SIG_IGN:  # the default action, as if nothing had been here
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        return None
+
+    return handle
 
 
 @receiver(config_changed, dispatch_uid="whos_online.flushing.reset")
