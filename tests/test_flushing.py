@@ -261,6 +261,97 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, redis_down_then_
     assert len(members(r, "guests")) == 2  # both written once Redis answered
 
 
+def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    """While writes fail, the pages of one person keep one visit waiting (their latest), and
+    the bound of the queue counts people, not pages."""
+    fresh = flushing.Flusher()
+    fresh.queue = VisitQueue(size=3)
+    monkeypatch.setattr(flushing, "flusher", fresh)
+    redis_down_then_up.begin()
+    now = time.time()
+    for n in range(5):
+        assert fresh.put(recording.member_visit("guests", "m", now - 10 + n))
+        assert fresh.flush()  # failed, or held back while the breaker is open
+
+    assert fresh.put(recording.member_visit("guests", "a", now)) is True
+    assert fresh.put(recording.member_visit("guests", "b", now)) is True
+    assert len(fresh.queue) == 3
+    assert fresh.queue.dropped == 0
+
+    redis_down_then_up.end()
+    assert fresh.flush() == frozenset()
+    assert members(r, "guests") == ["a", "b", "m"]
+    assert r.zscore("{whos_online}:guests", "m") == pytest.approx(now - 6, abs=0.01)
+
+
+def counting_encodings(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every visit the flusher turns into entries of a batch, from now on."""
+    encoded: list[object] = []
+    original = flushing._entries
+
+    def entries(config: Any, item: Any) -> Any:
+        encoded.append(item)
+        return original(config, item)
+
+    monkeypatch.setattr(flushing, "_entries", entries)
+    return encoded
+
+
+def test_while_redis_is_known_down_a_flush_leaves_the_queue_as_it_is(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    redis_down_then_up.begin()
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now - 1))
+    assert whos_online.flush() is False  # the failure that opens the breaker
+    encoded = counting_encodings(monkeypatch)
+
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    assert whos_online.flush() is False
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)  # a read: it fails too
+
+    assert encoded == []
+    assert len(flushing.flusher.queue) == 2
+    redis_down_then_up.end()
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["m", "n"]
+
+
+def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
+    r, queued, monkeypatch, redis_calls
+):
+    from redis.exceptions import ResponseError
+
+    from whos_online import breakers
+
+    config = get_config()
+    breakers.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+    encoded = counting_encodings(monkeypatch)
+
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)
+
+    assert redis_calls.trips == [["EVALSHA"]]  # the snapshot alone
+    assert encoded == []
+    assert len(flushing.flusher.queue) == 1
+
+
+def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(
+    backend, queued, redis_down_then_up
+):
+    redis_down_then_up.begin()
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+    assert whos_online.flush() is False
+
+    flushing.flusher.schedule(0.1)  # what a recorded request asks
+
+    deadline = flushing.flusher._deadline
+    assert deadline is not None
+    assert deadline - time.monotonic() > get_config().failure_backoff - 1
+
+
 class DownThenUp:
     """Points the request client at a port where nothing listens, and back, with the breaker's
     back-off passed."""

@@ -8,9 +8,13 @@ the shard whose slot holds the site-wide keys, the layout the process writes in.
 visit's work for about a tenth of its per-call cost when visits come in batches of twenty or more
 (see the performance page), and a frozen or slow Redis costs the pages nothing.
 
-A flush whose write fails (an outage, a breaker open) keeps its entries and sends them first the
-next time, before anything queued since; the breaker logs the outage once. A queue that fills up
-while Redis cannot be written drops what comes next, counts it, and logs it once per outage.
+A flush whose write fails puts what it took back in the queue, ahead of what was queued since,
+where a person's visits merge as usual: while Redis cannot be written, a person holds one visit
+however many pages they open, and the queue's bound counts people. The breaker logs the outage
+once. While a breaker says that writes fail, a flush leaves the queue as it is, neither taken nor
+encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
+whatever the pages queue meanwhile. A queue that fills up while Redis cannot be written drops the
+visits of people not queued yet, counts them, and logs it once per outage.
 
 Reads made by the process write its queue first (``flush_with``), in the same round trip where
 the read allows, so that it always sees its own visits. ``flush()`` writes the queue now: for
@@ -87,6 +91,9 @@ class _Prepared:
     groups: list[_Group]
     hits: hits.Batch | None
     layout: str
+    #: The queue's items, each with the tags of the shards its entries go to: an item goes
+    #: back to the queue when the write of any of them fails.
+    items: list[tuple[Item, frozenset[str]]]
 
     @property
     def calls(self) -> list[ScriptCall]:
@@ -102,8 +109,9 @@ class Flusher:
         self._deadline: float | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
-        #: Entries whose write failed, sent first by the next flush.
-        self._retry: list[Entry] = []
+        #: Until when (monotonic) the thread leaves Redis alone after a flush failed, or was
+        #: held back by a breaker: the pages that queue visits meanwhile do not bring it forward.
+        self._retry_at = float("-inf")
         #: What was last registered (generation, layout), and when (monotonic).
         self._registered: tuple[int, str] | None = None
         self._registered_at = float("-inf")
@@ -118,7 +126,7 @@ class Flusher:
 
     def put(self, item: Item) -> bool:
         """Queue ``item``; False when the queue is full (it is dropped, and counted)."""
-        if self.queue.put(item, room=len(self._retry)):
+        if self.queue.put(item):
             return True
         if not self._dropping:
             self._dropping = True
@@ -130,8 +138,9 @@ class Flusher:
         return False
 
     def schedule(self, delay: float) -> None:
-        """Flush at most ``delay`` seconds from now, from the process's flushing thread."""
-        deadline = time.monotonic() + delay
+        """Flush at most ``delay`` seconds from now, from the process's flushing thread; after
+        a failed flush, no earlier than its back-off."""
+        deadline = max(time.monotonic() + delay, self._retry_at)
         current = self._deadline
         if current is not None and current <= deadline and self._thread is not None:
             return  # the common case, without the lock
@@ -156,27 +165,59 @@ class Flusher:
                 if self._stopping:
                     return
                 self._deadline = None
-            failed = self.flush()
-            if failed:
-                self.schedule(get_config().failure_backoff or 1.0)
+            if self.flush():
+                self.schedule(0)  # once the back-off has passed
 
     # Flushing
 
     def flush(self) -> frozenset[str]:
-        """Write what is queued now; returns the tags of the shards whose write failed (their
-        entries are kept, and sent first the next time).
+        """Write what is queued now; returns the tags of the shards whose write failed, or
+        which a breaker keeps from being tried (what was for them goes back to the queue, ahead
+        of what was queued since, or stays there).
 
         A batch of page hits that failed before goes alone, before the hits counted since: those
         follow in a second pass, as does what was queued while the first was on its way."""
         with self._lock:
-            for _pass in range(FLUSH_PASSES):
-                prepared = self._prepare(get_config(), time.time())
-                if prepared is None:
-                    return frozenset()
-                failed = self._write(prepared)
-                if failed:
-                    return failed
+            return self._flush(get_config())
+
+    def _flush(self, config: Config) -> frozenset[str]:
+        for _pass in range(FLUSH_PASSES):
+            held = self._held_back(config)
+            if held:
+                self._back_off(config)
+                return held
+            prepared = self._prepare(config, time.time())
+            if prepared is None:
+                return frozenset()
+            failed = self._write(prepared)
+            if failed:
+                return failed
+        return frozenset()
+
+    def _held_back(self, config: Config) -> frozenset[str]:
+        """The tags of the shards, when something waits to be written and a breaker says that
+        writes to every one of them fail; else none.
+
+        The queue then stays as it is, not taken and encoded for a write that would not be
+        tried: during an outage that would cost every flush, and every read that writes the
+        queue first, the encoding of the whole backlog."""
+        shards = keyspace.layout(config)
+        if config.redis_cluster:  # a breaker per shard
+            refused = [
+                shard.tag
+                for shard in shards
+                if not breakers.Attempt(config, shard, writes=True).allowed
+            ]
+        elif not breakers.Attempt(config, None, writes=True).allowed:
+            refused = [shard.tag for shard in shards]
+        else:
             return frozenset()
+        if len(refused) < len(shards) or not self.pending():
+            return frozenset()
+        return frozenset(refused)
+
+    def _back_off(self, config: Config) -> None:
+        self._retry_at = time.monotonic() + (config.failure_backoff or 1.0)
 
     def flush_with(
         self,
@@ -188,14 +229,13 @@ class Flusher:
         their replies and what it read. ``default`` if Redis failed (the flush is kept)."""
         with self._lock:
             config = get_config()
-            prepared = self._prepare(config, time.time())
-            if prepared is not None and (
-                config.redis_cluster or not breakers.Attempt(config, None, writes=True).allowed
-            ):
-                # On a cluster, one call per shard anyway; while writes are known to fail, the
-                # read alone (the flush is kept for later).
-                self._write(prepared)
-                prepared = None
+            prepared = None
+            if config.redis_cluster:
+                self._flush(config)  # one call per shard anyway: written first, then the read
+            elif self._held_back(config):
+                self._back_off(config)  # the read alone; the queue stays as it is
+            else:
+                prepared = self._prepare(config, time.time())
             calls = prepared.calls if prepared is not None else []
             found = connection.call(None, lambda client, config: read(client, config, calls))
             if prepared is not None:
@@ -210,15 +250,19 @@ class Flusher:
             return default if found is None else found[1]
 
     def _prepare(self, config: Config, now: float) -> _Prepared | None:
+        """Take the queue and the page hits, and make the calls that write them (hand them to
+        ``_settle``, through ``_write`` or a read's round trip); None when there is nothing."""
         items = self.queue.take()
-        entries = self._retry + [entry for item in items for entry in _entries(config, item)]
-        self._retry = []
         batch = hits.buffer.take()
-        if not entries and batch is None:
+        if not items and batch is None:
             return None
         groups: dict[str, _Group] = {}
-        for entry in entries:
-            groups.setdefault(entry.shard.tag, _Group(entry.shard)).entries.append(entry)
+        placed = []
+        for item in items:
+            entries = _entries(config, item)
+            for entry in entries:
+                groups.setdefault(entry.shard.tag, _Group(entry.shard)).entries.append(entry)
+            placed.append((item, frozenset(entry.shard.tag for entry in entries)))
         base = keyspace.layout(config)[0]
         if batch is not None and base.tag not in groups:
             groups[base.tag] = _Group(base)
@@ -238,7 +282,7 @@ class Flusher:
                 epoch=epochs.new_epoch(),
                 extras=extras if tag == base.tag else None,
             )
-        return _Prepared(list(groups.values()), batch, layout)
+        return _Prepared(list(groups.values()), batch, layout, placed)
 
     def _write(self, prepared: _Prepared) -> frozenset[str]:
         config = get_config()
@@ -252,10 +296,11 @@ class Flusher:
         return self._settle(prepared, results)
 
     def _settle(self, prepared: _Prepared, results: Sequence[list[Any] | None]) -> frozenset[str]:
+        """Take in how the write of ``prepared`` went (each group's replies, None for a group
+        whose write failed); returns the tags of the shards that failed."""
         failed = set()
         for group, replies in zip(prepared.groups, results, strict=True):
             if replies is None:
-                self._retry.extend(group.entries)
                 failed.add(group.shard.tag)
                 continue
             for raw in replies:
@@ -271,7 +316,11 @@ class Flusher:
         if prepared.layout and base_written:
             self._registered = (epochs.generation(), prepared.layout)
             self._registered_at = time.monotonic()
-        if not failed:
+        self.queue.settle([item for item, tags in prepared.items if not tags.isdisjoint(failed)])
+        if failed:
+            self._back_off(get_config())
+        else:
+            self._retry_at = float("-inf")
             self._dropping = False
         return frozenset(failed)
 
@@ -288,7 +337,7 @@ class Flusher:
         return layout
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or self._retry or hits.buffer.total())
+        return bool(len(self.queue) or hits.buffer.total())
 
     # Stopping
 
@@ -305,8 +354,7 @@ class Flusher:
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
-            prepared = self._prepare(get_config(), time.time())
-            failed = self._write(prepared) if prepared is not None else frozenset()
+            failed = self._flush(get_config())
             if not failed and hits.buffer.numbered and not hits.buffer.total():
                 key = counters.applied_key(get_config(), hits.buffer.token)
                 connection.call(None, lambda client, _config: client.delete(key), writes=True)
