@@ -352,6 +352,30 @@ def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(
     assert deadline - time.monotonic() > get_config().failure_backoff - 1
 
 
+def test_what_an_outage_dropped_is_logged_once_writes_succeed(
+    backend, queued, monkeypatch, redis_down_then_up, caplog
+):
+    fresh = flushing.Flusher()
+    fresh.queue = VisitQueue(size=2)
+    monkeypatch.setattr(flushing, "flusher", fresh)
+    redis_down_then_up.begin()
+    now = time.time()
+    with caplog.at_level(logging.INFO, logger="whos_online"):
+        for n in range(5):
+            fresh.put(recording.member_visit("guests", f"m{n}", now))
+        assert fresh.flush()
+        redis_down_then_up.end()
+        assert fresh.flush() == frozenset()
+        assert fresh.flush() == frozenset()
+
+    lines = [record.getMessage() for record in caplog.records]
+    full = [line for line in lines if "queue is full" in line]
+    dropped = [line for line in lines if "dropped 3 visits" in line]
+    assert len(full) == 1
+    assert "(2 visits waiting" in full[0]
+    assert len(dropped) == 1
+
+
 class DownThenUp:
     """Points the request client at a port where nothing listens, and back, with the breaker's
     back-off passed."""

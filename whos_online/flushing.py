@@ -14,7 +14,8 @@ however many pages they open, and the queue's bound counts people. The breaker l
 once. While a breaker says that writes fail, a flush leaves the queue as it is, neither taken nor
 encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
 whatever the pages queue meanwhile. A queue that fills up while Redis cannot be written drops the
-visits of people not queued yet, counts them, and logs it once per outage.
+visits of people not queued yet and counts them (``VisitQueue.dropped``); the log says so when
+it starts, and how many it dropped once a write succeeds again.
 
 Reads made by the process write its queue first (``flush_with``), in the same round trip where
 the read allows, so that it always sees its own visits. ``flush()`` writes the queue now: for
@@ -46,7 +47,7 @@ from django.dispatch import receiver
 from whos_online import breakers, connection, counters, epochs, hits, keyspace, store
 from whos_online.conf import config_changed, get_config
 from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_room_entry
-from whos_online.visit_queue import QUEUE_SIZE, Item, RoomLeave, VisitQueue
+from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -120,7 +121,10 @@ class Flusher:
         self.layouts_in_use = True
         #: From the first SIGTERM (or SIGINT) of an ASGI server on, visits are written at once.
         self.immediate = False
+        #: Whether the queue has been full since writes last succeeded, and how many visits it
+        #: had dropped before then.
         self._dropping = False
+        self._dropped_before = 0
 
     # The request path
 
@@ -130,10 +134,11 @@ class Flusher:
             return True
         if not self._dropping:
             self._dropping = True
+            self._dropped_before = self.queue.dropped - 1
             logger.warning(
                 "whos_online's queue is full (%d visits waiting while Redis could not be "
                 "written): visits are dropped and counted until a write succeeds.",
-                QUEUE_SIZE,
+                self.queue.size,
             )
         return False
 
@@ -321,8 +326,18 @@ class Flusher:
             self._back_off(get_config())
         else:
             self._retry_at = float("-inf")
-            self._dropping = False
+            self._report_drops()
         return frozenset(failed)
+
+    def _report_drops(self) -> None:
+        """Once writes succeed again after the queue was full: how many visits it dropped."""
+        if not self._dropping:
+            return
+        self._dropping = False
+        logger.warning(
+            "whos_online writes to Redis again; it dropped %d visits while its queue was full.",
+            self.queue.dropped - self._dropped_before,
+        )
 
     def _layout_to_register(self, config: Config) -> str:
         """The layout the next flush registers, or "" for none: a site that never left the

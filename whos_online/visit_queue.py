@@ -73,7 +73,7 @@ def _key(item: Item) -> str:
 
 class VisitQueue:
     def __init__(self, size: int = QUEUE_SIZE) -> None:
-        self._size = size
+        self.size = size
         self._items: OrderedDict[str, Item] = OrderedDict()
         self._lock = threading.Lock()
         #: How many items ``take`` handed out that are not settled yet.
@@ -86,7 +86,7 @@ class VisitQueue:
         key = _key(item)
         with self._lock:
             earlier = self._items.pop(key, None)
-            if earlier is None and len(self._items) + self._taken >= self._size:
+            if earlier is None and len(self._items) + self._taken >= self.size:
                 self.dropped += 1
                 return False
             self._items[key] = _merged(earlier, item)
