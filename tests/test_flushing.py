@@ -198,6 +198,30 @@ def test_the_api_s_other_reads_write_the_queue_first(backend, queued, alice):
     assert len(flushing.flusher.queue) == 0
 
 
+@pytest.mark.parametrize(
+    "read",
+    [
+        whos_online.is_online,
+        whos_online.last_seen,
+        lambda user: whos_online.presence([user]),
+        lambda user: whos_online.online_user_pks(10),
+        lambda user: whos_online.peak(),
+        lambda user: whos_online.unique_visitors(),
+    ],
+    ids=["is_online", "last_seen", "presence", "online_user_pks", "peak", "unique_visitors"],
+)
+def test_each_api_read_writes_the_queue_in_its_own_round_trip(r, queued, alice, redis_calls, read):
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+
+    read(alice)
+
+    (trip,) = redis_calls.trips
+    assert trip[0] == "EVALSHA"  # the batch, then the read's commands
+    assert len(trip) > 1
+    assert len(flushing.flusher.queue) == 0
+    assert r.zscore("{whos_online}:guests", "m") is not None
+
+
 # Failures
 
 

@@ -17,10 +17,11 @@ whatever the pages queue meanwhile. A queue that fills up while Redis cannot be 
 visits of people not queued yet and counts them (``VisitQueue.dropped``); the log says so when
 it starts, and how many it dropped once a write succeeds again.
 
-Reads made by the process write its queue first (``flush_with``), in the same round trip where
-the read allows, so that it always sees its own visits. ``flush()`` writes the queue now: for
-tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL`` 0 there is no thread: each recorded
-request writes the queue itself, as it writes its own visit.
+Reads made by the process (the snapshot of the tags and the JSON view, the API's reads) write
+its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
+on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just before the read.
+``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
+0 there is no thread: each recorded request writes the queue itself, as it writes its own visit.
 
 What the process holds when it stops is written as it exits: at ``atexit`` (and in the finalizers
 of a process that multiprocessing started), and under an ASGI server at its first SIGTERM or
@@ -231,7 +232,14 @@ class Flusher:
     ) -> T:
         """Write what is queued and make a read, in one round trip where the client allows:
         ``read(client, config, calls)`` runs ``calls`` (the flush's) before its own, and returns
-        their replies and what it read. ``default`` if Redis failed (the flush is kept)."""
+        their replies and what it read. ``default`` if Redis failed (the flush is kept).
+
+        When the process holds nothing and no flush is under way, the read goes alone, without
+        the lock, so that the reads of a process's threads go on side by side: whatever this
+        thread queued before has been written by then."""
+        if not self._lock.locked() and not self.pending():
+            found = connection.call(None, lambda client, config: read(client, config, []))
+            return default if found is None else found[1]
         with self._lock:
             config = get_config()
             prepared = None
