@@ -24,7 +24,7 @@ from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.visit_queue import VisitQueue
+from whos_online.visit_queue import RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -398,6 +398,61 @@ def test_what_an_outage_dropped_is_logged_once_writes_succeed(
     assert len(full) == 1
     assert "(2 visits waiting" in full[0]
     assert len(dropped) == 1
+
+
+def test_forget_drops_what_is_queued_of_those_persons(r, queued):
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now, room="a"))
+    flushing.flusher.put(RoomLeave("guests", "m", "a", now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    flushing.flusher.put(recording.member_visit("bots", "b", now))
+
+    flushing.flusher.forget(["guests:m", "bots:b"])
+
+    assert len(flushing.flusher.queue) == 1
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["n"]
+    assert members(r, "bots") == []
+
+
+def test_forget_drops_what_waits_to_be_sent_again(r, queued, redis_down_then_up, alice):
+    redis_down_then_up.begin()
+    now = time.time()
+    details = users.details(alice, get_config())
+    flushing.flusher.put(recording.user_visit(details, now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    assert whos_online.flush() is False
+
+    flushing.flusher.forget([f"u:{alice.pk}"])
+
+    redis_down_then_up.end()
+    assert whos_online.flush() is True
+    assert members(r, "users") == []
+    assert members(r, "guests") == ["n"]
+
+
+def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    import redis
+
+    from whos_online.store import scripts
+
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+
+    def forgotten_on_the_way(client: Any, calls: Any) -> Any:
+        flushing.flusher.forget(["guests:m"])  # an erasure, while the batch is on its way
+        raise redis.exceptions.ConnectionError("cut off")
+
+    monkeypatch.setattr(scripts, "run", forgotten_on_the_way)
+    assert whos_online.flush() is False
+    monkeypatch.undo()
+    redis_down_then_up.end()  # the back-off passed
+
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["n"]
 
 
 class DownThenUp:

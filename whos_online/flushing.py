@@ -15,7 +15,8 @@ once. While a breaker says that writes fail, a flush leaves the queue as it is, 
 encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
 whatever the pages queue meanwhile. A queue that fills up while Redis cannot be written drops the
 visits of people not queued yet and counts them (``VisitQueue.dropped``); the log says so when
-it starts, and how many it dropped once a write succeeds again.
+it starts, and how many it dropped once a write succeeds again. ``forget`` drops what the process
+holds of given persons, queued or kept after a failure, for an erasure or a logout.
 
 Reads made by the process (the snapshot of the tags and the JSON view, the API's reads) write
 its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
@@ -51,7 +52,7 @@ from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_roo
 from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from types import FrameType
 
     from whos_online.conf import Config
@@ -361,6 +362,15 @@ class Flusher:
 
     def pending(self) -> bool:
         return bool(len(self.queue) or hits.buffer.total())
+
+    def forget(self, persons: Iterable[str]) -> None:
+        """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
+        queued or waiting to be sent again, and what comes back of them from a write under way
+        that fails: so that nothing of theirs the process held is written later (an erasure, a
+        logout). Persons as the queue names them (``store.visits.person``: ``u:<pk>``,
+        ``guests:<member>``, ``bots:<member>``). A write under way that succeeds still lands."""
+        for who in persons:
+            self.queue.forget(who)
 
     # Stopping
 

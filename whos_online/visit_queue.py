@@ -78,6 +78,8 @@ class VisitQueue:
         self._lock = threading.Lock()
         #: How many items ``take`` handed out that are not settled yet.
         self._taken = 0
+        #: Persons forgotten while items were taken: what comes back of them is dropped.
+        self._forgotten: set[str] = set()
         #: Items dropped because the queue was full, since the process started.
         self.dropped = 0
 
@@ -99,25 +101,33 @@ class VisitQueue:
             items = list(self._items.values())
             self._items.clear()
             self._taken = len(items)
+            self._forgotten.clear()
         return items
 
     def settle(self, unwritten: Sequence[Item]) -> None:
         """Say that everything ``take`` handed out was written but ``unwritten``, which goes back
-        ahead of what was queued since, each person's items merged as ``put`` merges them."""
+        ahead of what was queued since, each person's items merged as ``put`` merges them (but
+        for the persons forgotten since)."""
         with self._lock:
             self._taken = 0
+            forgotten, self._forgotten = self._forgotten, set()
             if not unwritten:
                 return
             newer = self._items
-            self._items = OrderedDict((_key(item), item) for item in unwritten)
+            self._items = OrderedDict(
+                (_key(item), item) for item in unwritten if item.person not in forgotten
+            )
             for key, item in newer.items():
                 self._items[key] = _merged(self._items.pop(key, None), item)
 
     def forget(self, who: str) -> None:
-        """Drop what is queued of the person ``who`` (an erasure must not be undone)."""
+        """Drop what is queued of the person ``who``, and what comes back of them from a write
+        under way (an erasure must not be undone)."""
         with self._lock:
             self._items.pop(who, None)
             self._items.pop(f"leave:{who}", None)
+            if self._taken:
+                self._forgotten.add(who)
 
     def __len__(self) -> int:
         return len(self._items)
