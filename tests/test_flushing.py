@@ -24,7 +24,7 @@ from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.visit_queue import VisitQueue
+from whos_online.visit_queue import RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -198,6 +198,30 @@ def test_the_api_s_other_reads_write_the_queue_first(backend, queued, alice):
     assert len(flushing.flusher.queue) == 0
 
 
+@pytest.mark.parametrize(
+    "read",
+    [
+        whos_online.is_online,
+        whos_online.last_seen,
+        lambda user: whos_online.presence([user]),
+        lambda user: whos_online.online_user_pks(10),
+        lambda user: whos_online.peak(),
+        lambda user: whos_online.unique_visitors(),
+    ],
+    ids=["is_online", "last_seen", "presence", "online_user_pks", "peak", "unique_visitors"],
+)
+def test_each_api_read_writes_the_queue_in_its_own_round_trip(r, queued, alice, redis_calls, read):
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+
+    read(alice)
+
+    (trip,) = redis_calls.trips
+    assert trip[0] == "EVALSHA"  # the batch, then the read's commands
+    assert len(trip) > 1
+    assert len(flushing.flusher.queue) == 0
+    assert r.zscore("{whos_online}:guests", "m") is not None
+
+
 # Failures
 
 
@@ -259,6 +283,176 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, redis_down_then_
     down.end()
     assert whos_online.flush() is True
     assert len(members(r, "guests")) == 2  # both written once Redis answered
+
+
+def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    """While writes fail, the pages of one person keep one visit waiting (their latest), and
+    the bound of the queue counts people, not pages."""
+    fresh = flushing.Flusher()
+    fresh.queue = VisitQueue(size=3)
+    monkeypatch.setattr(flushing, "flusher", fresh)
+    redis_down_then_up.begin()
+    now = time.time()
+    for n in range(5):
+        assert fresh.put(recording.member_visit("guests", "m", now - 10 + n))
+        assert fresh.flush()  # failed, or held back while the breaker is open
+
+    assert fresh.put(recording.member_visit("guests", "a", now)) is True
+    assert fresh.put(recording.member_visit("guests", "b", now)) is True
+    assert len(fresh.queue) == 3
+    assert fresh.queue.dropped == 0
+
+    redis_down_then_up.end()
+    assert fresh.flush() == frozenset()
+    assert members(r, "guests") == ["a", "b", "m"]
+    assert r.zscore("{whos_online}:guests", "m") == pytest.approx(now - 6, abs=0.01)
+
+
+def counting_encodings(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every visit the flusher turns into entries of a batch, from now on."""
+    encoded: list[object] = []
+    original = flushing._entries
+
+    def entries(config: Any, item: Any) -> Any:
+        encoded.append(item)
+        return original(config, item)
+
+    monkeypatch.setattr(flushing, "_entries", entries)
+    return encoded
+
+
+def test_while_redis_is_known_down_a_flush_leaves_the_queue_as_it_is(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    redis_down_then_up.begin()
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now - 1))
+    assert whos_online.flush() is False  # the failure that opens the breaker
+    encoded = counting_encodings(monkeypatch)
+
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    assert whos_online.flush() is False
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)  # a read: it fails too
+
+    assert encoded == []
+    assert len(flushing.flusher.queue) == 2
+    redis_down_then_up.end()
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["m", "n"]
+
+
+def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
+    r, queued, monkeypatch, redis_calls
+):
+    from redis.exceptions import ResponseError
+
+    from whos_online import breakers
+
+    config = get_config()
+    breakers.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+    encoded = counting_encodings(monkeypatch)
+
+    assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)
+
+    assert redis_calls.trips == [["EVALSHA"]]  # the snapshot alone
+    assert encoded == []
+    assert len(flushing.flusher.queue) == 1
+
+
+def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(
+    backend, queued, redis_down_then_up
+):
+    redis_down_then_up.begin()
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+    assert whos_online.flush() is False
+
+    flushing.flusher.schedule(0.1)  # what a recorded request asks
+
+    deadline = flushing.flusher._deadline
+    assert deadline is not None
+    assert deadline - time.monotonic() > get_config().failure_backoff - 1
+
+
+def test_what_an_outage_dropped_is_logged_once_writes_succeed(
+    backend, queued, monkeypatch, redis_down_then_up, caplog
+):
+    fresh = flushing.Flusher()
+    fresh.queue = VisitQueue(size=2)
+    monkeypatch.setattr(flushing, "flusher", fresh)
+    redis_down_then_up.begin()
+    now = time.time()
+    with caplog.at_level(logging.INFO, logger="whos_online"):
+        for n in range(5):
+            fresh.put(recording.member_visit("guests", f"m{n}", now))
+        assert fresh.flush()
+        redis_down_then_up.end()
+        assert fresh.flush() == frozenset()
+        assert fresh.flush() == frozenset()
+
+    lines = [record.getMessage() for record in caplog.records]
+    full = [line for line in lines if "queue is full" in line]
+    dropped = [line for line in lines if "dropped 3 visits" in line]
+    assert len(full) == 1
+    assert "(2 visits waiting" in full[0]
+    assert len(dropped) == 1
+
+
+def test_forget_drops_what_is_queued_of_those_persons(r, queued):
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now, room="a"))
+    flushing.flusher.put(RoomLeave("guests", "m", "a", now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    flushing.flusher.put(recording.member_visit("bots", "b", now))
+
+    flushing.flusher.forget(["guests:m", "bots:b"])
+
+    assert len(flushing.flusher.queue) == 1
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["n"]
+    assert members(r, "bots") == []
+
+
+def test_forget_drops_what_waits_to_be_sent_again(r, queued, redis_down_then_up, alice):
+    redis_down_then_up.begin()
+    now = time.time()
+    details = users.details(alice, get_config())
+    flushing.flusher.put(recording.user_visit(details, now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+    assert whos_online.flush() is False
+
+    flushing.flusher.forget([f"u:{alice.pk}"])
+
+    redis_down_then_up.end()
+    assert whos_online.flush() is True
+    assert members(r, "users") == []
+    assert members(r, "guests") == ["n"]
+
+
+def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(
+    r, queued, monkeypatch, redis_down_then_up
+):
+    import redis
+
+    from whos_online.store import scripts
+
+    now = time.time()
+    flushing.flusher.put(recording.member_visit("guests", "m", now))
+    flushing.flusher.put(recording.member_visit("guests", "n", now))
+
+    def forgotten_on_the_way(client: Any, calls: Any) -> Any:
+        flushing.flusher.forget(["guests:m"])  # an erasure, while the batch is on its way
+        raise redis.exceptions.ConnectionError("cut off")
+
+    monkeypatch.setattr(scripts, "run", forgotten_on_the_way)
+    assert whos_online.flush() is False
+    monkeypatch.undo()
+    redis_down_then_up.end()  # the back-off passed
+
+    assert whos_online.flush() is True
+    assert members(r, "guests") == ["n"]
 
 
 class DownThenUp:
@@ -498,7 +692,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
-    handler = flushing.flusher.on_signal(lambda signum, frame: forwarded.append(signum))
+    handler = flushing.on_signal(lambda signum, frame: forwarded.append(signum))
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
@@ -508,6 +702,68 @@ def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     assert flushing.writes_at_once(get_config()) is True
     Client(REMOTE_ADDR=GUEST_IP).get("/plain/")  # written in its request from now on
     assert r.zcard("{whos_online}:guests") == 2
+
+
+SIGNALLED_PROCESS = """
+import os
+import signal
+import sys
+import threading
+import time
+
+import django
+from django.conf import settings
+
+settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
+django.setup()
+
+from whos_online import flushing, recording, visit_queue
+from whos_online.connection import admin_client
+
+flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
+forwarded = []
+signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
+flushing.install_signal_handlers()
+if sys.argv[1] == "replaced":
+    flushing.reset()  # settings changed since: another flusher
+original = visit_queue.merge
+
+
+def merge(earlier, later):
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives while put holds the queue's lock
+    return original(earlier, later)
+
+
+visit_queue.merge = merge
+now = time.time()
+flushing.flusher.put(recording.member_visit("guests", "m", now - 1))
+flushing.flusher.put(recording.member_visit("guests", "m", now))
+visit_queue.merge = original
+for thread in threading.enumerate():
+    if thread is not threading.current_thread():
+        thread.join(10)
+stored = admin_client().zrange("{whos_online}:guests", 0, -1)
+print("done", forwarded, flushing.flusher.immediate, [m.decode() for m in stored])
+"""
+
+
+@pytest.mark.parametrize("flusher", ["same", "replaced"])
+def test_a_sigterm_inside_a_lock_of_the_main_thread_writes_once_it_is_let_go(flusher):
+    """The handler runs on the thread the signal interrupted, which may hold the queue's lock
+    (an ASGI server's event loop, queueing a visit): it must not wait on that lock itself.
+    It writes the queue of the flusher in place when the signal comes."""
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_PROCESS, flusher],
+        cwd=ROOT,
+        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == f"done [{int(signal.SIGTERM)}] True ['m']"
 
 
 # Process exit

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from whos_online import (
     connection,
@@ -46,9 +46,13 @@ if TYPE_CHECKING:
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
 
     from whos_online.conf import Config
     from whos_online.connection import Client
+
+T = TypeVar("T")
 
 __all__ = [
     "OnlineCounts",
@@ -104,9 +108,8 @@ def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
     """
     if not user.is_authenticated:
         return False
-    _write_own_visits()
     now = time.time()
-    score, _ = connection.call(_UNKNOWN_PRESENCE, _presence(user))
+    score, _ = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
     return score is not None and score >= now - get_config().window
 
 
@@ -118,19 +121,26 @@ def last_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
     """
     if not user.is_authenticated:
         return None
-    _write_own_visits()
-    _, seen = connection.call(_UNKNOWN_PRESENCE, _presence(user))
+    _, seen = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
     return None if seen is None else as_datetime(seen)
 
 
 _UNKNOWN_PRESENCE: tuple[float | None, float | None] = (None, None)
 
 
-def _write_own_visits() -> None:
-    """Before a read: write what this process has queued, so that it sees its own visits (the
-    reads of ``snapshots`` do it in their own round trip)."""
-    if flushing.flusher.pending():
-        flushing.flusher.flush()
+def _read_after_own_visits(
+    default: T, ask: Callable[[Pipeline | ClusterPipeline, Config], Callable[[list[Any]], T]]
+) -> T:
+    """A read made of plain commands (``ask`` queues them on a pipeline and returns what makes
+    the answer of their replies), after what this process has queued is written, so that it
+    sees its own visits: in the same round trip on one Redis (``Flusher.flush_with``; on a
+    cluster, the flush goes first). ``default`` if Redis failed."""
+    return flushing.flusher.flush_with(
+        lambda client, config, calls: store.scripts.run_then(
+            client, calls, lambda pipe: ask(pipe, config)
+        ),
+        default,
+    )
 
 
 def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presence]:
@@ -147,10 +157,9 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
     texts = [pk_text(key) for key in keys]
     if not texts:
         return {}
-    _write_own_visits()
     now = time.time()
-    found = connection.call(
-        None, lambda client, config: store.presence.users_presence(client, config, texts)
+    found = _read_after_own_visits(
+        None, lambda pipe, config: store.presence.ask_users_presence(pipe, config, texts)
     )
     if found is None:
         return dict.fromkeys(keys, UNKNOWN_PRESENCE)
@@ -169,20 +178,28 @@ def online_user_pks(limit: int) -> list[object] | None:
 
     For filtering a queryset of users; O(log N + limit), so pass a bound.
     """
-    _write_own_visits()
     now = time.time()
-    found = connection.call(
+    found = _read_after_own_visits(
         None,
-        lambda client, config: store.presence.online_user_pks(client, config, now=now, limit=limit),
+        lambda pipe, config: store.presence.ask_online_user_pks(pipe, config, now=now, limit=limit),
     )
     return None if found is None else pk_values(found)
 
 
 def _presence(
     user: AbstractBaseUser | AnonymousUser,
-) -> Callable[[Client, Config], tuple[float | None, float | None]]:
+) -> Callable[
+    [Pipeline | ClusterPipeline, Config], Callable[[list[Any]], tuple[float | None, float | None]]
+]:
     pk = pk_text(user)
-    return lambda client, config: store.presence.user_presence(client, config, pk)
+
+    def ask(
+        pipe: Pipeline | ClusterPipeline, config: Config
+    ) -> Callable[[list[Any]], tuple[float | None, float | None]]:
+        answer = store.presence.ask_users_presence(pipe, config, [pk])
+        return lambda replies: answer(replies)[0]
+
+    return ask
 
 
 def record_user(
@@ -305,8 +322,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
-    _write_own_visits()
-    return as_peak(*connection.call(unknown, store.site.read_peak))
+    return as_peak(*_read_after_own_visits(unknown, store.site.ask_peak))
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
@@ -321,9 +337,14 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         wanted = _utc_date(day.timestamp()) if day.tzinfo else day.date()
     else:
         wanted = day
-    _write_own_visits()
-    return connection.call(
-        0, lambda client, config: store.site.unique_visitors(client, config, wanted)
+    if get_config().redis_cluster:
+        # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
+        flushing.flusher.flush()
+        return connection.call(
+            0, lambda client, config: store.site.unique_visitors(client, config, wanted)
+        )
+    return _read_after_own_visits(
+        0, lambda pipe, config: store.site.ask_unique_visitors(pipe, config, wanted)
     )
 
 

@@ -8,19 +8,28 @@ the shard whose slot holds the site-wide keys, the layout the process writes in.
 visit's work for about a tenth of its per-call cost when visits come in batches of twenty or more
 (see the performance page), and a frozen or slow Redis costs the pages nothing.
 
-A flush whose write fails (an outage, a breaker open) keeps its entries and sends them first the
-next time, before anything queued since; the breaker logs the outage once. A queue that fills up
-while Redis cannot be written drops what comes next, counts it, and logs it once per outage.
+A flush whose write fails puts what it took back in the queue, ahead of what was queued since,
+where a person's visits merge as usual: while Redis cannot be written, a person holds one visit
+however many pages they open, and the queue's bound counts people. The breaker logs the outage
+once. While a breaker says that writes fail, a flush leaves the queue as it is, neither taken nor
+encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
+whatever the pages queue meanwhile. A queue that fills up while Redis cannot be written drops the
+visits of people not queued yet and counts them (``VisitQueue.dropped``); the log says so when
+it starts, and how many it dropped once a write succeeds again. ``forget`` drops what the process
+holds of given persons, queued or kept after a failure, for an erasure or a logout.
 
-Reads made by the process write its queue first (``flush_with``), in the same round trip where
-the read allows, so that it always sees its own visits. ``flush()`` writes the queue now: for
-tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL`` 0 there is no thread: each recorded
-request writes the queue itself, as it writes its own visit.
+Reads made by the process (the snapshot of the tags and the JSON view, the API's reads) write
+its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
+on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just before the read.
+``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
+0 there is no thread: each recorded request writes the queue itself, as it writes its own visit.
 
 What the process holds when it stops is written as it exits: at ``atexit`` (and in the finalizers
 of a process that multiprocessing started), and under an ASGI server at its first SIGTERM or
 SIGINT, from which the process writes each visit at once until it exits (uvicorn ends its
-processes with its own re-raised SIGTERM, which no ``atexit`` survives). A process that is killed
+processes with its own re-raised SIGTERM, which no ``atexit`` survives). The signal's handler
+writes from a thread of its own: it runs on the main thread (an ASGI server's event loop), which
+the signal may have caught inside the queue's lock or the page hits'. A process that is killed
 (SIGKILL, a crash) loses what it held: at most the last ``FLUSH_INTERVAL`` of visits and page
 hits, or what an outage kept queued.
 """
@@ -40,10 +49,10 @@ from django.dispatch import receiver
 from whos_online import breakers, connection, counters, epochs, hits, keyspace, store
 from whos_online.conf import config_changed, get_config
 from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_room_entry
-from whos_online.visit_queue import QUEUE_SIZE, Item, RoomLeave, VisitQueue
+from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from types import FrameType
 
     from whos_online.conf import Config
@@ -85,6 +94,9 @@ class _Prepared:
     groups: list[_Group]
     hits: hits.Batch | None
     layout: str
+    #: The queue's items, each with the tags of the shards its entries go to: an item goes
+    #: back to the queue when the write of any of them fails.
+    items: list[tuple[Item, frozenset[str]]]
 
     @property
     def calls(self) -> list[ScriptCall]:
@@ -100,8 +112,9 @@ class Flusher:
         self._deadline: float | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
-        #: Entries whose write failed, sent first by the next flush.
-        self._retry: list[Entry] = []
+        #: Until when (monotonic) the thread leaves Redis alone after a flush failed, or was
+        #: held back by a breaker: the pages that queue visits meanwhile do not bring it forward.
+        self._retry_at = float("-inf")
         #: What was last registered (generation, layout), and when (monotonic).
         self._registered: tuple[int, str] | None = None
         self._registered_at = float("-inf")
@@ -110,26 +123,31 @@ class Flusher:
         self.layouts_in_use = True
         #: From the first SIGTERM (or SIGINT) of an ASGI server on, visits are written at once.
         self.immediate = False
+        #: Whether the queue has been full since writes last succeeded, and how many visits it
+        #: had dropped before then.
         self._dropping = False
+        self._dropped_before = 0
 
     # The request path
 
     def put(self, item: Item) -> bool:
         """Queue ``item``; False when the queue is full (it is dropped, and counted)."""
-        if self.queue.put(item, room=len(self._retry)):
+        if self.queue.put(item):
             return True
         if not self._dropping:
             self._dropping = True
+            self._dropped_before = self.queue.dropped - 1
             logger.warning(
                 "whos_online's queue is full (%d visits waiting while Redis could not be "
                 "written): visits are dropped and counted until a write succeeds.",
-                QUEUE_SIZE,
+                self.queue.size,
             )
         return False
 
     def schedule(self, delay: float) -> None:
-        """Flush at most ``delay`` seconds from now, from the process's flushing thread."""
-        deadline = time.monotonic() + delay
+        """Flush at most ``delay`` seconds from now, from the process's flushing thread; after
+        a failed flush, no earlier than its back-off."""
+        deadline = max(time.monotonic() + delay, self._retry_at)
         current = self._deadline
         if current is not None and current <= deadline and self._thread is not None:
             return  # the common case, without the lock
@@ -154,27 +172,59 @@ class Flusher:
                 if self._stopping:
                     return
                 self._deadline = None
-            failed = self.flush()
-            if failed:
-                self.schedule(get_config().failure_backoff or 1.0)
+            if self.flush():
+                self.schedule(0)  # once the back-off has passed
 
     # Flushing
 
     def flush(self) -> frozenset[str]:
-        """Write what is queued now; returns the tags of the shards whose write failed (their
-        entries are kept, and sent first the next time).
+        """Write what is queued now; returns the tags of the shards whose write failed, or
+        which a breaker keeps from being tried (what was for them goes back to the queue, ahead
+        of what was queued since, or stays there).
 
         A batch of page hits that failed before goes alone, before the hits counted since: those
         follow in a second pass, as does what was queued while the first was on its way."""
         with self._lock:
-            for _pass in range(FLUSH_PASSES):
-                prepared = self._prepare(get_config(), time.time())
-                if prepared is None:
-                    return frozenset()
-                failed = self._write(prepared)
-                if failed:
-                    return failed
+            return self._flush(get_config())
+
+    def _flush(self, config: Config) -> frozenset[str]:
+        for _pass in range(FLUSH_PASSES):
+            held = self._held_back(config)
+            if held:
+                self._back_off(config)
+                return held
+            prepared = self._prepare(config, time.time())
+            if prepared is None:
+                return frozenset()
+            failed = self._write(prepared)
+            if failed:
+                return failed
+        return frozenset()
+
+    def _held_back(self, config: Config) -> frozenset[str]:
+        """The tags of the shards, when something waits to be written and a breaker says that
+        writes to every one of them fail; else none.
+
+        The queue then stays as it is, not taken and encoded for a write that would not be
+        tried: during an outage that would cost every flush, and every read that writes the
+        queue first, the encoding of the whole backlog."""
+        shards = keyspace.layout(config)
+        if config.redis_cluster:  # a breaker per shard
+            refused = [
+                shard.tag
+                for shard in shards
+                if not breakers.Attempt(config, shard, writes=True).allowed
+            ]
+        elif not breakers.Attempt(config, None, writes=True).allowed:
+            refused = [shard.tag for shard in shards]
+        else:
             return frozenset()
+        if len(refused) < len(shards) or not self.pending():
+            return frozenset()
+        return frozenset(refused)
+
+    def _back_off(self, config: Config) -> None:
+        self._retry_at = time.monotonic() + (config.failure_backoff or 1.0)
 
     def flush_with(
         self,
@@ -183,17 +233,23 @@ class Flusher:
     ) -> T:
         """Write what is queued and make a read, in one round trip where the client allows:
         ``read(client, config, calls)`` runs ``calls`` (the flush's) before its own, and returns
-        their replies and what it read. ``default`` if Redis failed (the flush is kept)."""
+        their replies and what it read. ``default`` if Redis failed (the flush is kept).
+
+        When the process holds nothing and no flush is under way, the read goes alone, without
+        the lock, so that the reads of a process's threads go on side by side: whatever this
+        thread queued before has been written by then."""
+        if not self._lock.locked() and not self.pending():
+            found = connection.call(None, lambda client, config: read(client, config, []))
+            return default if found is None else found[1]
         with self._lock:
             config = get_config()
-            prepared = self._prepare(config, time.time())
-            if prepared is not None and (
-                config.redis_cluster or not breakers.Attempt(config, None, writes=True).allowed
-            ):
-                # On a cluster, one call per shard anyway; while writes are known to fail, the
-                # read alone (the flush is kept for later).
-                self._write(prepared)
-                prepared = None
+            prepared = None
+            if config.redis_cluster:
+                self._flush(config)  # one call per shard anyway: written first, then the read
+            elif self._held_back(config):
+                self._back_off(config)  # the read alone; the queue stays as it is
+            else:
+                prepared = self._prepare(config, time.time())
             calls = prepared.calls if prepared is not None else []
             found = connection.call(None, lambda client, config: read(client, config, calls))
             if prepared is not None:
@@ -208,15 +264,19 @@ class Flusher:
             return default if found is None else found[1]
 
     def _prepare(self, config: Config, now: float) -> _Prepared | None:
+        """Take the queue and the page hits, and make the calls that write them (hand them to
+        ``_settle``, through ``_write`` or a read's round trip); None when there is nothing."""
         items = self.queue.take()
-        entries = self._retry + [entry for item in items for entry in _entries(config, item)]
-        self._retry = []
         batch = hits.buffer.take()
-        if not entries and batch is None:
+        if not items and batch is None:
             return None
         groups: dict[str, _Group] = {}
-        for entry in entries:
-            groups.setdefault(entry.shard.tag, _Group(entry.shard)).entries.append(entry)
+        placed = []
+        for item in items:
+            entries = _entries(config, item)
+            for entry in entries:
+                groups.setdefault(entry.shard.tag, _Group(entry.shard)).entries.append(entry)
+            placed.append((item, frozenset(entry.shard.tag for entry in entries)))
         base = keyspace.layout(config)[0]
         if batch is not None and base.tag not in groups:
             groups[base.tag] = _Group(base)
@@ -236,7 +296,7 @@ class Flusher:
                 epoch=epochs.new_epoch(),
                 extras=extras if tag == base.tag else None,
             )
-        return _Prepared(list(groups.values()), batch, layout)
+        return _Prepared(list(groups.values()), batch, layout, placed)
 
     def _write(self, prepared: _Prepared) -> frozenset[str]:
         config = get_config()
@@ -250,10 +310,11 @@ class Flusher:
         return self._settle(prepared, results)
 
     def _settle(self, prepared: _Prepared, results: Sequence[list[Any] | None]) -> frozenset[str]:
+        """Take in how the write of ``prepared`` went (each group's replies, None for a group
+        whose write failed); returns the tags of the shards that failed."""
         failed = set()
         for group, replies in zip(prepared.groups, results, strict=True):
             if replies is None:
-                self._retry.extend(group.entries)
                 failed.add(group.shard.tag)
                 continue
             for raw in replies:
@@ -269,9 +330,23 @@ class Flusher:
         if prepared.layout and base_written:
             self._registered = (epochs.generation(), prepared.layout)
             self._registered_at = time.monotonic()
-        if not failed:
-            self._dropping = False
+        self.queue.settle([item for item, tags in prepared.items if not tags.isdisjoint(failed)])
+        if failed:
+            self._back_off(get_config())
+        else:
+            self._retry_at = float("-inf")
+            self._report_drops()
         return frozenset(failed)
+
+    def _report_drops(self) -> None:
+        """Once writes succeed again after the queue was full: how many visits it dropped."""
+        if not self._dropping:
+            return
+        self._dropping = False
+        logger.warning(
+            "whos_online writes to Redis again; it dropped %d visits while its queue was full.",
+            self.queue.dropped - self._dropped_before,
+        )
 
     def _layout_to_register(self, config: Config) -> str:
         """The layout the next flush registers, or "" for none: a site that never left the
@@ -286,7 +361,16 @@ class Flusher:
         return layout
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or self._retry or hits.buffer.total())
+        return bool(len(self.queue) or hits.buffer.total())
+
+    def forget(self, persons: Iterable[str]) -> None:
+        """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
+        queued or waiting to be sent again, and what comes back of them from a write under way
+        that fails: so that nothing of theirs the process held is written later (an erasure, a
+        logout). Persons as the queue names them (``store.visits.person``: ``u:<pk>``,
+        ``guests:<member>``, ``bots:<member>``). A write under way that succeeds still lands."""
+        for who in persons:
+            self.queue.forget(who)
 
     # Stopping
 
@@ -307,35 +391,12 @@ class Flusher:
                 # Nothing to write, nor a key to forget: the settings are not read, which a
                 # process that never recorded (a site not configured yet) may not have right.
                 return
-            prepared = self._prepare(get_config(), time.time())
-            failed = self._write(prepared) if prepared is not None else frozenset()
+            failed = self._flush(get_config())
             if not failed and hits.buffer.numbered and not hits.buffer.total():
                 key = counters.applied_key(get_config(), hits.buffer.token)
                 connection.call(None, lambda client, _config: client.delete(key), writes=True)
         finally:
             self._lock.release()
-
-    def on_signal(self, previous: Any) -> Callable[[int, FrameType | None], Any]:
-        """A SIGTERM or SIGINT handler that writes what is queued, writes every later visit at
-        once, and hands the signal on to ``previous`` (the server's own handler)."""
-
-        def handle(signum: int, frame: FrameType | None) -> Any:
-            self.immediate = True
-            if self._lock.acquire(blocking=False):
-                try:
-                    prepared = self._prepare(get_config(), time.time())
-                    if prepared is not None:
-                        self._write(prepared)
-                finally:
-                    self._lock.release()
-            if callable(previous):
-                return previous(signum, frame)
-            if previous != signal.SIG_IGN:  # the default action, as if nothing had been here
-                signal.signal(signum, signal.SIG_DFL)
-                signal.raise_signal(signum)
-            return None
-
-        return handle
 
 
 def _write_group(group: _Group) -> list[Any] | None:
@@ -413,7 +474,35 @@ def install_signal_handlers() -> None:
         return
     _signals_installed = True
     for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, flusher.on_signal(signal.getsignal(number)))
+        signal.signal(number, on_signal(signal.getsignal(number)))
+
+
+def on_signal(previous: Any) -> Callable[[int, FrameType | None], Any]:
+    """A SIGTERM or SIGINT handler that writes what the process holds, has every later visit
+    written at once, and hands the signal on to ``previous`` (the server's own handler).
+
+    A handler runs on the main thread, between two of its steps; under an ASGI server that is
+    the event loop, which may be inside the queue's lock or the page hits' (queueing a visit,
+    counting a hit), and would wait on itself for ever if it wrote from here. So the write runs
+    in a thread of its own, which the handler waits for at most ``EXIT_WAIT`` seconds: mostly it
+    is done by then; if the main thread held a lock, it is done once the handler has returned
+    and the lock is let go. The flusher is the module's when the signal comes (a change of
+    settings replaces it)."""
+
+    def handle(signum: int, frame: FrameType | None) -> Any:
+        current = flusher
+        current.immediate = True
+        writer = threading.Thread(target=current.flush, name="whos_online exit flush", daemon=True)
+        writer.start()
+        writer.join(EXIT_WAIT)
+        if callable(previous):
+            return previous(signum, frame)
+        if previous != signal.SIG_IGN:  # the default action, as if nothing had been here
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        return None
+
+    return handle
 
 
 @receiver(config_changed, dispatch_uid="whos_online.flushing.reset")

@@ -2,10 +2,14 @@
 person's latest.
 
 The request path puts a visit here and moves on; ``whos_online.flushing`` takes everything at
-once and writes it. Two visits of one person before a flush become one: their latest, which keeps
-what the earlier one did that the latest does not undo (see ``merge``). The queue is bounded: a
-visit that finds it full is dropped and counted, which only happens while Redis cannot be written
-for long (the flusher keeps what failed, up to the same bound).
+once and writes it, and hands back what it could not write (``settle``), which goes back ahead of
+what was queued since. Two visits of one person before a write become one: their latest, which
+keeps what the earlier one did that the latest does not undo (see ``merge``). So while Redis cannot
+be written, a person who goes on browsing holds one visit here, however many pages they open.
+
+The queue is bounded, in people: a visit of someone not queued yet that finds it full is dropped
+and counted, which only happens while Redis cannot be written for long. What a write has taken
+counts against the bound until it is settled, so that what comes back always fits.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from whos_online import rooms
 from whos_online.store.visits import Visit, person
 
-#: Visits (and readers leaving rooms) a process holds at most, written or waiting to be written
-#: again: a few megabytes, and at a thousand recorded visits a second, a twenty-second outage.
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: Items a process holds at most (one visit per person, and readers leaving rooms), to be written
+#: or waiting to be written again: a few megabytes, and at a thousand people arriving a second, a
+#: twenty-second outage.
 QUEUE_SIZE: Final = 20_000
 
 
@@ -65,38 +73,67 @@ def _key(item: Item) -> str:
 
 class VisitQueue:
     def __init__(self, size: int = QUEUE_SIZE) -> None:
-        self._size = size
+        self.size = size
         self._items: OrderedDict[str, Item] = OrderedDict()
         self._lock = threading.Lock()
+        #: How many items ``take`` handed out that are not settled yet.
+        self._taken = 0
+        #: Persons forgotten while items were taken: what comes back of them is dropped.
+        self._forgotten: set[str] = set()
         #: Items dropped because the queue was full, since the process started.
         self.dropped = 0
 
-    def put(self, item: Item, *, room: int = 0) -> bool:
-        """Queue ``item`` after everything queued; False if the queue is full (``room`` more
-        items are held elsewhere, by the flusher, and count against the bound)."""
+    def put(self, item: Item) -> bool:
+        """Queue ``item`` after everything queued; False if the queue is full."""
         key = _key(item)
         with self._lock:
             earlier = self._items.pop(key, None)
-            if earlier is None and len(self._items) + room >= self._size:
+            if earlier is None and len(self._items) + self._taken >= self.size:
                 self.dropped += 1
                 return False
-            if isinstance(earlier, Visit) and isinstance(item, Visit):
-                item = merge(earlier, item)
-            self._items[key] = item
+            self._items[key] = _merged(earlier, item)
         return True
 
     def take(self) -> list[Item]:
-        """Everything queued, in order; the queue is empty afterwards."""
+        """Everything queued, in order; the queue is empty afterwards. Hand what could not be
+        written to ``settle``."""
         with self._lock:
             items = list(self._items.values())
             self._items.clear()
+            self._taken = len(items)
+            self._forgotten.clear()
         return items
 
+    def settle(self, unwritten: Sequence[Item]) -> None:
+        """Say that everything ``take`` handed out was written but ``unwritten``, which goes back
+        ahead of what was queued since, each person's items merged as ``put`` merges them (but
+        for the persons forgotten since)."""
+        with self._lock:
+            self._taken = 0
+            forgotten, self._forgotten = self._forgotten, set()
+            if not unwritten:
+                return
+            newer = self._items
+            self._items = OrderedDict(
+                (_key(item), item) for item in unwritten if item.person not in forgotten
+            )
+            for key, item in newer.items():
+                self._items[key] = _merged(self._items.pop(key, None), item)
+
     def forget(self, who: str) -> None:
-        """Drop what is queued of the person ``who`` (an erasure must not be undone)."""
+        """Drop what is queued of the person ``who``, and what comes back of them from a write
+        under way (an erasure must not be undone)."""
         with self._lock:
             self._items.pop(who, None)
             self._items.pop(f"leave:{who}", None)
+            if self._taken:
+                self._forgotten.add(who)
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _merged(earlier: Item | None, later: Item) -> Item:
+    if isinstance(earlier, Visit) and isinstance(later, Visit):
+        return merge(earlier, later)
+    return later

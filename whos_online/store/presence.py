@@ -2,11 +2,14 @@
 about a person.
 
 Each read is one pipeline, O(log N) per user or bounded by its ``limit``, never a walk of a set.
+The reads come as ``ask_*``, which queue their commands on a pipeline of the caller's and return
+what makes the answer of their replies: the API sends a read in the round trip that writes the
+process's queue (``store.scripts.run_then``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from whos_online import keyspace, lua
 from whos_online.store.keys import (
@@ -21,7 +24,10 @@ from whos_online.store.keys import (
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
 
     from whos_online.conf import Config
     from whos_online.connection import Client
@@ -54,54 +60,69 @@ def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard
     return layout[keyspace.bucket(person, len(layout))]
 
 
-def user_presence(client: Client, config: Config, pk: str) -> tuple[float | None, float | None]:
-    """Return (score in the online sets, last seen from the HASH) for one user."""
-    return users_presence(client, config, [pk])[0]
+#: Per user: their score in the online sets and when they were last seen (None: not there).
+Presences = list[tuple[float | None, float | None]]
 
 
-def users_presence(
-    client: Client, config: Config, pks: Sequence[str]
-) -> list[tuple[float | None, float | None]]:
-    """``user_presence`` of each of ``pks``, in one pipeline (one round trip on one Redis).
+def users_presence(client: Client, config: Config, pks: Sequence[str]) -> Presences:
+    """(score in the online sets, last seen from the HASH) of each of ``pks``, in one pipeline
+    (one round trip on one Redis).
 
     The scores are read with one ZMSCORE (Redis 6.2) per online set and shard, however many of
     ``pks`` it holds, rather than two ZSCOREs per user; the last-seen times stay one HGET per
     user, since each lives in that user's own HASH.
     """
+    pipe = client.pipeline(transaction=False)
+    answer = ask_users_presence(pipe, config, pks)
+    return answer(pipe.execute())
+
+
+def ask_users_presence(
+    pipe: Pipeline | ClusterPipeline, config: Config, pks: Sequence[str]
+) -> Callable[[list[Any]], Presences]:
+    """``users_presence``'s commands, queued on ``pipe``; returns what makes its answer."""
     if not pks:
-        return []  # ZMSCORE with no member is an error, not an empty reply
+        return lambda replies: []  # ZMSCORE with no member is an error, not an empty reply
     shards = [user_shard(config, pk) for pk in pks]
     by_shard: dict[keyspace.Shard, list[str]] = {}
     for pk, shard in zip(pks, shards, strict=True):
         by_shard.setdefault(shard, []).append(pk)
-    pipe = client.pipeline(transaction=False)
     for shard, members in by_shard.items():
         pipe.zmscore(shard.key("users"), members)
         pipe.zmscore(shard.key("hidden"), members)
     for pk, shard in zip(pks, shards, strict=True):
         pipe.hget(user_key(shard, pk), "seen")
-    replies = pipe.execute()
-    scores: dict[str, float | None] = {}
-    for index, members in enumerate(by_shard.values()):
-        visible, hidden = replies[2 * index], replies[2 * index + 1]
-        for pk, shown, unseen in zip(members, visible, hidden, strict=True):
-            scores[pk] = shown if shown is not None else unseen
-    seen_times = replies[2 * len(by_shard) :]
-    return [
-        (scores[pk], float(seen) if seen is not None else None)
-        for pk, seen in zip(pks, seen_times, strict=True)
-    ]
+
+    def answer(replies: list[Any]) -> Presences:
+        scores: dict[str, float | None] = {}
+        for index, members in enumerate(by_shard.values()):
+            visible, hidden = replies[2 * index], replies[2 * index + 1]
+            for pk, shown, unseen in zip(members, visible, hidden, strict=True):
+                scores[pk] = shown if shown is not None else unseen
+        seen_times = replies[2 * len(by_shard) :]
+        return [
+            (scores[pk], float(seen) if seen is not None else None)
+            for pk, seen in zip(pks, seen_times, strict=True)
+        ]
+
+    return answer
 
 
-def online_user_pks(client: Client, config: Config, *, now: float, limit: int) -> list[str]:
+def ask_online_user_pks(
+    pipe: Pipeline | ClusterPipeline, config: Config, *, now: float, limit: int
+) -> Callable[[list[Any]], list[str]]:
     """The primary keys of up to ``limit`` users online (hidden ones included), newest first
-    within each set: O(log N + limit) per set and shard, never the whole of a large set."""
-    pipe = client.pipeline(transaction=False)
+    within each set: O(log N + limit) per set and shard, never the whole of a large set. Queues
+    the commands on ``pipe``; returns what makes the answer of their replies."""
     for shard in keyspace.layout(config):
         for kind in ("users", "hidden"):
             pipe.zrevrangebyscore(shard.key(kind), "+inf", score(now - config.window), 0, limit)
-    pks = [keyspace.text(pk) for members in pipe.execute() for pk in members]
-    return pks[:limit] if len(pks) > limit else pks
+
+    def answer(replies: list[Any]) -> list[str]:
+        pks = [keyspace.text(pk) for members in replies for pk in members]
+        return pks[:limit] if len(pks) > limit else pks
+
+    return answer
 
 
 def oldest_seen(client: Client, config: Config) -> float | None:

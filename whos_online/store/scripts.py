@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -17,9 +17,15 @@ from whos_online import keyspace
 from whos_online.connection import execute, is_cluster
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
+    from redis.commands.core import Script
 
     from whos_online.connection import Client
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,22 +59,66 @@ def replies(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
     succeed where its write was refused. A connection error is raised."""
     if len(calls) == 1 or is_cluster(client):
         return [_reply_of(client, call) for call in calls]
+    written, _read, _answer = _pipelined(client, calls, _nothing)
+    return written
+
+
+def run_then(
+    client: Client,
+    calls: Sequence[ScriptCall],
+    ask: Callable[[Pipeline | ClusterPipeline], Callable[[list[Any]], T]],
+) -> tuple[list[Any], T]:
+    """``calls`` (a flush of the process's queue), then a read made of plain commands, in one
+    pipeline: one round trip on one Redis. ``ask`` queues the read's commands on the pipeline
+    and returns what makes the read's answer of their replies.
+
+    Returns the replies of ``calls`` as ``replies`` gives them (an error in the place of a call
+    that failed, such as a write refused by a full Redis, which the read may survive) and the
+    answer; an error of the read is raised. A cluster client takes no ``calls`` (redis-py
+    refuses EVALSHA in cluster pipelines): ``Flusher.flush_with`` writes them first there."""
+    written, read, answer = _pipelined(client, calls, ask)
+    for reply in read:
+        if isinstance(reply, Exception):
+            raise reply
+    return written, answer(read)
+
+
+def _pipelined(
+    client: Client,
+    calls: Sequence[ScriptCall],
+    ask: Callable[[Pipeline | ClusterPipeline], Callable[[list[Any]], T]],
+) -> tuple[list[Any], list[Any], Callable[[list[Any]], T]]:
+    """One pipeline of EVALSHAs for ``calls`` and the commands ``ask`` queues after them;
+    scripts the server does not know yet are loaded and the pipeline is sent once more.
+    Returns the calls' replies, the commands' replies, and what ``ask`` returned."""
     scripts = [keyspace.script(client, call.source) for call in calls]
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
         for script, call in zip(scripts, calls, strict=True):
             pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
-        answered = pipe.execute(raise_on_error=False)
-        missing = [
-            script
-            for script, reply in zip(scripts, answered, strict=True)
-            if isinstance(reply, NoScriptError)
-        ]
+        answer = ask(pipe)
+        answered = list(pipe.execute(raise_on_error=False))
+        written = answered[: len(calls)]
+        missing = _missing(scripts, written)
         if not missing or attempt:
             break
-        for script in {script.sha: script for script in missing}.values():
+        for script in missing:
             client.script_load(script.script)
-    return list(answered)
+    return written, answered[len(calls) :], answer
+
+
+def _missing(scripts: Sequence[Script], written: Sequence[Any]) -> list[Script]:
+    """The scripts whose calls failed because the server did not know them, each once."""
+    missing = {
+        script.sha: script
+        for script, reply in zip(scripts, written, strict=True)
+        if isinstance(reply, NoScriptError)
+    }
+    return list(missing.values())
+
+
+def _nothing(pipe: Pipeline | ClusterPipeline) -> Callable[[list[Any]], None]:
+    return lambda replies: None
 
 
 def _reply_of(client: Client, call: ScriptCall) -> Any:
