@@ -93,10 +93,12 @@ def test_every_visit_samples_each_kind_at_every_precision(backend, r, hiding_bob
     )
 
 
-def test_a_slice_keeps_the_largest_count_seen_in_it(backend, alice, bob):
+def test_a_slice_keeps_the_largest_count_seen_in_it(backend, alice, bob, monkeypatch):
     api.record_user(alice, now=T0)
     api.record_user(bob, now=T0 + 1)
-    recording.user_logged_out(bob)
+    with monkeypatch.context() as clock:
+        clock.setattr(time, "time", lambda: T0 + 1.5)
+        recording.user_logged_out(bob)
     api.record_user(alice, now=T0 + 2)  # one user now, in the 5-second slice that saw two
     api.record_user(alice, now=T0 + 5)  # a new slice starts at the current count
 

@@ -70,8 +70,9 @@ TAG = "{% load whos_online %}{% whos_online %}"
 PSEUDONYM = re.compile(r"[A-Za-z0-9_-]{12}")
 #: Every key the request path may leave (the cleanup command adds its own two).
 KEY = re.compile(
-    r"\{whos_online\}:(?:users|hidden|guests|bots|epoch|user:\d+|peak|visitors:\d{4}-\d\d-\d\d"
-    r"|counters|counters-cleaned|counter:\d+:[\w:.-]+|hits-applied:[0-9a-f]{16})"
+    r"\{whos_online\}:(?:users|hidden|guests|bots|epoch|user:\d+|gone:\d+|peak"
+    r"|visitors:\d{4}-\d\d-\d\d|counters|counters-cleaned|counter:\d+:[\w:.-]+"
+    r"|hits-applied:[0-9a-f]{16})"
 )
 
 
@@ -144,6 +145,11 @@ def assert_no_garbage(r: redis.Redis) -> None:
             assert kind == "hash", key
             for field, value in r.hgetall(raw_key).items():
                 int(field), int(value)
+        elif suffix.startswith("gone:"):
+            # When a user logged out or was erased: a time, and no more, that expires.
+            assert kind == "string", key
+            float(text(r.get(raw_key) or b""))
+            assert r.ttl(raw_key) > 0, key
         elif suffix == "epoch":
             # A random word, kept while the data lasts.
             assert kind == "string", key

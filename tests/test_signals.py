@@ -91,6 +91,21 @@ def test_login_of_another_address_leaves_the_guest(r, alice):
     assert members(r, "guests") == [guest_id("198.51.100.4", get_config(), time.time())]
 
 
+def test_a_login_is_queued_like_any_recorded_request(r, settings, alice, redis_calls):
+    configure(settings, FLUSH_INTERVAL=10)  # the thread would wait 10 s
+    whos_online.record_guest("198.51.100.4")
+    request = RequestFactory().get("/", REMOTE_ADDR="198.51.100.4")
+    request.session = import_module(django_settings.SESSION_ENGINE).SessionStore()
+    redis_calls.clear()
+
+    login(request, alice, backend="django.contrib.auth.backends.ModelBackend")
+
+    assert redis_calls.trips == []  # the login waits on nothing
+    assert whos_online.flush() is True
+    assert members(r, "users") == [str(alice.pk)]
+    assert members(r, "guests") == []
+
+
 def test_login_signal_without_a_request_records_the_user(r, alice):
     user_logged_in.send(sender=type(alice), request=None, user=alice)
     assert members(r, "users") == [str(alice.pk)]

@@ -253,13 +253,14 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     pk = pk_text(user)
     recent.forget([f"u:{pk}"])
     flushing.flusher.queue.forget(f"u:{pk}")
+    now = time.time()
 
     def erase(client: Client, config: Config) -> bool:
         # Every layout the site's processes have written in (each registers its own) and the
         # cleanup has seen: a user recorded before SHARDS changed has their last-seen record in
         # the old one until it expires.
         for shards in store.keys.layouts_known(client, config):
-            store.presence.remove_user(client, config, pk, erase=True, shards=shards)
+            store.presence.remove_user(client, config, pk, now=now, erase=True, shards=shards)
         return True
 
     snapshots.invalidate()

@@ -77,7 +77,7 @@ REGISTER_EVERY: Final = 60.0
 def _entries(config: Config, item: Item) -> list[Entry]:
     if isinstance(item, Visit):
         return entries_of(config, item)
-    return [leave_room_entry(config, item.kind, item.member, item.room, until=item.until)]
+    return [leave_room_entry(config, item.kind, item.member, item.room, at=item.at)]
 
 
 @dataclass
@@ -455,9 +455,9 @@ def after_recording(config: Config) -> frozenset[str]:
     return frozenset()
 
 
-def leave_room(kind: str, member: str, room: str, until: float) -> bool:
-    """Queue a page's reader leaving ``room`` (kept in it no later than ``until``)."""
-    queued = flusher.put(RoomLeave(kind, member, room, until))
+def leave_room(kind: str, member: str, room: str, at: float) -> bool:
+    """Queue a page's reader leaving ``room`` at ``at``."""
+    queued = flusher.put(RoomLeave(kind, member, room, at))
     after_recording(get_config())
     return queued
 

@@ -1,16 +1,15 @@
 """Receivers that keep the online list exact across logins, logouts and deleted users.
 
-A login is recorded at once and moves the visitor from the guests to the users; a logout moves them
-back at once. Neither waits for the throttle cookie to expire.
+A login is recorded at once (with the process's next flush, like any recorded request) and moves
+the visitor from the guests to the users; a logout moves them back at once. Neither waits for the
+throttle cookie to expire.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from whos_online import api, recording
-from whos_online.conf import get_config
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -20,10 +19,7 @@ if TYPE_CHECKING:
 def record_login(
     sender: object, request: HttpRequest | None, user: AbstractBaseUser, **kwargs: Any
 ) -> None:
-    config = get_config()
-    now = time.time()
-    former_guest = recording.guest_member(request, config, now) if request is not None else ""
-    api.record_user(user, now=now, former_guest=former_guest)
+    recording.user_logged_in(user, request)
 
 
 def remove_logout(

@@ -177,6 +177,19 @@ def _written(config: Config, visit: Visit) -> bool:
     return True
 
 
+def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
+    """Record ``user``, who just logged in, with the process's next flush (at once with
+    ``FLUSH_INTERVAL`` 0), taking the visitor's guest entry off in the same step: a login is a
+    recorded request like any other, and waits on Redis no more."""
+    config = get_config()
+    now = time.time()
+    former = guest_member(request, config, now) if request is not None else ""
+    details = users.details(user, config)
+    _record_soon(config, user_visit(details, now, former_guest=former))
+    if former:
+        recent.forget([f"guests:{former}", f"bots:{former}"])
+
+
 def record_user(
     user: AbstractBaseUser | AnonymousUser,
     timestamp: float,
@@ -382,8 +395,7 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
         kind, member = visitor.kind, visitor.member
     else:
         kind, member = "users", users.pk_text(visitor.user)
-    until = now - config.window + store.presence.LEAVE_GRACE
-    flushing.leave_room(kind, member, room, until)
+    flushing.leave_room(kind, member, room, now)
     return True
 
 
@@ -427,7 +439,7 @@ def user_logged_out(
         flushing.flusher.queue.forget(f"u:{pk}")
         connection.call(
             None,
-            lambda client, config: store.presence.remove_user(client, config, pk),
+            lambda client, config: store.presence.remove_user(client, config, pk, now=now),
             shard=store.keys.user_shard(config, pk),
             writes=True,
         )
@@ -436,18 +448,20 @@ def user_logged_out(
         _record_soon(config, member_visit(kind, member, now, former_user=pk))
     if config.shards != 1 or flushing.flusher.layouts_in_use:
         connection.call(
-            None, lambda client, config: _leave_other_layouts(client, config, pk), writes=True
+            None,
+            lambda client, config: _leave_other_layouts(client, config, pk, now),
+            writes=True,
         )
     snapshots.invalidate()
 
 
-def _leave_other_layouts(client: Client, config: Config, pk: str) -> None:
+def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) -> None:
     """Take the user off the layouts of another ``SHARDS`` that may hold them (a site that
     changed it, whose processes each register the layout they write in): a switch back would
     otherwise show them online again. The caller skips it on a site that never changed it, as
     the process's flushes tell."""
     for shards in store.keys.layouts_known(client, config)[1:]:
-        store.presence.remove_user(client, config, pk, shards=shards)
+        store.presence.remove_user(client, config, pk, now=now, shards=shards)
 
 
 def count_hit(now: float | datetime | None = None) -> None:

@@ -33,12 +33,13 @@ QUEUE_SIZE: Final = 20_000
 
 @dataclass(frozen=True)
 class RoomLeave:
-    """A page's reader leaving its room: kept in it no later than ``until`` if it is theirs."""
+    """A page's reader leaving its room at ``at``: counted in it a few seconds more, if it is
+    theirs (``store.presence.LEAVE_GRACE``)."""
 
     kind: str
     member: str
     room: str
-    until: float
+    at: float
 
     @property
     def person(self) -> str:

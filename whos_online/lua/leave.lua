@@ -1,16 +1,20 @@
 --[[
-  Takes a person off two online sets and out of the rooms they are in, and deletes one more key
-  when given: a former identity in a shard of its own (a login or logout whose two identities fall
-  in different shards), a logout, an erasure.
+  Takes a user off the online sets and out of the room they are in, and marks when they left, so
+  that a visit of theirs from before (still on its way from a process, or sent again after an
+  outage) is not recorded: a logout outside the queue, or an erasure, which also deletes the
+  user's display HASH and removes them whenever they were seen.
 
   Input:
-    KEYS[1]  one sorted set the person leaves
-    KEYS[2]  the other sorted set the person leaves
+    KEYS[1]  the users sorted set
+    KEYS[2]  the hidden users sorted set
     KEYS[3]  the shard's HASH of who is in which room
-    KEYS[4]  optional: a key to delete (the user's display HASH, on erasure)
-    ARGV[1]  the person's member in those sets
+    KEYS[4]  the key that marks when the user left (see lua/record.lua, ``gone_prefix``)
+    KEYS[5]  optional: the user's display HASH, to delete (an erasure)
+    ARGV[1]  the user's member in those sets (their primary key)
     ARGV[2]  how the keys of a room's sets begin in this shard
-    ARGV[3…] the person's fields in the HASH of who is where, each an argument of its own (a
+    ARGV[3]  when they left (a score)
+    ARGV[4]  seconds the mark lives
+    ARGV[5…] the user's fields in the HASH of who is where, each an argument of its own (a
              primary key may hold any character)
 
   Output:
@@ -19,12 +23,27 @@
 
 --- @include "includes/rooms"
 
+local erasing = #KEYS >= 5
+local left = tonumber(ARGV[3])
+if not erasing then
+  -- A logout: a visit from another device after it stands.
+  for i = 1, 2 do
+    local seen = redis.call('ZSCORE', KEYS[i], ARGV[1])
+    if seen and tonumber(seen) > left then
+      return 1
+    end
+  end
+end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   leave_room(KEYS[3], ARGV[2], ARGV[i], ARGV[1])
 end
-if #KEYS >= 4 then
-  redis.call('DEL', KEYS[4])
+local marked = redis.call('GET', KEYS[4])
+if not marked or tonumber(marked) < left then
+  redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4])
+end
+if erasing then
+  redis.call('DEL', KEYS[5])
 end
 return 1

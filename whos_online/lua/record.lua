@@ -6,13 +6,17 @@
   also leaves the other user set and refreshes their display HASH), takes the identity they had
   until now off the online sets when it is in this shard (the guest's or bot's member on login,
   the user's pk on logout), places them in a room as its mode says, and adds them to the day's
-  HyperLogLog of visitors. A visit older than what the set holds for its person (a batch sent
-  again after an outage, once another process recorded them since) only adds to the HyperLogLog:
-  the newer visit's time and room stand.
+  HyperLogLog of visitors. A visit older than what the sets hold for its person (a batch sent
+  again after an outage, or one that another process's newer batch beat to Redis) only adds to
+  the HyperLogLog: the newer visit's time and room stand. Its former identity still leaves,
+  unless that identity was seen after the visit too (a colleague behind the same address).
+  A user's visit from no later than their logout or erasure (``gone_prefix``) is not recorded
+  at all: it cannot bring back someone who left, or a name that was erased.
 
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
-  identity of a visit recorded in another shard); 'r', a page's reader leaving its room, kept in
-  it until a given score if the room is still theirs (the few seconds' grace of a reload).
+  identity of a visit recorded in another shard, or a user logging out), unless it was seen
+  after; 'r', a page's reader leaving its room, kept in it ``leave_grace`` seconds more if the
+  room is still theirs and they were not seen in it after they left (a reload).
 
   The shard's epoch key holds a random word: it is set (to the candidate given) when missing, so
   that a Redis that lost its data, by a restart without persistence or a FLUSHDB, gets a new one;
@@ -51,12 +55,15 @@
     ARGV[12]  layout: on the base shard, the shard count to register in the set of layouts,
               with the one-shard layout ('0' for none); '' on the others
     ARGV[13]  visitors_ttl: seconds a day's HyperLogLog lives after its day ends
-    ARGV[14]  count: how many entries follow, of 12 arguments each:
+    ARGV[14]  window: WINDOW, how long a visit counts (and a logout's mark lives)
+    ARGV[15]  leave_grace: seconds a reader who left a page still counts in its room
+    ARGV[16]  gone_prefix: how the keys that mark when a user logged out or was erased begin
+    ARGV[17]  count: how many entries follow, of 12 arguments each:
                 op         'v' a visit, 'l' an identity leaving, 'r' a reader leaving a room
                 kind       'users', 'hidden', 'guests' or 'bots' ('l': the kind of the sets
                            left, 'users' for both user sets, 'guests' for both anonymous ones)
                 member     who
-                score      when ('r': the latest score they keep in the room)
+                score      when ('l': when they left; 'r': when the reader left the page)
                 visitor    what the day's HyperLogLog receives ('' for nothing)
                 hll        the index in KEYS of that HyperLogLog ('0' for none)
                 day_end    when that HyperLogLog's day ends (Unix seconds)
@@ -88,10 +95,13 @@ local seen_ttl = ARGV[3]
 local user_prefix = ARGV[4]
 local room_prefix = ARGV[5]
 local sampling = ARGV[6]
-local count = tonumber(ARGV[14])
+local window = tonumber(ARGV[14])
+local leave_grace = tonumber(ARGV[15])
+local gone_prefix = ARGV[16]
+local count = tonumber(ARGV[17])
 -- The entries' arguments, each as ``store.visits.ENTRY_ARGUMENTS`` lists them.
 local FIELDS = 12
-local first = 15
+local first = 18
 local where, index = KEYS[5], KEYS[6]
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
@@ -110,13 +120,38 @@ local function place(kind, member)
   return kind .. ':' .. member
 end
 
-local function leave_identity(kind, member)
-  local left = FORMER[kind == 'users' and 'guests' or 'users']
-  for _, set in ipairs(left[1]) do
+-- Takes ``member`` off the ``kinds`` sets and out of its room, as of ``score``: unless one of
+-- those sets saw it after that (the same address's next visitor, a user's other device).
+local function leave_as_of(kinds, prefixes, member, score)
+  for _, set in ipairs(kinds) do
+    local seen = rcall('ZSCORE', sets[set], member)
+    if seen and tonumber(seen) > tonumber(score) then
+      return
+    end
+  end
+  for _, set in ipairs(kinds) do
     rcall('ZREM', sets[set], member)
   end
-  for _, prefix in ipairs(left[2]) do
+  for _, prefix in ipairs(prefixes) do
     leave_room(where, room_prefix, prefix .. member, member)
+  end
+end
+
+-- A user who left (logged out) at ``score``: their visits from before are not recorded for a
+-- window, the time such a visit could still count.
+local function mark_gone(pk, score)
+  local key = gone_prefix .. pk
+  local marked = rcall('GET', key)
+  if not marked or tonumber(marked) < tonumber(score) then
+    rcall('SET', key, score, 'EX', window)
+  end
+end
+
+local function leave_identity(kind, member, score)
+  local left = FORMER[kind == 'users' and 'guests' or 'users']
+  leave_as_of(left[1], left[2], member, score)
+  if kind == 'users' then
+    mark_gone(member, score)
   end
 end
 
@@ -133,13 +168,34 @@ end
 local function visit(i)
   local kind, member, score, mode = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 11]
   local set = sets[kind]
-  local before = rcall('ZSCORE', set, member)
+  local other = OTHER_USER_SET[kind]
+  if other then
+    local gone = rcall('GET', gone_prefix .. member)
+    if gone and tonumber(gone) >= tonumber(score) then
+      return 0 -- from before they logged out, or were erased
+    end
+  end
   add_visitor(ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6])
+  local former = ARGV[i + 9]
+  if former ~= '' then
+    local left = FORMER[kind]
+    leave_as_of(left[1], left[2], former, score)
+    if not other then
+      mark_gone(former, score) -- a logout
+    end
+  end
+  local before = rcall('ZSCORE', set, member)
+  if other then
+    -- A user is in one of the two user sets; a visit older than either's score is stale.
+    local in_other = rcall('ZSCORE', sets[other], member)
+    if in_other and (not before or tonumber(in_other) > tonumber(before)) then
+      before = in_other
+    end
+  end
   if before and tonumber(before) > tonumber(score) then
     return 0 -- a newer visit of theirs is recorded already
   end
   local added = rcall('ZADD', set, score, member)
-  local other = OTHER_USER_SET[kind]
   if other then
     -- A user is in one user set at most: only one who just joined this one can be in the other.
     if added == 1 then
@@ -148,16 +204,6 @@ local function visit(i)
     local hash = user_prefix .. member
     rcall('HSET', hash, 'name', ARGV[i + 7], 'url', ARGV[i + 8], 'seen', score)
     rcall('EXPIRE', hash, seen_ttl)
-  end
-  local former = ARGV[i + 9]
-  if former ~= '' then
-    local left = FORMER[kind]
-    for _, former_set in ipairs(left[1]) do
-      rcall('ZREM', sets[former_set], former)
-    end
-    for _, prefix in ipairs(left[2]) do
-      leave_room(where, room_prefix, prefix .. former, former)
-    end
   end
   -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
   -- set of their kind. A page view in another room (or in none) takes them out of theirs.
@@ -188,15 +234,18 @@ local function visit(i)
 end
 
 local function leave_room_by(i)
-  local kind, member, edge, room = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 10]
+  local kind, member, left, room = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 10]
   if rcall('HGET', where, place(kind, member)) ~= room then
     return
   end
+  -- Counted in the room until ``leave_grace`` after they left: their score there is set so that
+  -- the window ends then. A score from after they left (the reload, recorded first) stands.
+  local edge = left - window + leave_grace
   local kinds = OTHER_USER_SET[kind] and {'users', 'hidden'} or {kind}
   for _, set_kind in ipairs(kinds) do
     local set = room_prefix .. room .. ':' .. set_kind
     local seen = rcall('ZSCORE', set, member)
-    if seen and tonumber(seen) > tonumber(edge) then
+    if seen and tonumber(seen) > edge and tonumber(seen) <= left then
       rcall('ZADD', set, 'XX', edge, member)
     end
   end
@@ -211,7 +260,7 @@ for n = 0, count - 1 do
   if op == 'v' then
     new = visit(i)
   elseif op == 'l' then
-    leave_identity(ARGV[i + 1], ARGV[i + 2])
+    leave_identity(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
   else
     leave_room_by(i)
   end

@@ -37,6 +37,15 @@ def user_key(shard: keyspace.Shard, pk: str) -> str:
     return shard.key(f"user:{pk}")
 
 
+#: How the keys begin that say when a user logged out or was erased (``gone:<pk>``, the time):
+#: a visit of theirs from before, still on its way from a process, is not recorded.
+GONE_PREFIX: Final = "gone:"
+
+
+def gone_key(shard: keyspace.Shard, pk: str) -> str:
+    return shard.key(f"{GONE_PREFIX}{pk}")
+
+
 def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
     text = day if isinstance(day, str) else day.isoformat()
     return shard.key(f"visitors:{text}")
@@ -111,4 +120,11 @@ def layout_is_empty(client: Client, config: Config, shards: int) -> bool:
 
 
 def forget_layout(client: Client, config: Config, shards: int) -> None:
-    client.srem(layouts_key(config), shards)
+    """Forget the layout of ``shards`` shards, emptied: its record and, unless it is the
+    configured one, the epoch words of its shards, so that none of its keys lives for ever."""
+    pipe = client.pipeline(transaction=False)
+    pipe.srem(layouts_key(config), shards)
+    if shards != config.shards:
+        for shard in keyspace.layout(config, shards):
+            pipe.delete(epoch_key(shard))
+    pipe.execute()

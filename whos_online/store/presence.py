@@ -16,6 +16,7 @@ from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_WHERE,
+    gone_key,
     place,
     score,
     user_key,
@@ -33,19 +34,45 @@ if TYPE_CHECKING:
     from whos_online.connection import Client
 
 
-def remove_user(
-    client: Client, config: Config, pk: str, *, erase: bool = False, shards: int | None = None
-) -> None:
-    """Take a user off the online list and out of their room, in one call; with ``erase``, also
-    drop their last-seen record.
+#: Seconds the mark of an erasure lives: longer than any batch stays on its way, short enough
+#: that nothing keyed by the erased user's primary key outlives the day.
+ERASURE_MARK_LIVES: Final = 86400
 
-    ``shards`` names another layout than the configured one (the cleanup's old layouts).
+
+def remove_user(
+    client: Client,
+    config: Config,
+    pk: str,
+    *,
+    now: float,
+    erase: bool = False,
+    shards: int | None = None,
+) -> None:
+    """Take a user off the online list and out of their room as of ``now``, in one call, unless
+    they were seen since (a visit from another device); with ``erase``, whenever they were seen,
+    and drop their last-seen record too.
+
+    Either way a mark says when they left (the time, no more), so that a visit of theirs from
+    before, still on its way from a process or sent again after an outage, does not bring them
+    back: for ``WINDOW`` after a logout (a visit older than that no longer counts anyway), for
+    ``ERASURE_MARK_LIVES`` after an erasure (which would otherwise write their name again).
+    ``shards`` names another layout than the configured one (the cleanup's old layouts, an
+    erasure's).
     """
     shard = _shard_in(config, keyspace.user_identity(pk), shards)
-    keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE)]
+    keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE), gone_key(shard, pk)]
+    mark_lives = config.window
     if erase:
         keys.append(user_key(shard, pk))
-    run(client, [ScriptCall(lua.LEAVE, keys, [pk, shard.key(ROOM_PREFIX), place("users", pk)])])
+        mark_lives = max(config.window, ERASURE_MARK_LIVES)
+    arguments: list[str | int | float] = [
+        pk,
+        shard.key(ROOM_PREFIX),
+        score(now),
+        mark_lives,
+        place("users", pk),
+    ]
+    run(client, [ScriptCall(lua.LEAVE, keys, arguments)])
 
 
 #: Seconds a reader who left a page still counts in its room: long enough for the next page of

@@ -19,6 +19,7 @@ from django.dispatch import receiver
 from whos_online import counters, identity, keyspace, lua
 from whos_online.conf import config_changed
 from whos_online.store.keys import (
+    GONE_PREFIX,
     KINDS,
     ROOM_PREFIX,
     ROOMS_INDEX,
@@ -30,6 +31,7 @@ from whos_online.store.keys import (
     score,
     visitors_key,
 )
+from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -60,6 +62,9 @@ HEADER_ARGUMENTS: Final = (
     "epoch",
     "layout",
     "visitors_ttl",
+    "window",
+    "leave_grace",
+    "gone_prefix",
     "count",
 )
 ENTRY_ARGUMENTS: Final = (
@@ -165,7 +170,7 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
         former_kind = _FORMER_KIND[kind]
         former_shard = member_shard(config, former_kind, former)
         if former_shard != shard:
-            entries.append(_leaving(former_shard, former_kind, former))
+            entries.append(_leaving(former_shard, former_kind, former, visit.now))
             former = ""
     fields = _entry(
         op=VISIT,
@@ -185,15 +190,22 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
     return entries
 
 
-def _leaving(shard: keyspace.Shard, kind: str, member: str) -> Entry:
-    return Entry(shard, None, _entry(op=LEAVE, kind=kind, member=member, score="0", hll="0"))
+def _leaving(shard: keyspace.Shard, kind: str, member: str, now: float) -> Entry:
+    fields = _entry(op=LEAVE, kind=kind, member=member, score=score(now), hll="0")
+    return Entry(shard, None, fields, now)
 
 
-def leave_room_entry(config: Config, kind: str, member: str, room: str, *, until: float) -> Entry:
-    """The entry that keeps a ``kind`` member in ``room`` no later than ``until``, if the room is
-    still theirs: a page's reader leaving it."""
+def leaving_entry(config: Config, pk: str, now: float) -> Entry:
+    """The entry that takes user ``pk`` off the online list as of ``now`` (a logout), in this
+    layout of shards, unless they were seen since."""
+    return _leaving(member_shard(config, "users", pk), "users", pk, now)
+
+
+def leave_room_entry(config: Config, kind: str, member: str, room: str, *, at: float) -> Entry:
+    """The entry of a page's reader leaving ``room`` at ``at``: they count in it a few seconds
+    more (``store.presence.LEAVE_GRACE``), if it is still theirs."""
     shard = member_shard(config, kind, member)
-    fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(until), hll="0", room=room)
+    fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(at), hll="0", room=room)
     return Entry(shard, None, fields)
 
 
@@ -283,6 +295,9 @@ def _call(
         "layout": (extras.layout if extras is not None else "") or "0" if shard.is_base else "",
         # A day's HyperLogLog lives LAST_SEEN_DAYS after its day ends.
         "visitors_ttl": fixed.last_seen,
+        "window": config.window,
+        "leave_grace": LEAVE_GRACE,
+        "gone_prefix": shard_keys.gone_prefix,
         "count": len(entries),
     }
     args = [header[name] for name in HEADER_ARGUMENTS]
@@ -321,6 +336,7 @@ class _ShardKeys:
     keys: tuple[str, ...]
     user_prefix: str
     room_prefix: str
+    gone_prefix: str
 
 
 @dataclass(frozen=True)
@@ -353,6 +369,7 @@ class _Recording:
                 keys=keys + self.site_keys if shard.is_base else keys,
                 user_prefix=shard.key("user:"),
                 room_prefix=shard.key(ROOM_PREFIX),
+                gone_prefix=shard.key(GONE_PREFIX),
             )
         return found
 
