@@ -10,7 +10,7 @@
   again after an outage, or one that another process's newer batch beat to Redis) only adds to
   the HyperLogLog: the newer visit's time and room stand. Its former identity still leaves,
   unless that identity was seen after the visit too (a colleague behind the same address).
-  A user's visit from no later than their logout or erasure (``gone_prefix``) is not recorded
+  A user's visit from before their logout or erasure (``gone_prefix``) is not recorded
   at all: it cannot bring back someone who left, or a name that was erased.
 
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
@@ -171,7 +171,7 @@ local function visit(i)
   local other = OTHER_USER_SET[kind]
   if other then
     local gone = rcall('GET', gone_prefix .. member)
-    if gone and tonumber(gone) >= tonumber(score) then
+    if gone and tonumber(gone) > tonumber(score) then
       return 0 -- from before they logged out, or were erased
     end
   end
