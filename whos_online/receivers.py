@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from whos_online import api, recording
+from whos_online import api, logins
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def record_login(
     sender: object, request: HttpRequest | None, user: AbstractBaseUser, **kwargs: Any
 ) -> None:
-    recording.user_logged_in(user, request)
+    logins.user_logged_in(user, request)
 
 
 def remove_logout(
@@ -28,7 +28,7 @@ def remove_logout(
     user: AbstractBaseUser | None,
     **kwargs: Any,
 ) -> None:
-    recording.user_logged_out(user, request)
+    logins.user_logged_out(user, request)
 
 
 def forget_deleted_user(sender: object, instance: AbstractBaseUser, **kwargs: Any) -> None:

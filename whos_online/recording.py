@@ -20,13 +20,11 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import (
     breakers,
-    connection,
     epochs,
     flushing,
     hits,
     identity,
     rooms,
-    snapshots,
     store,
     throttle,
     users,
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online import keyspace
-    from whos_online.connection import Client
 
 #: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
 #: queued for someone online already, or queued for someone who was not online (whose next page
@@ -153,7 +150,7 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
         recent.forget([f"guests:{visit.former}", f"bots:{visit.former}"])
 
 
-def _record_soon(config: Config, visit: Visit) -> None:
+def record_soon(config: Config, visit: Visit) -> None:
     """Queue ``visit`` for the next flush, or write it now when the process writes at once
     (remembering it once written), as a recorded request does."""
     if not queue(config, visit):
@@ -175,19 +172,6 @@ def _written(config: Config, visit: Visit) -> bool:
         return False
     remember(config, visit)
     return True
-
-
-def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
-    """Record ``user``, who just logged in, with the process's next flush (at once with
-    ``FLUSH_INTERVAL`` 0), taking the visitor's guest entry off in the same step: a login is a
-    recorded request like any other, and waits on Redis no more."""
-    config = get_config()
-    now = time.time()
-    former = guest_member(request, config, now) if request is not None else ""
-    details = users.details(user, config)
-    _record_soon(config, user_visit(details, now, former_guest=former))
-    if former:
-        recent.forget([f"guests:{former}", f"bots:{former}"])
 
 
 def record_user(
@@ -415,53 +399,6 @@ def guest_member(request: HttpRequest, config: Config, now: float) -> str:
     """The guest member a request would have been recorded as, or "" if none."""
     address = identity.client_ip(request, config)
     return identity.guest_id(address, config, now) if address else ""
-
-
-def user_logged_out(
-    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest | None = None
-) -> None:
-    """Take ``user`` off the online list at once; their last-seen record stays.
-
-    With the logout's ``request``, the visitor goes on as a guest, in the same flush, as a login
-    moves them the other way. Recording them here rather than on their next request matters when
-    another process served their earlier guest visits: that process still remembers the guest as
-    recorded and would skip the write. The user also leaves the layouts of another ``SHARDS``
-    that the site's processes have written in, which a switch back would show again.
-    """
-    if user is None or not user.is_authenticated:
-        return
-    pk = users.pk_text(user)
-    recent.forget([f"u:{pk}"])
-    config = get_config()
-    now = time.time()
-    guest = None if request is None else guest_of(request, config, now)
-    if guest is None:
-        flushing.flusher.queue.forget(f"u:{pk}")
-        connection.call(
-            None,
-            lambda client, config: store.presence.remove_user(client, config, pk, now=now),
-            shard=store.keys.user_shard(config, pk),
-            writes=True,
-        )
-    else:
-        kind, member = guest
-        _record_soon(config, member_visit(kind, member, now, former_user=pk))
-    if config.shards != 1 or flushing.flusher.layouts_in_use:
-        connection.call(
-            None,
-            lambda client, config: _leave_other_layouts(client, config, pk, now),
-            writes=True,
-        )
-    snapshots.invalidate()
-
-
-def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) -> None:
-    """Take the user off the layouts of another ``SHARDS`` that may hold them (a site that
-    changed it, whose processes each register the layout they write in): a switch back would
-    otherwise show them online again. The caller skips it on a site that never changed it, as
-    the process's flushes tell."""
-    for shards in store.keys.layouts_known(client, config)[1:]:
-        store.presence.remove_user(client, config, pk, now=now, shards=shards)
 
 
 def count_hit(now: float | datetime | None = None) -> None:

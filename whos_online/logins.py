@@ -1,0 +1,84 @@
+"""Logins and logouts: the visitor moves between the guests and the users at once, rather than
+when their throttle cookie runs out.
+
+A login records the user and takes the visitor's guest entry off in the same step; a logout
+takes the user off and records the visitor as a guest again. Both go through the process's queue
+like any recorded visit (``recording``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from whos_online import connection, flushing, recording, snapshots, store, users
+from whos_online.conf import get_config
+from whos_online.throttle import recent
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
+
+    from whos_online.conf import Config
+    from whos_online.connection import Client
+
+
+def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
+    """Record ``user``, who just logged in, with the process's next flush (at once with
+    ``FLUSH_INTERVAL`` 0), taking the visitor's guest entry off in the same step: a login is a
+    recorded request like any other, and waits on Redis no more."""
+    config = get_config()
+    now = time.time()
+    former = recording.guest_member(request, config, now) if request is not None else ""
+    details = users.details(user, config)
+    recording.record_soon(config, recording.user_visit(details, now, former_guest=former))
+    if former:
+        recent.forget([f"guests:{former}", f"bots:{former}"])
+
+
+def user_logged_out(
+    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest | None = None
+) -> None:
+    """Take ``user`` off the online list at once; their last-seen record stays.
+
+    With the logout's ``request``, the visitor goes on as a guest, in the same flush, as a login
+    moves them the other way. Recording them here rather than on their next request matters when
+    another process served their earlier guest visits: that process still remembers the guest as
+    recorded and would skip the write. The user also leaves the layouts of another ``SHARDS``
+    that the site's processes have written in, which a switch back would show again.
+    """
+    if user is None or not user.is_authenticated:
+        return
+    pk = users.pk_text(user)
+    recent.forget([f"u:{pk}"])
+    config = get_config()
+    now = time.time()
+    guest = None if request is None else recording.guest_of(request, config, now)
+    if guest is None:
+        flushing.flusher.queue.forget(f"u:{pk}")
+        connection.call(
+            None,
+            lambda client, config: store.presence.remove_user(client, config, pk, now=now),
+            shard=store.keys.user_shard(config, pk),
+            writes=True,
+        )
+    else:
+        kind, member = guest
+        recording.record_soon(config, recording.member_visit(kind, member, now, former_user=pk))
+    if config.shards != 1 or flushing.flusher.layouts_in_use:
+        connection.call(
+            None,
+            lambda client, config: _leave_other_layouts(client, config, pk, now),
+            writes=True,
+        )
+    snapshots.invalidate()
+
+
+def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) -> None:
+    """Take the user off the layouts of another ``SHARDS`` that may hold them (a site that
+    changed it, whose processes each register the layout they write in): a switch back would
+    otherwise show them online again. The caller skips it on a site that never changed it, as
+    the process's flushes tell."""
+    for shards in store.keys.layouts_known(client, config)[1:]:
+        store.presence.remove_user(client, config, pk, now=now, shards=shards)
