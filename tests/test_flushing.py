@@ -9,17 +9,32 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.signals import user_logged_out
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncRequestFactory, Client
 
 import whos_online
 from tests.helpers import GUEST_IP, configure, guest, members
-from whos_online import epochs, flushing, hits, keyspace, recording, rooms, throttle, users
+from whos_online import (
+    after_flush,
+    breakers,
+    epochs,
+    flushing,
+    hits,
+    keyspace,
+    recording,
+    rooms,
+    throttle,
+    users,
+)
+from whos_online.after_flush import AfterFlush, Job
 from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
@@ -175,6 +190,72 @@ def test_an_older_visit_sent_late_leaves_the_newer_one_standing(r, queued):
     assert r.zscore("{whos_online}:guests", member) == pytest.approx(now, abs=0.01)
     assert whos_online.online_counts(room="b").guests == 1
     assert whos_online.online_counts(room="a").guests == 0
+
+
+def test_a_logout_without_a_guest_to_record_waits_on_nothing(r, queued, alice, redis_calls):
+    """The user's removal is a job for the flusher, which a read of the process runs first."""
+    assert whos_online.record_user(alice) is True
+    whos_online.flush()
+    redis_calls.clear()
+
+    user_logged_out.send(sender=type(alice), request=None, user=alice)
+
+    assert redis_calls.trips == []
+    assert len(flushing.flusher.after) == 1
+    assert whos_online.online_counts().users == 0
+    assert len(flushing.flusher.after) == 0
+    assert members(r, "users") == []
+
+
+def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(
+    r, queued, alice, redis_down_then_up
+):
+    assert whos_online.record_user(alice) is True
+    whos_online.flush()
+    redis_down_then_up.begin()
+    user_logged_out.send(sender=type(alice), request=None, user=alice)
+    flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
+
+    assert whos_online.flush() is False
+    assert len(flushing.flusher.after) == 1
+    assert members(r, "users") == [str(alice.pk)]
+
+    redis_down_then_up.end()
+    assert whos_online.flush() is True
+    assert len(flushing.flusher.after) == 0
+    assert members(r, "users") == []
+    assert members(r, "guests") == ["m"]
+
+
+def test_jobs_after_a_failed_one_wait_behind_it_in_order(backend, queued, monkeypatch, caplog):
+    done: list[str] = []
+    refusals = iter([True])
+
+    def write(name: str) -> Any:
+        def job(client: Any, config: Any) -> None:
+            if name == "second" and next(refusals, False):
+                raise redis.ConnectionError("refused")
+            done.append(name)
+
+        return job
+
+    after = AfterFlush()
+    for name in ("first", "second", "third"):
+        assert after.add(Job(write(name))) is True
+    monkeypatch.setattr(after_flush, "MOST_WAITING", 3)
+
+    assert after.run() == frozenset({""})
+    assert done == ["first"]
+    assert after.add(Job(write("fourth"))) is True
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        assert after.add(Job(write("fifth"))) is False  # three wait already: dropped
+        assert after.add(Job(write("sixth"))) is False
+    assert len([record for record in caplog.records if "logouts" in record.getMessage()]) == 1
+    monkeypatch.setattr(breakers, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + 99))
+
+    assert after.run() == frozenset()
+    assert done == ["first", "second", "third", "fourth"]
+    assert len(after) == 0
 
 
 # Reads see the process's own visits

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from django.dispatch import receiver
 
 from whos_online import breakers, connection, counters, epochs, hits, keyspace, store
+from whos_online.after_flush import AfterFlush
 from whos_online.conf import config_changed, get_config
 from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_room_entry
 from whos_online.visit_queue import Item, RoomLeave, VisitQueue
@@ -106,6 +107,8 @@ class _Prepared:
 class Flusher:
     def __init__(self) -> None:
         self.queue = VisitQueue()
+        #: Writes that follow the queue's (``after_flush``).
+        self.after = AfterFlush()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
         self._wake = threading.Condition()
@@ -188,6 +191,12 @@ class Flusher:
             return self._flush(get_config())
 
     def _flush(self, config: Config) -> frozenset[str]:
+        failed = self._write_queue(config)
+        if failed or not len(self.after):
+            return failed
+        return self.after.run()
+
+    def _write_queue(self, config: Config) -> frozenset[str]:
         for _pass in range(FLUSH_PASSES):
             held = self._held_back(config)
             if held:
@@ -249,6 +258,8 @@ class Flusher:
             elif self._held_back(config):
                 self._back_off(config)  # the read alone; the queue stays as it is
             else:
+                if len(self.after):
+                    self.after.run()  # a logout's, which the read must not contradict
                 prepared = self._prepare(config, time.time())
             calls = prepared.calls if prepared is not None else []
             found = connection.call(None, lambda client, config: read(client, config, calls))
@@ -361,7 +372,7 @@ class Flusher:
         return layout
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or hits.buffer.total())
+        return bool(len(self.queue) or hits.buffer.total() or len(self.after))
 
     def forget(self, persons: Iterable[str]) -> None:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,

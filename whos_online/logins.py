@@ -3,7 +3,8 @@ when their throttle cookie runs out.
 
 A login records the user and takes the visitor's guest entry off in the same step; a logout
 takes the user off and records the visitor as a guest again. Both go through the process's queue
-like any recorded visit (``recording``).
+like any recorded visit (``recording``), and what a logout writes beyond it through the jobs the
+flusher runs after the queue (``after_flush``): neither request waits on Redis.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from whos_online import connection, flushing, recording, snapshots, store, users
+from whos_online import flushing, recording, snapshots, store, users
+from whos_online.after_flush import Job
 from whos_online.conf import get_config
 from whos_online.throttle import recent
 
@@ -45,33 +47,35 @@ def user_logged_out(
     With the logout's ``request``, the visitor goes on as a guest, in the same flush, as a login
     moves them the other way. Recording them here rather than on their next request matters when
     another process served their earlier guest visits: that process still remembers the guest as
-    recorded and would skip the write. The user also leaves the layouts of another ``SHARDS``
-    that the site's processes have written in, which a switch back would show again.
+    recorded and would skip the write. Without a guest to record, the user's removal is a job
+    for the flusher (``after_flush``), as is taking them off the layouts of another ``SHARDS``
+    that the site's processes have written in, which a switch back would show again. Either way
+    the request waits on nothing (with ``FLUSH_INTERVAL`` 0, it writes as it always did).
     """
     if user is None or not user.is_authenticated:
         return
     pk = users.pk_text(user)
     recent.forget([f"u:{pk}"])
+    flushing.flusher.forget([f"u:{pk}"])
     config = get_config()
     now = time.time()
     guest = None if request is None else recording.guest_of(request, config, now)
     if guest is None:
-        flushing.flusher.queue.forget(f"u:{pk}")
-        connection.call(
-            None,
-            lambda client, config: store.presence.remove_user(client, config, pk, now=now),
-            shard=store.keys.user_shard(config, pk),
-            writes=True,
+        flushing.flusher.after.add(
+            Job(
+                lambda client, config: store.presence.remove_user(client, config, pk, now=now),
+                store.keys.user_shard(config, pk),
+            )
         )
+    if config.shards != 1 or flushing.flusher.layouts_in_use:
+        flushing.flusher.after.add(
+            Job(lambda client, config: _leave_other_layouts(client, config, pk, now))
+        )
+    if guest is None:
+        flushing.after_recording(config)
     else:
         kind, member = guest
         recording.record_soon(config, recording.member_visit(kind, member, now, former_user=pk))
-    if config.shards != 1 or flushing.flusher.layouts_in_use:
-        connection.call(
-            None,
-            lambda client, config: _leave_other_layouts(client, config, pk, now),
-            writes=True,
-        )
     snapshots.invalidate()
 
 
