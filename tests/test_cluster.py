@@ -195,20 +195,20 @@ def test_an_asgi_visit_is_queued_and_flushed_to_its_shard(sharded, settings, mon
 def test_a_flush_on_the_cluster_is_one_call_per_shard_with_all_its_visits(
     sharded, cluster, settings, monkeypatch, db
 ):
-    from whos_online import flushing
+    from whos_online import batches, flushing
 
     configure(settings, FLUSH_INTERVAL=10)
     monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: None)  # no thread
     for number in range(60):
         assert BrowserClient(REMOTE_ADDR=f"198.51.100.{number}").get("/plain/").status_code == 200
     calls: list[tuple[str, int]] = []
-    write_group = flushing._write_group
+    write_group = batches.write_group
 
-    def counted(group: flushing._Group) -> object:
+    def counted(group: batches.Group) -> object:
         calls.append((group.shard.tag, len(group.calls)))
         return write_group(group)
 
-    monkeypatch.setattr(flushing, "_write_group", counted)
+    monkeypatch.setattr(batches, "write_group", counted)
 
     assert whos_online.flush() is True
 

@@ -24,6 +24,7 @@ import whos_online
 from tests.helpers import GUEST_IP, configure, guest, members
 from whos_online import (
     after_flush,
+    batches,
     breakers,
     epochs,
     flushing,
@@ -31,6 +32,7 @@ from whos_online import (
     keyspace,
     recording,
     rooms,
+    stopping,
     throttle,
     users,
 )
@@ -394,13 +396,13 @@ def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
 def counting_encodings(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Every visit the flusher turns into entries of a batch, from now on."""
     encoded: list[object] = []
-    original = flushing._entries
+    original = batches.entries
 
     def entries(config: Any, item: Any) -> Any:
         encoded.append(item)
         return original(config, item)
 
-    monkeypatch.setattr(flushing, "_entries", entries)
+    monkeypatch.setattr(batches, "entries", entries)
     return encoded
 
 
@@ -773,7 +775,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
-    handler = flushing.on_signal(lambda signum, frame: forwarded.append(signum))
+    handler = stopping.on_signal(lambda signum, frame: forwarded.append(signum))
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
@@ -798,13 +800,13 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
 django.setup()
 
-from whos_online import flushing, recording, visit_queue
+from whos_online import flushing, recording, stopping, visit_queue
 from whos_online.connection import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
 forwarded = []
 signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
-flushing.install_signal_handlers()
+stopping.install_signal_handlers()
 if sys.argv[1] == "replaced":
     flushing.reset()  # settings changed since: another flusher
 original = visit_queue.merge

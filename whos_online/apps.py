@@ -15,7 +15,7 @@ class WhosOnlineConfig(AppConfig):
     verbose_name = "Who's online"
 
     def ready(self) -> None:
-        from whos_online import checks, receivers, recording
+        from whos_online import checks, receivers, stopping
 
         register(Tags.compatibility)(checks.check_settings)
         register(Tags.compatibility)(checks.check_middleware)
@@ -34,6 +34,6 @@ class WhosOnlineConfig(AppConfig):
         # process that multiprocessing started ends with os._exit once its finalizers have run,
         # skipping atexit: a finalizer writes them there. (uvicorn's processes, single or
         # --workers, end on their own re-raised SIGTERM, which neither survives: the middleware
-        # writes from that SIGTERM on instead; see whos_online.flushing.)
-        atexit.register(recording.flush_at_exit)
-        multiprocessing.util.Finalize(None, recording.flush_at_exit, exitpriority=10)
+        # writes from that SIGTERM on instead; see whos_online.stopping.)
+        atexit.register(stopping.flush_at_exit)
+        multiprocessing.util.Finalize(None, stopping.flush_at_exit, exitpriority=10)

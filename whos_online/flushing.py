@@ -24,37 +24,26 @@ on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just 
 ``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
 0 there is no thread: each recorded request writes the queue itself, as it writes its own visit.
 
-What the process holds when it stops is written as it exits: at ``atexit`` (and in the finalizers
-of a process that multiprocessing started), and under an ASGI server at its first SIGTERM or
-SIGINT, from which the process writes each visit at once until it exits (uvicorn ends its
-processes with its own re-raised SIGTERM, which no ``atexit`` survives). The signal's handler
-writes from a thread of its own: it runs on the main thread (an ASGI server's event loop), which
-the signal may have caught inside the queue's lock or the page hits'. A process that is killed
-(SIGKILL, a crash) loses what it held: at most the last ``FLUSH_INTERVAL`` of visits and page
-hits, or what an outage kept queued.
+What the process holds when it stops is written as it exits (``stopping``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.dispatch import receiver
 
-from whos_online import breakers, connection, counters, epochs, hits, keyspace, store
+from whos_online import batches, breakers, connection, counters, epochs, hits, keyspace, store
 from whos_online.after_flush import AfterFlush
 from whos_online.conf import config_changed, get_config
-from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_room_entry
 from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from types import FrameType
 
     from whos_online.conf import Config
     from whos_online.connection import Client
@@ -73,35 +62,6 @@ FLUSH_PASSES: Final = 2
 #: Seconds between two registrations of the process's layout (see ``lua/record.lua``), so that a
 #: record lost with the data (a Redis restarted empty) comes back.
 REGISTER_EVERY: Final = 60.0
-
-
-def _entries(config: Config, item: Item) -> list[Entry]:
-    if isinstance(item, Visit):
-        return entries_of(config, item)
-    return [leave_room_entry(config, item.kind, item.member, item.room, at=item.at)]
-
-
-@dataclass
-class _Group:
-    """One shard's part of a flush: its entries and the calls that write them."""
-
-    shard: keyspace.Shard
-    entries: list[Entry] = field(default_factory=list)
-    calls: list[ScriptCall] = field(default_factory=list)
-
-
-@dataclass
-class _Prepared:
-    groups: list[_Group]
-    hits: hits.Batch | None
-    layout: str
-    #: The queue's items, each with the tags of the shards its entries go to: an item goes
-    #: back to the queue when the write of any of them fails.
-    items: list[tuple[Item, frozenset[str]]]
-
-    @property
-    def calls(self) -> list[ScriptCall]:
-        return [call for group in self.groups for call in group.calls]
 
 
 class Flusher:
@@ -271,56 +231,33 @@ class Flusher:
                 if error is not None:
                     breakers.Attempt(config, None, writes=True).failed(error)
                     written = None
-                self._settle(prepared, _split(prepared, written))
+                self._settle(prepared, batches.split(prepared, written))
             return default if found is None else found[1]
 
-    def _prepare(self, config: Config, now: float) -> _Prepared | None:
+    def _prepare(self, config: Config, now: float) -> batches.Prepared | None:
         """Take the queue and the page hits, and make the calls that write them (hand them to
         ``_settle``, through ``_write`` or a read's round trip); None when there is nothing."""
         items = self.queue.take()
         batch = hits.buffer.take()
         if not items and batch is None:
             return None
-        groups: dict[str, _Group] = {}
-        placed = []
-        for item in items:
-            entries = _entries(config, item)
-            for entry in entries:
-                groups.setdefault(entry.shard.tag, _Group(entry.shard)).entries.append(entry)
-            placed.append((item, frozenset(entry.shard.tag for entry in entries)))
-        base = keyspace.layout(config)[0]
-        if batch is not None and base.tag not in groups:
-            groups[base.tag] = _Group(base)
         # The layout rides along with the base shard's call, never a call of its own.
-        layout = self._layout_to_register(config) if base.tag in groups else ""
-        extras = Extras(
-            layout=layout,
-            hits=_hit_amounts(batch.counts) if batch is not None else None,
-            batch=(batch.token, batch.number) if batch is not None else None,
-        )
-        for tag, group in groups.items():
-            group.calls = store.visits.batch_calls(
-                config,
-                group.shard,
-                group.entries,
-                now=now,
-                epoch=epochs.new_epoch(),
-                extras=extras if tag == base.tag else None,
-            )
-        return _Prepared(list(groups.values()), batch, layout, placed)
+        return batches.prepare(config, items, batch, self._layout_to_register(config), now)
 
-    def _write(self, prepared: _Prepared) -> frozenset[str]:
+    def _write(self, prepared: batches.Prepared) -> frozenset[str]:
         config = get_config()
         if not config.redis_cluster:
             calls = prepared.calls
             replies = connection.call(
                 None, lambda client, _config: store.scripts.run(client, calls), writes=True
             )
-            return self._settle(prepared, _split(prepared, replies))
-        results = [_write_group(group) for group in prepared.groups]
+            return self._settle(prepared, batches.split(prepared, replies))
+        results = [batches.write_group(group) for group in prepared.groups]
         return self._settle(prepared, results)
 
-    def _settle(self, prepared: _Prepared, results: Sequence[list[Any] | None]) -> frozenset[str]:
+    def _settle(
+        self, prepared: batches.Prepared, results: Sequence[list[Any] | None]
+    ) -> frozenset[str]:
         """Take in how the write of ``prepared`` went (each group's replies, None for a group
         whose write failed); returns the tags of the shards that failed."""
         failed = set()
@@ -410,33 +347,6 @@ class Flusher:
             self._lock.release()
 
 
-def _write_group(group: _Group) -> list[Any] | None:
-    """Write one shard's calls behind the breaker of its shard (on a cluster, a master that is
-    down takes only its own shards out); None if that failed."""
-    calls = group.calls
-
-    def write(client: Client, _config: Config) -> list[Any]:
-        return store.scripts.run(client, calls)
-
-    return connection.call(None, write, shard=group.shard, writes=True)
-
-
-def _split(prepared: _Prepared, replies: list[Any] | None) -> list[list[Any] | None]:
-    """The replies of a flush's calls, group by group (all None when it failed)."""
-    if replies is None:
-        return [None] * len(prepared.groups)
-    found: list[list[Any] | None] = []
-    start = 0
-    for group in prepared.groups:
-        found.append(replies[start : start + len(group.calls)])
-        start += len(group.calls)
-    return found
-
-
-def _hit_amounts(counts: dict[int, int]) -> dict[tuple[str, int], int]:
-    return {(hits.COUNTER_NAME, second): count for second, count in counts.items()}
-
-
 flusher = Flusher()
 
 
@@ -471,49 +381,6 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
     queued = flusher.put(RoomLeave(kind, member, room, at))
     after_recording(get_config())
     return queued
-
-
-_signals_installed = False
-
-
-def install_signal_handlers() -> None:
-    """Under an ASGI server, from the main thread: write what is queued at the first SIGTERM or
-    SIGINT, and every visit at once from then on, then let the server's handler stop it. Once
-    per process."""
-    global _signals_installed  # noqa: PLW0603 - once per process
-    if _signals_installed or threading.current_thread() is not threading.main_thread():
-        return
-    _signals_installed = True
-    for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, on_signal(signal.getsignal(number)))
-
-
-def on_signal(previous: Any) -> Callable[[int, FrameType | None], Any]:
-    """A SIGTERM or SIGINT handler that writes what the process holds, has every later visit
-    written at once, and hands the signal on to ``previous`` (the server's own handler).
-
-    A handler runs on the main thread, between two of its steps; under an ASGI server that is
-    the event loop, which may be inside the queue's lock or the page hits' (queueing a visit,
-    counting a hit), and would wait on itself for ever if it wrote from here. So the write runs
-    in a thread of its own, which the handler waits for at most ``EXIT_WAIT`` seconds: mostly it
-    is done by then; if the main thread held a lock, it is done once the handler has returned
-    and the lock is let go. The flusher is the module's when the signal comes (a change of
-    settings replaces it)."""
-
-    def handle(signum: int, frame: FrameType | None) -> Any:
-        current = flusher
-        current.immediate = True
-        writer = threading.Thread(target=current.flush, name="whos_online exit flush", daemon=True)
-        writer.start()
-        writer.join(EXIT_WAIT)
-        if callable(previous):
-            return previous(signum, frame)
-        if previous != signal.SIG_IGN:  # the default action, as if nothing had been here
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        return None
-
-    return handle
 
 
 @receiver(config_changed, dispatch_uid="whos_online.flushing.reset")

@@ -25,6 +25,7 @@ from whos_online import (
     hits,
     identity,
     rooms,
+    stopping,
     store,
     throttle,
     users,
@@ -236,7 +237,7 @@ async def arecord_request(
     visit queued from the event loop, which never waits on Redis for it. With ``FLUSH_INTERVAL``
     0 the queue is written in a thread of its own, which a client that hangs up cannot cut off.
     """
-    flushing.install_signal_handlers()
+    stopping.install_signal_handlers()
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
     visitor = _visitor_of(user, request, config, now)
@@ -415,8 +416,3 @@ def flush_hits() -> bool:
     """Write the buffered page hits (and queued visits) now; False (and all of it kept) if
     Redis failed."""
     return flushing.flush()
-
-
-def flush_at_exit() -> None:
-    """Write what the process holds as it exits (see ``flushing.Flusher.close``)."""
-    flushing.flusher.close()
