@@ -17,7 +17,7 @@ from django.urls import include, path
 
 import whos_online
 from tests.helpers import configure, flood_rooms, render, widget_text
-from whos_online import logins, pruning, rooms, store, throttle
+from whos_online import flushing, logins, pruning, recording, rooms, store, throttle
 from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
@@ -210,6 +210,37 @@ def test_a_user_who_becomes_hidden_leaves_the_room_s_visible_set(
     whos_online.record_user(alice, room=TOPIC_1)
     assert whos_online.online_users(room=TOPIC_1) == []
     assert counts(TOPIC_1) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+
+def test_a_hidden_user_who_moves_leaves_the_hidden_set_of_the_room_they_left(
+    backend, r, settings, alice: AbstractUser
+):
+    configure(settings, HIDE_USER="tests.test_rooms.hide_everyone")
+    whos_online.record_user(alice, room=TOPIC_1)
+    whos_online.record_user(alice, room=TOPIC_2)
+    assert r.zscore(f"{{whos_online}}:room:{TOPIC_1}:hidden", str(alice.pk)) is None
+    assert counts(TOPIC_2) == OnlineCounts(users=1, guests=0, bots=0, total=1)
+
+    configure(settings, HIDE_USER=None)  # visible again, in the same room
+    whos_online.record_user(alice, room=TOPIC_2)
+    assert r.zscore(f"{{whos_online}}:room:{TOPIC_2}:hidden", str(alice.pk)) is None
+    assert [user.pk for user in whos_online.online_users(room=TOPIC_2)] == [alice.pk]
+    assert r.exists("{whos_online}:hidden") == 0
+
+
+def test_the_index_of_rooms_holds_the_latest_visit_of_a_batch_in_each_room(backend, r, settings):
+    configure(settings, FLUSH_INTERVAL=10)
+    now = time.time()
+    for member, at in (("a", now - 10), ("b", now), ("c", now - 5)):
+        flushing.flusher.put(recording.member_visit("guests", member, at, room=TOPIC_1))
+    flushing.flusher.put(recording.member_visit("guests", "d", now - 7, room=TOPIC_2))
+
+    assert whos_online.flush() is True
+
+    assert r.zscore("{whos_online}:rooms", TOPIC_1) == pytest.approx(now, abs=0.001)
+    assert r.zscore("{whos_online}:rooms", TOPIC_2) == pytest.approx(now - 7, abs=0.001)
+    assert counts(TOPIC_1).guests == 3
+    assert whos_online.unique_visitors() == 4
 
 
 # The cleanup

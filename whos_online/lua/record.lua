@@ -11,7 +11,9 @@
   the HyperLogLog: the newer visit's time and room stand. Its former identity still leaves,
   unless that identity was seen after the visit too (a colleague behind the same address).
   A user's visit from before their logout or erasure (``gone_prefix``) is not recorded
-  at all: it cannot bring back someone who left, or a name that was erased.
+  at all: it cannot bring back someone who left, or a name that was erased. What the visits add
+  to a HyperLogLog, and to the index of rooms (each room's latest visit), is written once per
+  call, after them: a command per batch rather than per visit.
 
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
   identity of a visit recorded in another shard, or a user logging out), unless it was seen
@@ -155,14 +157,34 @@ local function leave_identity(kind, member, score)
   end
 end
 
+-- What the batch adds to the day's HyperLogLogs (by index in KEYS), and to the index of rooms:
+-- each written once, at the end, rather than a command per visit.
+local visitors = {}
+local visitors_day_end = {}
+local rooms_latest = {}
+
 local function add_visitor(visitor, hll, day_end)
   if visitor ~= '' and hll > 0 then
-    local key = KEYS[hll]
-    if rcall('PFADD', key, visitor) == 1 then
-      rcall('EXPIREAT', key, tonumber(day_end) + tonumber(ARGV[13]))
+    local pending = visitors[hll]
+    if not pending then
+      pending = {}
+      visitors[hll] = pending
+      visitors_day_end[hll] = day_end
     end
+    pending[#pending + 1] = visitor
   end
 end
+
+local function touch_room(room, score)
+  local latest = rooms_latest[room]
+  if not latest or tonumber(score) > tonumber(latest) then
+    rooms_latest[room] = score
+  end
+end
+
+-- Whether the shard's hidden set exists: without it, nobody is in a room's hidden set but who
+-- is not online any more (see below), and a user's visit skips looking there.
+local hidden_exists = rcall('EXISTS', KEYS[2]) == 1
 
 -- Returns 1 if the visitor was not online until now.
 local function visit(i)
@@ -185,9 +207,10 @@ local function visit(i)
     end
   end
   local before = rcall('ZSCORE', set, member)
-  if other then
-    -- A user is in one of the two user sets; a visit older than either's score is stale.
-    local in_other = rcall('ZSCORE', sets[other], member)
+  -- A user is in one of the two user sets at most; a visit older than either's score is stale.
+  local in_other = nil
+  if other and (other ~= 'hidden' or hidden_exists) then
+    in_other = rcall('ZSCORE', sets[other], member)
     if in_other and (not before or tonumber(in_other) > tonumber(before)) then
       before = in_other
     end
@@ -196,10 +219,12 @@ local function visit(i)
     return 0 -- a newer visit of theirs is recorded already
   end
   local added = rcall('ZADD', set, score, member)
+  if kind == 'hidden' then
+    hidden_exists = true
+  end
   if other then
-    -- A user is in one user set at most: only one who just joined this one can be in the other.
-    if added == 1 then
-      rcall('ZREM', sets[other], member)
+    if in_other then
+      rcall('ZREM', sets[other], member) -- they were hidden, or were not, until now
     end
     local hash = user_prefix .. member
     rcall('HSET', hash, 'name', ARGV[i + 7], 'url', ARGV[i + 8], 'seen', score)
@@ -207,6 +232,9 @@ local function visit(i)
   end
   -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
   -- set of their kind. A page view in another room (or in none) takes them out of theirs.
+  -- Someone is in a room's hidden set while they are in the shard's hidden set (a visit as
+  -- the other kind, a logout and the cleanup take them out of both), or once they are no longer
+  -- online: so a user who is in neither is looked for only in the room's users set.
   local field = place(kind, member)
   local room = ARGV[i + 10]
   local was = rcall('HGET', where, field)
@@ -214,18 +242,26 @@ local function visit(i)
     room = was or ''
   end
   if was and was ~= room then
-    leave_room(where, room_prefix, field, member)
+    local kinds = {kind}
+    if other then
+      kinds = hidden_exists and {'users', 'hidden'} or {'users'}
+    end
+    for _, set_kind in ipairs(kinds) do
+      rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
+    end
+    if room == '' then
+      rcall('HDEL', where, field)
+    end
   end
   if room ~= '' then
     if was ~= room then
       rcall('HSET', where, field, room)
     end
     rcall('ZADD', room_prefix .. room .. ':' .. kind, score, member)
-    if other then
-      -- A user who was hidden, or was not, leaves the room's other user set.
+    if in_other then
       rcall('ZREM', room_prefix .. room .. ':' .. other, member)
     end
-    rcall('ZADD', index, score, room)
+    touch_room(room, score)
   end
   if added == 1 or tonumber(before) < online_since then
     return 1
@@ -266,6 +302,22 @@ for n = 0, count - 1 do
   end
   arrived[n + 1] = new
   arrivals = arrivals + new
+end
+
+-- At most MAX_ENTRIES_PER_CALL of each, well within what unpack takes.
+for hll, added in pairs(visitors) do
+  local key = KEYS[hll]
+  if rcall('PFADD', key, unpack(added)) == 1 then
+    rcall('EXPIREAT', key, tonumber(visitors_day_end[hll]) + tonumber(ARGV[13]))
+  end
+end
+if next(rooms_latest) then
+  local scored = {}
+  for room, score in pairs(rooms_latest) do
+    scored[#scored + 1] = score
+    scored[#scored + 1] = room
+  end
+  rcall('ZADD', index, unpack(scored))
 end
 
 local epoch = rcall('GET', KEYS[7])
