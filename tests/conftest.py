@@ -6,9 +6,12 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.helpers import (
     BreakerClock,
@@ -25,8 +28,6 @@ from whos_online.signals import users_went_offline
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    import redis
 
 
 @pytest.fixture(scope="session")
@@ -200,3 +201,36 @@ def redis_calls(backend) -> Iterator[RedisCalls]:
         client.script_load(source)
     with counting_redis_calls() as calls:
         yield calls
+
+
+class Outage:
+    """Points the app's request client at a port where nothing listens, and back, with the
+    breaker's back-off passed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.live = connection.request_client
+        self.dead = redis.Redis.from_url(
+            f"redis://127.0.0.1:{free_port()}/0",
+            socket_connect_timeout=0.5,
+            socket_timeout=0.5,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    def begin(self) -> None:
+        self.monkeypatch.setattr(connection, "request_client", lambda: self.dead)
+
+    def end(self) -> None:
+        """Redis answers again, and FAILURE_BACKOFF has passed since the failure."""
+        self.monkeypatch.setattr(connection, "request_client", self.live)
+        later = time.monotonic() + conf.get_config().failure_backoff + 1
+        clock = SimpleNamespace(monotonic=lambda: later)
+        self.monkeypatch.setattr(breakers, "time", clock)
+        self.monkeypatch.setattr(connection, "time", clock)
+
+
+@pytest.fixture
+def outage(monkeypatch) -> Iterator[Outage]:
+    down = Outage(monkeypatch)
+    yield down
+    down.dead.connection_pool.disconnect()

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 import redis
@@ -42,10 +42,6 @@ from whos_online.conf import get_config
 from whos_online.connection import admin_client
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.visit_queue import RoomLeave, VisitQueue
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 
 ROOT = Path(__file__).resolve().parent.parent
 COOKIE = throttle.COOKIE_NAME
@@ -209,12 +205,10 @@ def test_a_logout_without_a_guest_to_record_waits_on_nothing(r, queued, alice, r
     assert members(r, "users") == []
 
 
-def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(
-    r, queued, alice, redis_down_then_up
-):
+def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(r, queued, alice, outage):
     assert whos_online.record_user(alice) is True
     whos_online.flush()
-    redis_down_then_up.begin()
+    outage.begin()
     user_logged_out.send(sender=type(alice), request=None, user=alice)
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
 
@@ -222,7 +216,7 @@ def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(
     assert len(flushing.flusher.after) == 1
     assert members(r, "users") == [str(alice.pk)]
 
-    redis_down_then_up.end()
+    outage.end()
     assert whos_online.flush() is True
     assert len(flushing.flusher.after) == 0
     assert members(r, "users") == []
@@ -308,10 +302,8 @@ def test_each_api_read_writes_the_queue_in_its_own_round_trip(r, queued, alice, 
 # Failures
 
 
-def test_a_failed_flush_is_sent_again_before_newer_visits(
-    r, queued, redis_down_then_up, caplog
-) -> None:
-    down = redis_down_then_up
+def test_a_failed_flush_is_sent_again_before_newer_visits(r, queued, outage, caplog) -> None:
+    down = outage
     now = time.time()
     flushing.flusher.put(recording.member_visit("guests", "m", now - 2, room="a"))
     with caplog.at_level(logging.WARNING, logger="whos_online"):
@@ -331,12 +323,12 @@ def test_a_failed_flush_is_sent_again_before_newer_visits(
 
 
 def test_a_full_queue_drops_what_comes_and_says_so_once(
-    backend, queued, monkeypatch, redis_down_then_up, caplog
+    backend, queued, monkeypatch, outage, caplog
 ):
     fresh = flushing.Flusher()
     fresh.queue = VisitQueue(size=3)
     monkeypatch.setattr(flushing, "flusher", fresh)
-    redis_down_then_up.begin()
+    outage.begin()
     now = time.time()
     with caplog.at_level(logging.WARNING, logger="whos_online"):
         accepted = [fresh.put(recording.member_visit("guests", f"m{n}", now + n)) for n in range(5)]
@@ -348,13 +340,13 @@ def test_a_full_queue_drops_what_comes_and_says_so_once(
     full = [record for record in caplog.records if "queue is full" in record.getMessage()]
     assert len(full) == 1
 
-    redis_down_then_up.end()
+    outage.end()
     assert fresh.flush() == frozenset()
     assert whos_online.online_counts().guests == 3
 
 
-def test_no_throttle_cookie_once_redis_is_known_down(r, queued, redis_down_then_up):
-    down = redis_down_then_up
+def test_no_throttle_cookie_once_redis_is_known_down(r, queued, outage):
+    down = outage
     down.begin()
     first = Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
     assert COOKIE in first.cookies  # nobody knew yet: its visit waits in the queue
@@ -369,14 +361,14 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, redis_down_then_
 
 
 def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
-    r, queued, monkeypatch, redis_down_then_up
+    r, queued, monkeypatch, outage
 ):
     """While writes fail, the pages of one person keep one visit waiting (their latest), and
     the bound of the queue counts people, not pages."""
     fresh = flushing.Flusher()
     fresh.queue = VisitQueue(size=3)
     monkeypatch.setattr(flushing, "flusher", fresh)
-    redis_down_then_up.begin()
+    outage.begin()
     now = time.time()
     for n in range(5):
         assert fresh.put(recording.member_visit("guests", "m", now - 10 + n))
@@ -387,7 +379,7 @@ def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
     assert len(fresh.queue) == 3
     assert fresh.queue.dropped == 0
 
-    redis_down_then_up.end()
+    outage.end()
     assert fresh.flush() == frozenset()
     assert members(r, "guests") == ["a", "b", "m"]
     assert r.zscore("{whos_online}:guests", "m") == pytest.approx(now - 6, abs=0.01)
@@ -407,9 +399,9 @@ def counting_encodings(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
 
 def test_while_redis_is_known_down_a_flush_leaves_the_queue_as_it_is(
-    r, queued, monkeypatch, redis_down_then_up
+    r, queued, monkeypatch, outage
 ):
-    redis_down_then_up.begin()
+    outage.begin()
     now = time.time()
     flushing.flusher.put(recording.member_visit("guests", "m", now - 1))
     assert whos_online.flush() is False  # the failure that opens the breaker
@@ -421,7 +413,7 @@ def test_while_redis_is_known_down_a_flush_leaves_the_queue_as_it_is(
 
     assert encoded == []
     assert len(flushing.flusher.queue) == 2
-    redis_down_then_up.end()
+    outage.end()
     assert whos_online.flush() is True
     assert members(r, "guests") == ["m", "n"]
 
@@ -445,10 +437,8 @@ def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
     assert len(flushing.flusher.queue) == 1
 
 
-def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(
-    backend, queued, redis_down_then_up
-):
-    redis_down_then_up.begin()
+def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(backend, queued, outage):
+    outage.begin()
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
     assert whos_online.flush() is False
 
@@ -460,18 +450,18 @@ def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(
 
 
 def test_what_an_outage_dropped_is_logged_once_writes_succeed(
-    backend, queued, monkeypatch, redis_down_then_up, caplog
+    backend, queued, monkeypatch, outage, caplog
 ):
     fresh = flushing.Flusher()
     fresh.queue = VisitQueue(size=2)
     monkeypatch.setattr(flushing, "flusher", fresh)
-    redis_down_then_up.begin()
+    outage.begin()
     now = time.time()
     with caplog.at_level(logging.INFO, logger="whos_online"):
         for n in range(5):
             fresh.put(recording.member_visit("guests", f"m{n}", now))
         assert fresh.flush()
-        redis_down_then_up.end()
+        outage.end()
         assert fresh.flush() == frozenset()
         assert fresh.flush() == frozenset()
 
@@ -498,8 +488,8 @@ def test_forget_drops_what_is_queued_of_those_persons(r, queued):
     assert members(r, "bots") == []
 
 
-def test_forget_drops_what_waits_to_be_sent_again(r, queued, redis_down_then_up, alice):
-    redis_down_then_up.begin()
+def test_forget_drops_what_waits_to_be_sent_again(r, queued, outage, alice):
+    outage.begin()
     now = time.time()
     details = users.details(alice, get_config())
     flushing.flusher.put(recording.user_visit(details, now))
@@ -508,15 +498,13 @@ def test_forget_drops_what_waits_to_be_sent_again(r, queued, redis_down_then_up,
 
     flushing.flusher.forget([f"u:{alice.pk}"])
 
-    redis_down_then_up.end()
+    outage.end()
     assert whos_online.flush() is True
     assert members(r, "users") == []
     assert members(r, "guests") == ["n"]
 
 
-def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(
-    r, queued, monkeypatch, redis_down_then_up
-):
+def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(r, queued, monkeypatch, outage):
     import redis
 
     from whos_online.store import scripts
@@ -532,52 +520,10 @@ def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(
     monkeypatch.setattr(scripts, "run", forgotten_on_the_way)
     assert whos_online.flush() is False
     monkeypatch.undo()
-    redis_down_then_up.end()  # the back-off passed
+    outage.end()  # the back-off passed
 
     assert whos_online.flush() is True
     assert members(r, "guests") == ["n"]
-
-
-class DownThenUp:
-    """Points the request client at a port where nothing listens, and back, with the breaker's
-    back-off passed."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        from tests.redis_server import free_port
-        from whos_online import breakers, connection
-
-        self.monkeypatch = monkeypatch
-        self.connection = connection
-        self.breakers = breakers
-        self.live = connection.request_client
-        self.dead = redis.Redis.from_url(
-            f"redis://127.0.0.1:{free_port()}/0",
-            socket_connect_timeout=0.5,
-            socket_timeout=0.5,
-            retry=Retry(NoBackoff(), 0),
-        )
-
-    def begin(self) -> None:
-        self.monkeypatch.setattr(self.connection, "request_client", lambda: self.dead)
-
-    def end(self) -> None:
-        from types import SimpleNamespace
-
-        self.monkeypatch.setattr(self.connection, "request_client", self.live)
-        later = time.monotonic() + get_config().failure_backoff + 1
-        clock = SimpleNamespace(monotonic=lambda: later)
-        self.monkeypatch.setattr(self.breakers, "time", clock)
-
-
-@pytest.fixture
-def redis_down_then_up(monkeypatch, backend) -> Iterator[DownThenUp]:
-    down = DownThenUp(monkeypatch)
-    yield down
-    down.dead.connection_pool.disconnect()
 
 
 # A Redis that lost its data

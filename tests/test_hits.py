@@ -10,21 +10,17 @@ import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
 import redis
 from django.test import Client
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 import whos_online
 from tests.conftest import SCRIPTS
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
-from tests.redis_server import free_port
-from whos_online import api, breakers, connection, counters, flushing, hits, recording, throttle
+from whos_online import api, connection, counters, flushing, hits, recording, throttle
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
 
@@ -62,38 +58,6 @@ def _no_flush_mid_test(monkeypatch) -> None:
 @pytest.fixture
 def counting(settings) -> None:
     configure(settings, COUNT_HITS=True)
-
-
-class Outage:
-    """Points the app's request client at a port where nothing listens, and back."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.monkeypatch = monkeypatch
-        self.live = connection.request_client
-        self.dead = redis.Redis.from_url(
-            f"redis://127.0.0.1:{free_port()}/0",
-            socket_connect_timeout=0.5,
-            socket_timeout=0.5,
-            retry=Retry(NoBackoff(), 0),
-        )
-
-    def begin(self) -> None:
-        self.monkeypatch.setattr(connection, "request_client", lambda: self.dead)
-
-    def end(self) -> None:
-        """Redis answers again, and FAILURE_BACKOFF has passed since the failure."""
-        self.monkeypatch.setattr(connection, "request_client", self.live)
-        later = time.monotonic() + get_config().failure_backoff + 1
-        clock = SimpleNamespace(monotonic=lambda: later)
-        self.monkeypatch.setattr(breakers, "time", clock)
-        self.monkeypatch.setattr(connection, "time", clock)
-
-
-@pytest.fixture
-def outage(monkeypatch) -> Iterator[Outage]:
-    down = Outage(monkeypatch)
-    yield down
-    down.dead.connection_pool.disconnect()
 
 
 # Through the middleware
