@@ -56,6 +56,25 @@ def queued(settings) -> None:
     configure(settings, FLUSH_INTERVAL=10)
 
 
+def run_python(
+    source: str, *arguments: str, settings: str | None, timeout: int
+) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` in a Python process of its own, from the repository's root, with only
+    ``PATH`` (and the settings module, if any) in its environment."""
+    env = {"PATH": "/usr/bin:/bin"}
+    if settings is not None:
+        env["DJANGO_SETTINGS_MODULE"] = settings
+    return subprocess.run(
+        [sys.executable, "-c", source, *arguments],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def guests_in(count: int, first: int = 1) -> list[str]:
     return [f"198.51.100.{first + number}" for number in range(count)]
 
@@ -781,15 +800,7 @@ def test_a_sigterm_inside_a_lock_of_the_main_thread_writes_once_it_is_let_go(flu
     """The handler runs on the thread the signal interrupted, which may hold the queue's lock
     (an ASGI server's event loop, queueing a visit): it must not wait on that lock itself.
     It writes the queue of the flusher in place when the signal comes."""
-    result = subprocess.run(
-        [sys.executable, "-c", SIGNALLED_PROCESS, flusher],
-        cwd=ROOT,
-        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_python(SIGNALLED_PROCESS, flusher, settings="tests.settings", timeout=30)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == f"done [{int(signal.SIGTERM)}] True ['m']"
@@ -824,15 +835,7 @@ def test_a_process_that_exits_writes_its_queue_and_forgets_its_batches(settings,
     settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
     admin_client().flushdb()
 
-    result = subprocess.run(
-        [sys.executable, "-c", EXITING_PROCESS, real_redis_url],
-        cwd=ROOT,
-        env={"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_python(EXITING_PROCESS, real_redis_url, settings="tests.settings", timeout=60)
 
     assert result.returncode == 0, result.stderr
     queued_visits, buffered, token = result.stdout.split()
@@ -860,15 +863,7 @@ django.setup()
 def test_a_process_with_nothing_to_write_exits_without_reading_the_settings():
     """A process that recorded nothing (``manage.py check`` on a site not configured yet) has
     nothing to write at exit, and its exit does not fail on the settings."""
-    result = subprocess.run(
-        [sys.executable, "-c", IDLE_PROCESS],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_python(IDLE_PROCESS, settings=None, timeout=60)
 
     assert result.returncode == 0
     assert result.stderr == ""
