@@ -669,6 +669,7 @@ def test_a_primary_key_with_a_comma_leaves_nobody_else_s_room(r, backend):
     assert whos_online.forget_user(f"x,guests:{member}") is True
 
     assert whos_online.online_counts(room="topic:1").guests == 1
+    assert r.hget("{whos_online}:rooms:where", f"guests:{member}") == b"topic:1"
 
 
 # The cookie a memory hands out
