@@ -228,6 +228,26 @@ def test_a_hidden_user_who_moves_leaves_the_hidden_set_of_the_room_they_left(
     assert r.exists("{whos_online}:hidden") == 0
 
 
+def test_a_user_visible_again_before_the_rooms_are_pruned_is_in_one_room(
+    backend, r, settings, alice: AbstractUser
+):
+    """The cleanup prunes the shard's sets before the rooms: a hidden user gone stale, pruned
+    from the hidden set but not yet from the room's, comes back visible in that room."""
+    configure(settings, HIDE_USER="tests.test_rooms.hide_everyone")
+    long_ago = time.time() - get_config().window - 60
+    whos_online.record_user(alice, room=TOPIC_1, now=long_ago)
+    store.cleanup.prune_chunk(admin_client(), get_config(), "hidden", now=time.time())
+    assert r.exists("{whos_online}:hidden") == 0
+    configure(settings, HIDE_USER=None)
+    whos_online.record_user(alice, room=TOPIC_1)
+    pruning.prune_rooms(admin_client(), get_config(), now=time.time())
+
+    whos_online.record_user(alice, room=TOPIC_2)
+
+    assert [user.pk for user in whos_online.online_users(room=TOPIC_2)] == [alice.pk]
+    assert whos_online.online_users(room=TOPIC_1) == []
+
+
 def test_the_index_of_rooms_holds_the_latest_visit_of_a_batch_in_each_room(backend, r, settings):
     configure(settings, FLUSH_INTERVAL=10)
     now = time.time()

@@ -182,8 +182,7 @@ local function touch_room(room, score)
   end
 end
 
--- Whether the shard's hidden set exists: without it, nobody is in a room's hidden set but who
--- is not online any more (see below), and a user's visit skips looking there.
+-- Whether the shard's hidden set exists: without it, a user's visit skips looking there.
 local hidden_exists = rcall('EXISTS', KEYS[2]) == 1
 
 -- Returns 1 if the visitor was not online until now.
@@ -232,9 +231,6 @@ local function visit(i)
   end
   -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
   -- set of their kind. A page view in another room (or in none) takes them out of theirs.
-  -- Someone is in a room's hidden set while they are in the shard's hidden set (a visit as
-  -- the other kind, a logout and the cleanup take them out of both), or once they are no longer
-  -- online: so a user who is in neither is looked for only in the room's users set.
   local field = place(kind, member)
   local room = ARGV[i + 10]
   local was = rcall('HGET', where, field)
@@ -242,10 +238,9 @@ local function visit(i)
     room = was or ''
   end
   if was and was ~= room then
-    local kinds = {kind}
-    if other then
-      kinds = hidden_exists and {'users', 'hidden'} or {'users'}
-    end
+    -- A user may still be in the room's set of the other kind, out of date: a cleanup that
+    -- pruned the shard's sets has not pruned the rooms yet.
+    local kinds = other and {'users', 'hidden'} or {kind}
     for _, set_kind in ipairs(kinds) do
       rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
     end
@@ -258,7 +253,7 @@ local function visit(i)
       rcall('HSET', where, field, room)
     end
     rcall('ZADD', room_prefix .. room .. ':' .. kind, score, member)
-    if in_other then
+    if other then
       rcall('ZREM', room_prefix .. room .. ':' .. other, member)
     end
     touch_room(room, score)
