@@ -23,23 +23,24 @@ from django.test import AsyncRequestFactory, Client
 import whos_online
 from tests.helpers import GUEST_IP, configure, guest, members
 from whos_online import (
-    after_flush,
     batches,
     breakers,
     epochs,
+    flush_jobs,
     flushing,
     hits,
     keyspace,
+    logins,
     recording,
     rooms,
     stopping,
     throttle,
     users,
 )
-from whos_online.after_flush import AfterFlush, Job
 from whos_online.api import OnlineCounts
 from whos_online.conf import get_config
 from whos_online.connection import admin_client
+from whos_online.flush_jobs import FlushJobs, Job
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.visit_queue import RoomLeave, VisitQueue
 
@@ -218,9 +219,9 @@ def test_a_logout_without_a_guest_to_record_waits_on_nothing(r, queued, alice, r
     user_logged_out.send(sender=type(alice), request=None, user=alice)
 
     assert redis_calls.trips == []
-    assert len(flushing.flusher.after) == 1
+    assert len(flushing.flusher.jobs) == 1
     assert whos_online.online_counts().users == 0
-    assert len(flushing.flusher.after) == 0
+    assert len(flushing.flusher.jobs) == 0
     assert members(r, "users") == []
 
 
@@ -232,14 +233,40 @@ def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(r, queu
     flushing.flusher.put(recording.member_visit("guests", "m", time.time()))
 
     assert whos_online.flush() is False
-    assert len(flushing.flusher.after) == 1
+    assert len(flushing.flusher.jobs) == 1
     assert members(r, "users") == [str(alice.pk)]
 
     outage.end()
     assert whos_online.flush() is True
-    assert len(flushing.flusher.after) == 0
+    assert len(flushing.flusher.jobs) == 0
     assert members(r, "users") == []
     assert members(r, "guests") == ["m"]
+
+
+def test_a_login_in_the_millisecond_of_a_logout_stands(r, queued, alice, monkeypatch):
+    """The logout's removal is written before what was queued after it."""
+    at = time.time()
+    monkeypatch.setattr(logins, "time", SimpleNamespace(time=lambda: at))
+    logins.user_logged_out(alice, None)
+    logins.user_logged_in(alice, None)
+
+    assert whos_online.flush() is True
+
+    assert members(r, "users") == [str(alice.pk)]
+
+
+def test_a_logout_that_fails_keeps_the_thread_away_for_the_back_off(r, queued, alice, outage):
+    """A job a breaker refuses backs off like a failed batch: on a cluster, where one shard's
+    breaker does not hold the flush back, the thread would otherwise flush again at once."""
+    assert whos_online.record_user(alice) is True
+    outage.begin()
+    user_logged_out.send(sender=type(alice), request=None, user=alice)
+
+    assert whos_online.flush() is False
+    flushing.flusher.schedule(0)
+
+    assert flushing.flusher._deadline is not None
+    assert flushing.flusher._deadline >= time.monotonic() + 0.5
 
 
 def test_jobs_after_a_failed_one_wait_behind_it_in_order(backend, queued, monkeypatch, caplog):
@@ -254,10 +281,10 @@ def test_jobs_after_a_failed_one_wait_behind_it_in_order(backend, queued, monkey
 
         return job
 
-    after = AfterFlush()
+    after = FlushJobs()
     for name in ("first", "second", "third"):
         assert after.add(Job(write(name))) is True
-    monkeypatch.setattr(after_flush, "MOST_WAITING", 3)
+    monkeypatch.setattr(flush_jobs, "MOST_WAITING", 3)
 
     assert after.run() == frozenset({""})
     assert done == ["first"]

@@ -1,12 +1,14 @@
-"""Writes a process makes after its next flush rather than in a request: a logout's.
+"""Writes a process makes with its next flush rather than in a request: a logout's.
 
 A logout takes its user off the online list at once, but its request should not wait on Redis
 any more than a recorded visit does. When the logout's visitor goes on as a guest, the guest's
 visit carries the user's removal in the queue (``recording``). What does not fit an entry of a
 batch (a logout with no guest to record, the layouts of another ``SHARDS`` that the site left)
-is handed to the flusher as a job: its thread runs the jobs after writing the queue, in the
-order they came, and keeps those that failed, and what followed them, for its next flush. A read
-of the process runs them first, so that the process's next page does not show the user who left.
+is handed to the flusher as a job: its thread runs the jobs at the start of its next flush, in
+the order they came and before the queue, which holds what came after them (a login in the same
+millisecond as the logout then stands). Those that failed, and what followed them, wait for the
+next flush. A read of the process runs them first, so that its next page does not show the user
+who left.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ MOST_WAITING: Final = 10_000
 
 @dataclass(frozen=True)
 class Job:
-    """A write to make after the next flush, behind the breaker of ``shard`` (None for the base
+    """A write to make with the next flush, behind the breaker of ``shard`` (None for the base
     shard's)."""
 
     write: Callable[[Client, Config], object]
@@ -45,7 +47,7 @@ class Job:
         return "" if self.shard is None else self.shard.tag
 
 
-class AfterFlush:
+class FlushJobs:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: list[Job] = []

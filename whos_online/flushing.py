@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from django.dispatch import receiver
 
 from whos_online import batches, breakers, connection, counters, epochs, hits, keyspace, store
-from whos_online.after_flush import AfterFlush
 from whos_online.conf import config_changed, get_config
+from whos_online.flush_jobs import FlushJobs
 from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
@@ -67,8 +67,8 @@ REGISTER_EVERY: Final = 60.0
 class Flusher:
     def __init__(self) -> None:
         self.queue = VisitQueue()
-        #: Writes that follow the queue's (``after_flush``).
-        self.after = AfterFlush()
+        #: Writes a flush makes before the queue's: a logout's (``flush_jobs``).
+        self.jobs = FlushJobs()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
         self._wake = threading.Condition()
@@ -151,10 +151,12 @@ class Flusher:
             return self._flush(get_config())
 
     def _flush(self, config: Config) -> frozenset[str]:
-        failed = self._write_queue(config)
-        if failed or not len(self.after):
-            return failed
-        return self.after.run()
+        # A logout's jobs go first, as they came before what is queued now: a login in the same
+        # millisecond stands (a visit is recorded unless it is older than the logout).
+        failed = self.jobs.run() if len(self.jobs) else frozenset()
+        if failed:
+            self._back_off(config)  # one shard of a cluster refusing keeps the thread away too
+        return failed | self._write_queue(config)
 
     def _write_queue(self, config: Config) -> frozenset[str]:
         for _pass in range(FLUSH_PASSES):
@@ -218,8 +220,8 @@ class Flusher:
             elif self._held_back(config):
                 self._back_off(config)  # the read alone; the queue stays as it is
             else:
-                if len(self.after):
-                    self.after.run()  # a logout's, which the read must not contradict
+                if len(self.jobs):
+                    self.jobs.run()  # a logout's, which the read must not contradict
                 prepared = self._prepare(config, time.time())
             calls = prepared.calls if prepared is not None else []
             found = connection.call(None, lambda client, config: read(client, config, calls))
@@ -309,7 +311,7 @@ class Flusher:
         return layout
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or hits.buffer.total() or len(self.after))
+        return bool(len(self.queue) or hits.buffer.total() or len(self.jobs))
 
     def forget(self, persons: Iterable[str]) -> None:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,

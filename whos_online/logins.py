@@ -4,7 +4,7 @@ when their throttle cookie runs out.
 A login records the user and takes the visitor's guest entry off in the same step; a logout
 takes the user off and records the visitor as a guest again. Both go through the process's queue
 like any recorded visit (``recording``), and what a logout writes beyond it through the jobs the
-flusher runs after the queue (``after_flush``): neither request waits on Redis.
+flusher runs with its next flush (``flush_jobs``): neither request waits on Redis.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from whos_online import flushing, recording, snapshots, store, users
-from whos_online.after_flush import Job
 from whos_online.conf import get_config
+from whos_online.flush_jobs import Job
 from whos_online.throttle import recent
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def user_logged_out(
     moves them the other way. Recording them here rather than on their next request matters when
     another process served their earlier guest visits: that process still remembers the guest as
     recorded and would skip the write. Without a guest to record, the user's removal is a job
-    for the flusher (``after_flush``), as is taking them off the layouts of another ``SHARDS``
+    for the flusher (``flush_jobs``), as is taking them off the layouts of another ``SHARDS``
     that the site's processes have written in, which a switch back would show again. Either way
     the request waits on nothing (with ``FLUSH_INTERVAL`` 0, it writes as it always did).
     """
@@ -61,14 +61,14 @@ def user_logged_out(
     now = time.time()
     guest = None if request is None else recording.guest_of(request, config, now)
     if guest is None:
-        flushing.flusher.after.add(
+        flushing.flusher.jobs.add(
             Job(
                 lambda client, config: store.presence.remove_user(client, config, pk, now=now),
                 store.keys.user_shard(config, pk),
             )
         )
     if config.shards != 1 or flushing.flusher.layouts_in_use:
-        flushing.flusher.after.add(
+        flushing.flusher.jobs.add(
             Job(lambda client, config: _leave_other_layouts(client, config, pk, now))
         )
     if guest is None:
