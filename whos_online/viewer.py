@@ -14,9 +14,11 @@ cookies), and its visit is written at the end of this very request.
 
 Only pages are adjusted: not the requests a page makes itself (the widget's refreshes, whose
 answers may be shared by a cache between viewers, or any view marked ``not_recorded``), and not
-a request on an ignored path, whose viewer is never recorded. Two limits are accepted: a user
+a request on an ignored path, whose viewer is never recorded. Three limits are accepted: a user
 online from another device and not among the names shown, and a guest sharing an address with
-someone online, are counted once more on their first page.
+someone online, are counted once more on their first page; so is a client without cookies on
+the first page another process serves it (or the first after its process learns that Redis lost
+its data, which makes the memory's entries from before count for nothing).
 """
 
 from __future__ import annotations
