@@ -434,6 +434,25 @@ def test_the_mac_of_a_short_binding_is_remembered():
     assert throttle._remembered_mac.cache_info().currsize == 1
 
 
+def test_a_cookie_read_again_is_neither_parsed_nor_hashed_again_but_still_expires():
+    throttle.reset()
+    binding = throttle.binding("k" * 32, "192.0.2.1")
+    cookie = throttle.make_cookie(binding, 1_800_000_000, 120, room="t1", epoch="abc")
+    first = throttle.read_cookie(cookie, binding, 1_800_000_010, 120, 600)
+    again = throttle.read_cookie(cookie, binding, 1_800_000_020, 120, 600)
+
+    assert first is not None
+    assert again == first
+    assert throttle._remembered_genuine.cache_info().hits == 1
+    assert throttle.read_cookie(cookie, binding, 1_800_000_000 + 601, 120, 600) is None
+    assert (
+        throttle.read_cookie(
+            cookie, throttle.binding("k" * 32, "192.0.2.2"), 1_800_000_010, 120, 600
+        )
+        is None
+    )
+
+
 def test_an_entry_from_before_the_latest_failure_no_longer_counts():
     memory = RecentIdentities()
     memory.remember("guests:abc", 1000.0, epoch=3)
