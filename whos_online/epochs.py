@@ -50,7 +50,11 @@ class Epochs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: Replaced, never changed in place, so that ``_current`` can tell when to work out again.
         self._known: dict[str, str] = {}
+        self._cached: tuple[tuple[keyspace.Shard, ...], dict[str, str], frozenset[str]] | None = (
+            None
+        )
         #: How many times a known epoch changed: part of the memory's generation.
         self.changes = 0
 
@@ -60,7 +64,7 @@ class Epochs:
             return
         with self._lock:
             previous = self._known.get(tag)
-            self._known[tag] = epoch
+            self._known = {**self._known, tag: epoch}
             if previous is not None and previous != epoch:
                 self.changes += 1
 
@@ -91,20 +95,26 @@ class Epochs:
             return False
         return epoch not in current or epoch == ""
 
-    def _current(self, config: Config) -> set[str] | None:
+    def _current(self, config: Config) -> frozenset[str] | None:
         """The epochs of the configured layout's shards, or None while one is not known."""
+        shards = keyspace.layout(config)
+        cached = self._cached
+        if cached is not None and cached[0] is shards and cached[1] is self._known:
+            return cached[2]  # a throttled request asks this: worked out once per change
         known = self._known
         current = set()
-        for shard in keyspace.layout(config):
+        for shard in shards:
             found = known.get(shard.tag)
             if found is None:
                 return None
             current.add(found)
-        return current
+        frozen = frozenset(current)
+        self._cached = (shards, known, frozen)
+        return frozen
 
     def clear(self) -> None:
         with self._lock:
-            self._known.clear()
+            self._known = {}
             self.changes = 0
 
 

@@ -92,8 +92,13 @@ def shard_tags(prefix: str, count: int) -> tuple[str, ...]:
 
 def layout(config: Config, count: int | None = None) -> tuple[Shard, ...]:
     """The shards of the configured layout, or of a layout of ``count`` shards."""
-    tags = shard_tags(config.key_prefix, config.shards if count is None else count)
-    return tuple(Shard(index, tag) for index, tag in enumerate(tags))
+    return _shards(config.key_prefix, config.shards if count is None else count)
+
+
+@functools.lru_cache(maxsize=16)
+def _shards(prefix: str, count: int) -> tuple[Shard, ...]:
+    # Asked for on every request (a throttled one too): made once per layout.
+    return tuple(Shard(index, tag) for index, tag in enumerate(shard_tags(prefix, count)))
 
 
 def shard_of(config: Config, identity: str) -> Shard:
