@@ -387,11 +387,15 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
 
 @receiver(config_changed, dispatch_uid="whos_online.flushing.reset")
 def reset(**kwargs: object) -> None:
-    """Drop what is queued and stop the thread (settings changed: tests)."""
+    """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
+    it to end, so that it does not outlive the settings it was started under."""
     old = flusher
     with old._wake:
         old._stopping = True
         old._wake.notify()
+    thread = old._thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(EXIT_WAIT)
     _start_afresh()
 
 
