@@ -173,10 +173,26 @@ class ThrottleCookies:
             if cookie is None:
                 raise RuntimeError("the throttled site handed out no throttle cookie")
             found.append({throttle.COOKIE_NAME: cookie})
+        settle(site)
+        # A worker that did not know its shard's epoch yet (before its first write) hands out a
+        # cookie without one, which the workers renew once they know it: a browser's next page
+        # takes the renewed cookie, and so do these clients, before the cell sends them.
+        for _round in range(3):
+            renewed = False
+            for index, browser in enumerate(self.browsers[identity]):
+                again = visit(site.port, "/", browser.headers(found[index]))
+                if (
+                    again.get(throttle.COOKIE_NAME, found[index][throttle.COOKIE_NAME])
+                    != (found[index][throttle.COOKIE_NAME])
+                ):
+                    found[index] = {throttle.COOKIE_NAME: again[throttle.COOKIE_NAME]}
+                    renewed = True
+            settle(site)
+            if not renewed:
+                break
         # A cookie begins with the Unix time at which it stops sparing a write (EXPIRY.MAC…).
         expiry = min(int(cookie[throttle.COOKIE_NAME].partition(".")[0]) for cookie in found)
         self.fetched[key] = (expiry, found)
-        settle(site)
         return found
 
 
