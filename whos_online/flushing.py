@@ -151,12 +151,17 @@ class Flusher:
             return self._flush(get_config())
 
     def _flush(self, config: Config) -> frozenset[str]:
-        # A logout's jobs go first, as they came before what is queued now: a login in the same
-        # millisecond stands (a visit is recorded unless it is older than the logout).
+        return self._run_jobs(config) | self._write_queue(config)
+
+    def _run_jobs(self, config: Config) -> frozenset[str]:
+        """A logout's jobs, which go before the queue, as they came before what is queued now:
+        a login in the same millisecond stands (a visit is recorded unless it is older than the
+        logout). One that is refused backs off like a failed batch: on a cluster, one shard
+        refusing keeps the thread away too."""
         failed = self.jobs.run() if len(self.jobs) else frozenset()
         if failed:
-            self._back_off(config)  # one shard of a cluster refusing keeps the thread away too
-        return failed | self._write_queue(config)
+            self._back_off(config)
+        return failed
 
     def _write_queue(self, config: Config) -> frozenset[str]:
         for _pass in range(FLUSH_PASSES):
@@ -220,8 +225,7 @@ class Flusher:
             elif self._held_back(config):
                 self._back_off(config)  # the read alone; the queue stays as it is
             else:
-                if len(self.jobs):
-                    self.jobs.run()  # a logout's, which the read must not contradict
+                self._run_jobs(config)  # a logout's, which the read must not contradict
                 prepared = self._prepare(config, time.time())
             calls = prepared.calls if prepared is not None else []
             found = connection.call(None, lambda client, config: read(client, config, calls))
