@@ -368,12 +368,18 @@ def test_a_failed_flush_is_sent_again_before_newer_visits(r, queued, outage, cap
     assert whos_online.online_counts(room="a").guests == 0
 
 
+def flusher_with_a_queue_of(monkeypatch: pytest.MonkeyPatch, size: int) -> flushing.Flusher:
+    """The process's flusher, for this test, with a queue bounded to ``size`` people."""
+    fresh = flushing.Flusher()
+    fresh.queue = VisitQueue(size=size)
+    monkeypatch.setattr(flushing, "flusher", fresh)
+    return fresh
+
+
 def test_a_full_queue_drops_what_comes_and_says_so_once(
     backend, queued, monkeypatch, outage, caplog
 ):
-    fresh = flushing.Flusher()
-    fresh.queue = VisitQueue(size=3)
-    monkeypatch.setattr(flushing, "flusher", fresh)
+    fresh = flusher_with_a_queue_of(monkeypatch, 3)
     outage.begin()
     now = time.time()
     with caplog.at_level(logging.WARNING, logger="whos_online"):
@@ -411,9 +417,7 @@ def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
 ):
     """While writes fail, the pages of one person keep one visit waiting (their latest), and
     the bound of the queue counts people, not pages."""
-    fresh = flushing.Flusher()
-    fresh.queue = VisitQueue(size=3)
-    monkeypatch.setattr(flushing, "flusher", fresh)
+    fresh = flusher_with_a_queue_of(monkeypatch, 3)
     outage.begin()
     now = time.time()
     for n in range(5):
@@ -498,9 +502,7 @@ def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(backend
 def test_what_an_outage_dropped_is_logged_once_writes_succeed(
     backend, queued, monkeypatch, outage, caplog
 ):
-    fresh = flushing.Flusher()
-    fresh.queue = VisitQueue(size=2)
-    monkeypatch.setattr(flushing, "flusher", fresh)
+    fresh = flusher_with_a_queue_of(monkeypatch, 2)
     outage.begin()
     now = time.time()
     with caplog.at_level(logging.INFO, logger="whos_online"):
