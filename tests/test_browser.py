@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from django.contrib.auth.models import AbstractUser
     from playwright.sync_api import Browser, BrowserContext, Locator, Page, Route
+    from playwright.sync_api import Request as PlaywrightRequest
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: Headless, sandbox-free (CI containers run as root) and quiet: no network but the test site.
@@ -91,44 +92,62 @@ def site(live_server, backend, settings) -> str:
     return str(live_server.url)
 
 
-@pytest.fixture
-def open_page(browser: Browser) -> Iterator[Callable[..., Page]]:
-    """Opens a page in a browser context of its own (its own cookies: another visitor); script
-    and console errors on it fail the test, and the site's HTML answers get a strict CSP."""
-    contexts: list[BrowserContext] = []
-    errors: list[str] = []
+class Pages:
+    """Opens pages, each in a browser context of its own (its own cookies: another visitor);
+    script and console errors on them fail the test, but those a test says it expects
+    (``allow``), and the site's HTML answers get a strict CSP."""
 
-    def with_csp(route: Route) -> None:
-        response = route.fetch()
-        headers = dict(response.headers)
-        if headers.get("content-type", "").startswith("text/html"):
-            headers["content-security-policy"] = CSP
-        route.fulfill(response=response, headers=headers)
+    def __init__(self, browser: Browser) -> None:
+        self.browser = browser
+        self.contexts: list[BrowserContext] = []
+        self.errors: list[str] = []
+        self.allowed: list[str] = []
 
-    def open_one(width: int = 1280, height: int = 800) -> Page:
-        context = browser.new_context(
+    def allow(self, text: str) -> None:
+        """Expect console errors that contain ``text``."""
+        self.allowed.append(text)
+
+    def __call__(self, width: int = 1280, height: int = 800) -> Page:
+        context = self.browser.new_context(
             viewport={"width": width, "height": height}, user_agent=USER_AGENT
         )
         context.set_default_timeout(TIMEOUT_MS)
         context.route("**/*", with_csp)
-        contexts.append(context)
+        self.contexts.append(context)
         page = context.new_page()
-        page.on("pageerror", lambda error: errors.append(f"{page.url}: {error}"))
+        page.on("pageerror", lambda error: self.errors.append(f"{page.url}: {error}"))
         page.on(
             "console",
             lambda message: (
-                errors.append(f"{page.url}: {message.text}") if message.type == "error" else None
+                self.errors.append(f"{page.url}: {message.text}")
+                if message.type == "error"
+                else None
             ),
         )
         return page
 
-    yield open_one
-    for context in contexts:
+    def unexpected_errors(self) -> list[str]:
+        return [e for e in self.errors if not any(text in e for text in self.allowed)]
+
+
+def with_csp(route: Route) -> None:
+    response = route.fetch()
+    headers = dict(response.headers)
+    if headers.get("content-type", "").startswith("text/html"):
+        headers["content-security-policy"] = CSP
+    route.fulfill(response=response, headers=headers)
+
+
+@pytest.fixture
+def open_page(browser: Browser) -> Iterator[Pages]:
+    pages = Pages(browser)
+    yield pages
+    for context in pages.contexts:
         # A refresh may still be in the route handler; once the context closes, fulfilling it
         # fails ("Request context disposed", microsoft/playwright#23781). It is of no interest.
         context.unroute_all(behavior="ignoreErrors")
         context.close()
-    assert errors == []
+    assert pages.unexpected_errors() == []
 
 
 def widget_list(page: Page) -> Locator:
@@ -185,6 +204,68 @@ def test_readers_of_a_topic_see_each_other_come_and_go(site, open_page, alice, b
     expect(widget_list(alices)).to_have_text("alice", timeout=TIMEOUT_MS)
     expect(widget_list(bobs)).to_have_text("bob", timeout=TIMEOUT_MS)
     expect(alices.locator(".whos-online-label")).to_have_text("Here now:")
+    assert_not_reloaded(alices)
+
+
+def is_renewal(request: PlaywrightRequest) -> bool:
+    """The live widget fetching its page again for fresh tokens: a background request."""
+    return (
+        request.url.endswith("/topics/1/")
+        and request.headers.get("x-requested-with") == "XMLHttpRequest"
+    )
+
+
+def test_a_room_s_page_renews_its_token_before_it_runs_out(site, open_page, settings, alice, bob):
+    """The widget fetches its page again in the background shortly before the token runs out,
+    takes its fresh URLs and goes on, with no refusal on the way; the reader stays in the room.
+    The page's timers and the site's clock are moved by the test."""
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, ROOM_TOKEN_MAX_AGE=60)
+    alices = open_page()
+    alices.clock.install()
+    alices.goto(f"{site}/login/alice/")
+    alices.goto(f"{site}/topics/1/")
+    expect(widget_list(alices)).to_have_text("alice")
+    widget = alices.locator(".whos-online")
+    first_url = widget.get_attribute("data-whos-online-live")
+    assert widget.get_attribute("data-whos-online-renew") == "45"  # 60 s less a quarter
+
+    real_time = time.time
+    offset = [46.0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: real_time() + offset[0])
+        with alices.expect_response(lambda response: "/online/widget/" in response.url):
+            alices.clock.run_for(47_000)  # one refresh, before the deadline as the page saw it
+        with alices.expect_request(is_renewal):
+            alices.clock.run_for(2_000)  # the next one, past it, renews first
+        offset[0] = 100.0  # the first token has run out; the renewed one has not
+        whos_online.record_user(bob, room="topic:1")
+        alices.clock.run_for(2_000)
+        expect(widget).to_have_attribute("data-users", "2")
+    assert widget.get_attribute("data-whos-online-live") != first_url
+    assert whos_online.online_counts(room="topic:1").users == 2  # the renewal moved nobody
+
+
+def test_a_room_s_page_whose_token_is_refused_renews_it(site, open_page, settings, alice, bob):
+    """A token refused before its time (a tab hidden for long, whose timers slept; a login in
+    another tab): the widget fetches its page again for fresh tokens, and goes on."""
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, ROOM_TOKEN_MAX_AGE=60)
+    open_page.allow("status of 403")  # the browser logs the refusal
+    alices = open_page()
+    alices.goto(f"{site}/login/alice/")
+    alices.goto(f"{site}/topics/1/")
+    expect(widget_list(alices)).to_have_text("alice")
+    mark_page(alices)
+    widget = alices.locator(".whos-online")
+    first_url = widget.get_attribute("data-whos-online-live")
+
+    real_time = time.time
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "time", lambda: real_time() + 120)  # the token has run out
+        with alices.expect_request(is_renewal):
+            whos_online.record_user(bob, room="topic:1")
+        expect(widget).to_have_attribute("data-users", "2", timeout=TIMEOUT_MS)
+    assert widget.get_attribute("data-whos-online-live") != first_url
+    assert whos_online.online_counts(room="topic:1").users == 2
     assert_not_reloaded(alices)
 
 

@@ -49,6 +49,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "FLUSH_INTERVAL": 0.1,
     "ROOMS": {},
     "ROOM_ACCESS": None,
+    "ROOM_TOKEN_MAX_AGE": 3600,
 }
 
 

@@ -19,7 +19,7 @@ from django.urls import include, path
 
 import whos_online
 from tests.helpers import client_of, configure, render, widget_text
-from whos_online import recording, rooms, snapshots, store, throttle, viewer
+from whos_online import recording, snapshots, store, throttle, viewer
 from whos_online.api import OnlineCounts
 from whos_online.checks import check_room_urls, check_settings
 from whos_online.conf import get_config
@@ -331,17 +331,17 @@ def test_a_room_is_read_only_with_the_token_of_a_page_that_showed_it(backend):
     assert stranger.get(widget_url).status_code == 200
     assert stranger.get("/online/widget/", {"room": TOPIC_1}).status_code == 403
     assert stranger.get("/online/counts.json", {"room": TOPIC_1}).status_code == 403
-    other_token = rooms.room_token(TOPIC_2)
+    other_token = whos_online.room_token(TOPIC_2)
     for forged in (other_token, "x" * len(other_token), "é"):
         query = {"room": TOPIC_1, "token": forged}
         assert stranger.get("/online/counts.json", query).status_code == 403
-    query = {"room": TOPIC_1, "token": rooms.room_token(TOPIC_1)}
+    query = {"room": TOPIC_1, "token": whos_online.room_token(TOPIC_1)}
     assert stranger.get("/online/counts.json", query).json()["total"] == 1
 
 
 def test_a_room_s_document_carries_none_of_the_site_s_figures(backend):
     client_of().get("/forum/topic/1/", **PAGE_VIEW)
-    query = {"room": TOPIC_1, "token": rooms.room_token(TOPIC_1)}
+    query = {"room": TOPIC_1, "token": whos_online.room_token(TOPIC_1)}
 
     document = Client().get("/online/counts.json", query).json()
 
@@ -363,7 +363,7 @@ def may_read_odd_topics(request: HttpRequest, room: str) -> bool:
 
 def test_room_access_decides_instead_of_tokens(backend, settings):
     configure(settings, ROOM_ACCESS="tests.test_real_site_rooms.may_read_odd_topics")
-    query = {"room": TOPIC_2, "token": rooms.room_token(TOPIC_2)}
+    query = {"room": TOPIC_2, "token": whos_online.room_token(TOPIC_2)}
 
     allowed = Client().get("/online/counts.json", {"room": TOPIC_1})
     assert allowed.status_code == 200
@@ -548,7 +548,7 @@ def test_presence_needs_the_room_s_token_and_a_post(backend):
     reader.get("/forum/live/1/", **PAGE_VIEW)
 
     assert reader.post(f"/online/presence/?room={TOPIC_1}", **SAME_SITE).status_code == 403
-    token = rooms.room_token(TOPIC_1)
+    token = whos_online.room_token(TOPIC_1)
     assert reader.get(f"/online/presence/?room={TOPIC_1}&token={token}").status_code == 405
     assert reader.post("/online/presence/?room=", **SAME_SITE).status_code == 400
 

@@ -438,7 +438,7 @@ def test_the_json_view_answers_for_a_room(backend, settings, alice):
     whos_online.record_user(alice, room=TOPIC_1)
     whos_online.record_guest("192.0.2.1")
 
-    token = rooms.room_token(TOPIC_1)
+    token = whos_online.room_token(TOPIC_1)
     document = Client().get("/online/counts.json", {"room": TOPIC_1, "token": token}).json()
     assert document["room"] == TOPIC_1
     assert (document["users"], document["guests"], document["total"]) == (1, 0, 1)

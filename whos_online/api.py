@@ -37,7 +37,8 @@ from whos_online.results import (
     as_peak,
     as_timestamp,
 )
-from whos_online.rooms import room_token, set_room
+from whos_online.room_tokens import room_token
+from whos_online.rooms import set_room
 from whos_online.throttle import recent
 from whos_online.users import pk_text, pk_values
 

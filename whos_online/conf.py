@@ -76,6 +76,8 @@ class Config:
     rooms: Mapping[str, str]
     #: Who may read a room through the JSON and widget views; None: whoever holds its token.
     room_access: Callable[[HttpRequest, str], bool] | None
+    #: Seconds a room's token is good for after it was issued (``room_tokens``).
+    room_token_max_age: int
 
     @functools.cached_property
     def redis_target(self) -> str:
@@ -135,6 +137,7 @@ def get_config() -> Config:
         flush_interval=float(merged["FLUSH_INTERVAL"]),
         rooms=dict(merged["ROOMS"]),
         room_access=import_callable(merged["ROOM_ACCESS"]),
+        room_token_max_age=merged["ROOM_TOKEN_MAX_AGE"],
     )
 
 
@@ -170,7 +173,7 @@ config_changed = Signal()
 
 #: Settings a ``Config`` (or something cached from one) is read from.
 _READ_SETTINGS: Final = frozenset(
-    {"WHOS_ONLINE", "CACHES", "SECRET_KEY", "STATIC_URL", "MEDIA_URL"}
+    {"WHOS_ONLINE", "CACHES", "SECRET_KEY", "STATIC_URL", "MEDIA_URL", "SECRET_KEY_FALLBACKS"}
 )
 
 

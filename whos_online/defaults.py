@@ -51,6 +51,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {
     "FLUSH_INTERVAL": 0.1,
     "ROOMS": {},
     "ROOM_ACCESS": None,
+    "ROOM_TOKEN_MAX_AGE": 3600,
 }
 
 #: Most shards a layout may have: choosing their hash tags costs about a millisecond per shard,

@@ -341,4 +341,11 @@ RULES: Final = (
         "'forum.online.may_read_room', or leave it unset to let the signed URLs that the tags "
         "render decide.",
     ),
+    Rule(
+        "ROOM_TOKEN_MAX_AGE",
+        "whos_online.E034",
+        _whole(60),
+        "Seconds a room's token lets its viewer read the room after the page was rendered; a page "
+        "left open fetches a new one as its token runs out.",
+    ),
 )

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
-from django.core import signing
 from django.dispatch import receiver
 
+from whos_online import room_tokens
 from whos_online.conf import config_changed, get_config
 
 if TYPE_CHECKING:
@@ -147,42 +147,14 @@ def room_by_url(request: HttpRequest, config: Config) -> str:
         return ""
 
 
-#: What room tokens are signed with, apart from any other signature of the site.
-TOKEN_SALT: Final = "whos_online.room"  # noqa: S105 (a namespace, not a secret)
-#: Between a value and its signature in what ``signing.Signer`` signs (its default).
-_SEPARATOR: Final = ":"
-
-
-def room_token(room: str) -> str:
-    """A signature of ``room`` that the JSON and widget views take as proof that whoever holds
-    it was shown that room, by a page that rendered it (``{% whos_online room=… %}``)."""
-    return _signer(settings.SECRET_KEY).signature(room)
-
-
-def has_token(room: str, token: str) -> bool:
-    """Whether ``token`` is ``room``'s token, under the current secret or a fallback one."""
-    if not token:
-        return False
-    try:
-        _signer(settings.SECRET_KEY).unsign(f"{room}{_SEPARATOR}{token}")
-    except signing.BadSignature:
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=2)
-def _signer(secret: str) -> signing.Signer:
-    # Keyed by the secret, so that a test or a deploy that changes it is never given an old one.
-    return signing.Signer(salt=TOKEN_SALT)
-
-
 def may_read(request: HttpRequest, room: str, config: Config) -> bool:
     """Whether ``request`` may see who is in ``room``: ``ROOM_ACCESS`` decides where the site set
-    it; otherwise the request must carry the room's token (``?token=``)."""
+    it; otherwise the request must carry a token of the room for its viewer (``?token=``, see
+    ``room_tokens``)."""
     if config.room_access is not None:
         return bool(config.room_access(request, room))
     token = request.GET.get("token", "")
-    return has_token(room, token) if token.isascii() else False
+    return room_tokens.check_token(room, token, request, config.room_token_max_age)
 
 
 def room_tag(room: str) -> str:

@@ -158,10 +158,26 @@ def _refresh_beats_cache(merged: Mapping[str, Any], wrong: set[str]) -> list[Che
     ]
 
 
+def _token_outlives_refresh(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
+    refresh, max_age = merged["REFRESH_INTERVAL"], merged["ROOM_TOKEN_MAX_AGE"]
+    if {"REFRESH_INTERVAL", "ROOM_TOKEN_MAX_AGE"} & wrong or max_age > refresh:
+        return []
+    return [
+        Warning(
+            f"WHOS_ONLINE['ROOM_TOKEN_MAX_AGE'] ({max_age}) is not above REFRESH_INTERVAL "
+            f"({refresh}): a room's live widget would fetch its page again for a new token at "
+            "nearly every refresh.",
+            hint="Keep ROOM_TOKEN_MAX_AGE many times REFRESH_INTERVAL (the default is an hour).",
+            id="whos_online.W008",
+        )
+    ]
+
+
 _ACROSS_KEYS: Final[tuple[Callable[[Mapping[str, Any], set[str]], list[CheckMessage]], ...]] = (
     _alias,
     _cluster_url,
     _throttle_below_window,
     _raw_addresses,
     _refresh_beats_cache,
+    _token_outlives_refresh,
 )

@@ -38,7 +38,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
-from whos_online import dashboard, recording, rooms, snapshots, throttle
+from whos_online import dashboard, recording, room_tokens, rooms, snapshots, throttle
 from whos_online.conf import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.results import EMPTY_SNAPSHOT, Snapshot
@@ -96,11 +96,16 @@ def _poll_snapshot(
 
 
 def _poll_cache_control(
-    response: HttpResponse, config: Config, *, names: bool, room: str = ""
+    request: HttpRequest, response: HttpResponse, config: Config, *, names: bool, room: str = ""
 ) -> None:
     """Public unless the answer names people that only some viewers may see, or is a room's
-    that ``ROOM_ACCESS`` lets only some viewers read."""
-    if (names and not shows_names_to_everyone(config)) or (room and config.room_access):
+    that ``ROOM_ACCESS`` lets only some viewers read, or that a token bound to the viewer's
+    session opened (a shared cache would answer it to whoever has the URL)."""
+    if (
+        (names and not shows_names_to_everyone(config))
+        or (room and config.room_access)
+        or (room and room_tokens.viewer_of(request))
+    ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
     else:
         patch_cache_control(response, public=True, max_age=config.json_max_age)
@@ -135,7 +140,7 @@ def counts(request: HttpRequest) -> HttpResponse:
     document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    _poll_cache_control(response, config, names=names, room=name)
+    _poll_cache_control(request, response, config, names=names, room=name)
     return response
 
 
@@ -157,8 +162,16 @@ def _widget_template(engine: Engine) -> Template:
     return Template(_WIDGET_SOURCE, engine=engine)
 
 
-def widget_query(*, peak: bool, visitors: bool, refresh: int, room: str | None = None) -> str:
-    """The query string of the widget view for these tag arguments, in the current language."""
+def widget_query(
+    request: HttpRequest | None,
+    *,
+    peak: bool,
+    visitors: bool,
+    refresh: int,
+    room: str | None = None,
+) -> str:
+    """The query string of the widget view for these tag arguments, in the current language;
+    a room's carries its token for the viewer of ``request``."""
     query: dict[str, str | int] = {
         "peak": int(peak),
         "visitors": int(visitors),
@@ -167,13 +180,13 @@ def widget_query(*, peak: bool, visitors: bool, refresh: int, room: str | None =
     }
     if room is not None:
         query["room"] = room
-        query["token"] = rooms.room_token(room)
+        query["token"] = room_tokens.room_token(room, request)
     return urlencode(query)
 
 
-def presence_query(room: str) -> str:
-    """The query string of the presence view for ``room``."""
-    return urlencode({"room": room, "token": rooms.room_token(room)})
+def presence_query(request: HttpRequest | None, room: str) -> str:
+    """The query string of the presence view for ``room``, for the viewer of ``request``."""
+    return urlencode({"room": room, "token": room_tokens.room_token(room, request)})
 
 
 def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
@@ -248,7 +261,7 @@ def widget(request: HttpRequest) -> HttpResponse:
     response[OK_HEADER] = "0" if found is None else "1"
     if language:
         response["Content-Language"] = language
-    _poll_cache_control(response, config, names=names, room=room)
+    _poll_cache_control(request, response, config, names=names, room=room)
     return response
 
 

@@ -27,7 +27,7 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, rooms, snapshots, viewer
+from whos_online import api, room_tokens, rooms, snapshots, viewer
 from whos_online.conf import get_config
 from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.views import presence_query, widget_query
@@ -108,7 +108,11 @@ def whos_online(
     if room is not None:
         peak = visitors = False
     wants_live = live or refresh is not None
-    shown = _live(config, refresh, peak=peak, visitors=visitors, room=room) if wants_live else None
+    shown = (
+        _live(context.get("request"), config, refresh, peak=peak, visitors=visitors, room=room)
+        if wants_live
+        else None
+    )
     # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
     # falls back to the static widget: a URLconf slip must not show the names it restricts.
     names = not wants_live or may_see_names(context.get("request"), config)
@@ -134,7 +138,13 @@ def whos_online(
 
 
 def _live(
-    config: Config, refresh: object, *, peak: bool, visitors: bool, room: str | None
+    request: HttpRequest | None,
+    config: Config,
+    refresh: object,
+    *,
+    peak: bool,
+    visitors: bool,
+    room: str | None,
 ) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
     if refresh is None:
@@ -159,13 +169,16 @@ def _live(
             _unmounted_logged = True
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
-    query = widget_query(peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room)
+    query = widget_query(
+        request, peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room
+    )
     shown: dict[str, Any] = {"url": f"{url}?{query}", "refresh": refresh}
     if room is not None:
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.
-        shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(room)}"
+        shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
         shown["stay"] = max(config.throttle + 1, config.refresh_interval)
+        shown["renew"] = room_tokens.renew_in(request, config.room_token_max_age)
     return shown
 
 

@@ -1,0 +1,138 @@
+"""Room tokens: the proof, carried in the URLs a tag renders, that a viewer was shown a room.
+
+The JSON, widget and presence views answer a room only for whoever holds one (unless the site
+decides with ``ROOM_ACCESS``). A token is ``ISSUED.MAC``: the time it was issued (base 36) and a
+keyed BLAKE2b MAC over the room, the viewer and that time, written as one JSON array so that no
+room name, whatever it contains (``:`` included), can be read as another room and a token. It
+proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds.
+
+The viewer is the browser's session, as the throttle cookie binds it: the raw session cookie,
+which Django replaces at every login and logout. So a token is worth nothing to another member,
+nor after its viewer logged out or in as someone else, and checking one neither loads the session
+nor runs an SQL query. Visitors without a session share one viewer: a guest's token opens the room
+to any other client without a session, which was shown the same public page anyway.
+
+A page that stays open keeps working: the widget's refreshes hand back tokens of the same issue
+time (a chain of refreshes never outlives the token the page was rendered with), and once that
+has expired, ``live.js`` fetches the page again, as a background request that moves nobody, and
+takes the fresh URLs from it. So a member who lost access to a room reads it at most
+``ROOM_TOKEN_MAX_AGE`` longer, and only while the page they had open stays open: the page's own
+view, which decides who may see it, has the last word at each renewal.
+
+The MAC is checked against the current ``SECRET_KEY`` and each of ``SECRET_KEY_FALLBACKS``, in
+constant time, so that rotating the key does not break the pages open at the time.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import time
+from typing import TYPE_CHECKING, Final
+
+from django.conf import settings
+from django.utils.crypto import constant_time_compare
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+#: The attribute on which a view notes when the token a request carried was issued, so that the
+#: tokens its answer hands back are of the same age (see the module's docstring).
+ISSUED_ATTRIBUTE: Final = "_whos_online_token_issued"
+#: Seconds a token may be dated in the future: the clocks of a site's servers differ a little.
+CLOCK_SKEW: Final = 60
+#: Longest token that can be genuine (a base-36 time and a 22-character MAC), with room to spare:
+#: a longer one is refused before any hashing.
+MAX_TOKEN_LENGTH: Final = 48
+_DIGITS: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def viewer_of(request: HttpRequest | None) -> str:
+    """Whom a token is bound to: the session the browser will send next ("" for none).
+
+    A view that logged someone in or out has given the session a new key, which the browser
+    sends from the next request on; the key is read without loading the session."""
+    if request is None:
+        return ""
+    session = getattr(request, "session", None)
+    key = getattr(session, "session_key", None) if session is not None else None
+    if isinstance(key, str):
+        return key
+    raw = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+    return raw if session is None else ""
+
+
+def room_token(room: str, request: HttpRequest | None = None, *, now: float | None = None) -> str:
+    """The token that lets the viewer of ``request`` read ``room`` through the JSON, widget and
+    presence views for ``ROOM_TOKEN_MAX_AGE`` seconds. Without a request, the token of a viewer
+    with no session. Inside a view that was given a token, its issue time is kept."""
+    issued = getattr(request, ISSUED_ATTRIBUTE, None) if request is not None else None
+    if not isinstance(issued, int):
+        issued = int(time.time() if now is None else now)
+    return f"{_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
+
+
+def renew_in(request: HttpRequest | None, max_age: int, *, now: float | None = None) -> int:
+    """Seconds from now after which a page should fetch fresh tokens (``live.js`` renews them at
+    its next refresh from then on): a quarter of ``max_age`` before the tokens ``room_token``
+    gives ``request`` run out, at most a minute before, and never less than a second from now."""
+    current = time.time() if now is None else now
+    issued = getattr(request, ISSUED_ATTRIBUTE, None) if request is not None else None
+    if not isinstance(issued, int):
+        issued = int(current)
+    margin = min(60, max_age // 4)
+    return max(1, issued + max_age - margin - int(current))
+
+
+def check_token(
+    room: str, token: str, request: HttpRequest, max_age: int, *, now: float | None = None
+) -> bool:
+    """Whether ``token`` is a token of ``room`` for the viewer of ``request``, issued at most
+    ``max_age`` seconds ago, under the current secret or a fallback one. A genuine token's issue
+    time is noted on the request (``ISSUED_ATTRIBUTE``)."""
+    if not token.isascii() or len(token) > MAX_TOKEN_LENGTH:
+        return False
+    stamp, dot, mac = token.partition(".")
+    if not dot or not stamp or not mac:
+        return False
+    try:
+        issued = int(stamp, 36)
+    except ValueError:
+        return False
+    current = time.time() if now is None else now
+    if not current - max_age <= issued <= current + CLOCK_SKEW:
+        return False
+    viewer = viewer_of(request)
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    # Every secret is tried, whichever matches: the time taken says nothing of which one did.
+    matched = [constant_time_compare(mac, _mac(room, viewer, issued, secret)) for secret in secrets]
+    if not any(matched):
+        return False
+    setattr(request, ISSUED_ATTRIBUTE, issued)
+    return True
+
+
+def _mac(room: str, viewer: str, issued: int, secret: str) -> str:
+    message = json.dumps([room, viewer, issued], ensure_ascii=False)
+    digest = hashlib.blake2b(
+        message.encode("utf-8", "surrogatepass"), key=_key(secret), digest_size=16
+    ).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+@functools.lru_cache(maxsize=8)
+def _key(secret: str) -> bytes:
+    """The tokens' own key, derived from ``secret`` apart from any other use of it."""
+    return hashlib.blake2b(secret.encode(), person=b"whos_online.tk", digest_size=32).digest()
+
+
+def _base36(number: int) -> str:
+    if number <= 0:
+        return "0"
+    digits = []
+    while number:
+        number, digit = divmod(number, 36)
+        digits.append(_DIGITS[digit])
+    return "".join(reversed(digits))
