@@ -290,14 +290,14 @@ def test_a_recorded_visit_is_one_round_trip(
     }
     for who, visit in visits.items():
         if count_hits:
-            hits.buffer.add(T0 - 1)
-            hits.buffer.add(T0, count=2)
+            hits.buffer().add(T0 - 1)
+            hits.buffer().add(T0, count=2)
         redis_calls.clear()
 
         assert visit() is True
 
         assert redis_calls.trips == [["EVALSHA"]], who
-        assert hits.buffer.total() == 0
+        assert hits.buffer().total() == 0
 
     assert online("guests", 60) == [(T0, 1)]
     assert online("bots", 60) == [(T0, 1)]
@@ -309,7 +309,7 @@ def test_a_request_through_the_middleware_is_one_round_trip(
     backend, settings, client, redis_calls: RedisCalls
 ):
     configure(settings, COUNT_HITS=True)
-    hits.buffer.add(T0)
+    hits.buffer().add(T0)
     redis_calls.clear()
 
     client.get("/plain/")

@@ -40,7 +40,7 @@ def flusher_threads() -> list[threading.Thread]:
 
 def pending() -> bool:
     """Whether a flush is scheduled (a call, so that mypy does not narrow it between reads)."""
-    return flushing.flusher._deadline is not None
+    return flushing.flusher()._deadline is not None
 
 
 def total(precision: int) -> int:
@@ -94,9 +94,9 @@ def test_a_burst_of_requests_counts_every_hit_at_every_precision(backend, counti
     # did each read of the site (a page with the tag: the process writes its queue first). Hits
     # are counted after the view: the last page's, read before it was counted, waits.
     assert total(1) == 14
-    assert hits.buffer.total() == 1
+    assert hits.buffer().total() == 1
     assert recording.flush_hits() is True
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     for precision in PRECISIONS:
         assert total(precision) == 15, precision
     assert all(started <= second <= ended for second, _ in api.get_counter("hits", 1))
@@ -107,7 +107,7 @@ def test_throttled_requests_buffer_hits_and_a_recorded_one_carries_them(
 ):
     client.get("/plain/")
     assert total(1) == 1
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     redis_calls.clear()
 
     for _ in range(3):
@@ -117,14 +117,14 @@ def test_throttled_requests_buffer_hits_and_a_recorded_one_carries_them(
     client.get("/favicon.ico")
 
     assert redis_calls.trips == []
-    assert hits.buffer.total() == 3
+    assert hits.buffer().total() == 3
 
     client.cookies.clear()
     response = client.get("/plain/", REMOTE_ADDR="198.51.100.1")
 
     assert throttle.COOKIE_NAME in response.cookies
     assert redis_calls.trips == [["EVALSHA"]]
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert total(1) == 5
     assert total(86400) == 5
 
@@ -135,7 +135,7 @@ def test_custom_ignore_paths_are_not_counted(backend, settings, client):
     client.get("/plain/")
     client.get("/static/app.css")  # no longer ignored: the setting replaces the defaults
 
-    assert hits.buffer.total() + total(1) == 1
+    assert hits.buffer().total() + total(1) == 1
 
 
 def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
@@ -144,7 +144,7 @@ def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
     client.cookies.clear()
     client.get("/", REMOTE_ADDR="198.51.100.1")
 
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert pending() is False
     assert flusher_threads() == []
     assert r.keys("*hits*") == []
@@ -209,7 +209,7 @@ def test_hits_carried_by_a_visit_keep_their_own_seconds(backend, counting, redis
     assert api.record_guest("192.0.2.1", now=T0 + 7) is True
 
     assert redis_calls.trips == [["EVALSHA"]]
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0 - 1, 1), (T0 + 1, 2)]
     assert api.get_counter("hits", 5) == [(T0 - 5, 1), (T0, 2)]
 
@@ -224,18 +224,18 @@ def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
     outage.begin()
 
     assert recording.flush_hits() is False
-    assert hits.buffer.total() == 3
+    assert hits.buffer().total() == 3
     # The flush is tried again later, by the flusher's thread.
     assert pending() is True
     recording.count_hit(T0 + 2)
     assert recording.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
-    assert hits.buffer.total() == 4
+    assert hits.buffer().total() == 4
 
     outage.end()
     assert api.get_counter("hits", 1) == []
     assert recording.flush_hits() is True
 
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1), (T0 + 2, 1)]
     assert api.get_counter("hits", 86400) == [(T0, 4)]
 
@@ -249,7 +249,7 @@ def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, 
     assert response.status_code == 200
     assert throttle.COOKIE_NAME not in response.cookies
     assert api.record_guest("192.0.2.1") is False
-    assert hits.buffer.total() == 3
+    assert hits.buffer().total() == 3
 
     outage.end()
     assert recording.flush_hits() is True
@@ -300,7 +300,7 @@ def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
     outage.begin()
 
     assert recording.flush_hits() is False
-    assert hits.buffer.total() == 6
+    assert hits.buffer().total() == 6
 
     outage.end()
     assert recording.flush_hits() is True
@@ -325,7 +325,7 @@ def test_concurrent_hits_are_all_counted(counting):
     for thread in threads:
         thread.join(5)
 
-    batch = hits.buffer.take()
+    batch = hits.buffer().take()
     assert batch is not None
     assert batch.counts == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
     assert len(flusher_threads()) == 1
@@ -337,20 +337,22 @@ def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings
     assert hits.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
     started = time.monotonic()
     recording.count_hit()
-    assert flushing.flusher._deadline is not None
-    assert flushing.flusher._deadline - started == pytest.approx(3600, abs=5)
+    deadline = flushing.flusher()._deadline
+    assert deadline is not None
+    assert deadline - started == pytest.approx(3600, abs=5)
 
     configure(settings, COUNT_HITS=True, FLUSH_INTERVAL=0.25)
     started = time.monotonic()
     recording.count_hit()
-    assert flushing.flusher._deadline is not None
-    assert flushing.flusher._deadline - started == pytest.approx(0.25, abs=0.2)
+    deadline = flushing.flusher()._deadline
+    assert deadline is not None
+    assert deadline - started == pytest.approx(0.25, abs=0.2)
 
 
 def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
     monkeypatch.setattr(hits, "LONGEST_WAIT", 0.05)
     flushed = threading.Event()
-    original = flushing.flusher.flush
+    original = flushing.flusher().flush
 
     def flush() -> frozenset[str]:
         try:
@@ -358,7 +360,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
         finally:
             flushed.set()
 
-    monkeypatch.setattr(flushing.flusher, "flush", flush)
+    monkeypatch.setattr(flushing.flusher(), "flush", flush)
 
     recording.count_hit(T0)
     recording.count_hit(T0)
@@ -369,7 +371,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
     assert flushed.wait(5)
 
     assert pending() is False
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1)]
     assert api.get_counter("hits", 60) == [(T0, 3)]
 
@@ -380,7 +382,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_starts_with_an_empty_buffer(counting):
     recording.count_hit(T0)  # also leaves a flush pending in the parent
-    hits.buffer.add(T0 + 1, 3)
+    hits.buffer().add(T0 + 1, 3)
     assert pending() is True
     read_end, write_end = os.pipe()
 
@@ -391,10 +393,10 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            before = hits.buffer.total()
+            before = hits.buffer().total()
             was_pending = pending()
-            hits.buffer.add(T0 + 2)
-            os.write(write_end, f"{before} {was_pending} {hits.buffer.total()}".encode())
+            hits.buffer().add(T0 + 2)
+            os.write(write_end, f"{before} {was_pending} {hits.buffer().total()}".encode())
         finally:
             os._exit(0)
 
@@ -405,7 +407,7 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
 
     assert os.waitstatus_to_exitcode(status) == 0
     assert report == "0 False 1"
-    assert hits.buffer.total() == 4
+    assert hits.buffer().total() == 4
     assert pending() is True
 
 
@@ -424,7 +426,7 @@ from whos_online import flushing, hits, recording
 flushing.Flusher.schedule = lambda self, delay: None
 for _ in range(5):
     recording.count_hit()
-print(hits.buffer.total())
+print(hits.buffer().total())
 """
 
 
@@ -449,7 +451,7 @@ def test_a_process_that_exits_writes_its_buffered_hits(settings, real_redis_url)
     assert all(started - 60 <= start <= time.time() for start, _ in samples)
     for precision in PRECISIONS:
         assert total(precision) == 5, precision
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
 
 
 # Exactly once: a batch whose write timed out may have been added by Redis all the same.
@@ -510,7 +512,7 @@ def test_a_flush_that_timed_out_is_not_counted_twice(stalled, breaker_clock, rea
     assert recording.flush_hits() is True
 
     assert total(86400) == 100
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
 
 
 def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
@@ -526,4 +528,4 @@ def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
     assert whos_online.record_guest("198.51.100.41") is True  # the batch rides again
 
     assert total(86400) == 100
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0

@@ -58,7 +58,7 @@ def test_a_login_that_arrives_late_still_takes_the_guest_off(r, queued, alice):
     member = guest(GUEST_IP)
     written_by_another_process(r, recording.member_visit("guests", member, now - 1))
     details = users.details(alice, get_config())
-    flushing.flusher.put(recording.user_visit(details, now, former_guest=member))
+    flushing.flusher().put(recording.user_visit(details, now, former_guest=member))
     written_by_another_process(r, recording.user_visit(details, now + 0.05))  # their next page
 
     assert whos_online.flush() is True
@@ -72,7 +72,7 @@ def test_a_former_identity_seen_after_the_visit_stays(r, queued, alice):
     now = time.time()
     member = guest(GUEST_IP)
     details = users.details(alice, get_config())
-    flushing.flusher.put(recording.user_visit(details, now, former_guest=member))
+    flushing.flusher().put(recording.user_visit(details, now, former_guest=member))
     written_by_another_process(r, recording.member_visit("guests", member, now + 1))
 
     assert whos_online.flush() is True
@@ -152,7 +152,7 @@ def test_what_marks_a_user_gone_lives_a_window_after_a_logout_and_days_after_an_
 def test_a_stale_visit_from_before_a_user_turned_hidden_does_not_name_them(r, queued, alice):
     now = time.time()
     visible = users.details(alice, get_config())
-    flushing.flusher.put(recording.user_visit(visible, now))
+    flushing.flusher().put(recording.user_visit(visible, now))
     written_by_another_process(
         r, recording.user_visit(dataclasses.replace(visible, hidden=True), now + 1)
     )
@@ -169,7 +169,7 @@ def test_a_stale_visit_from_before_a_user_turned_hidden_does_not_name_them(r, qu
 def test_a_leaving_word_that_arrives_after_the_next_page_of_the_room_leaves_it_standing(r, queued):
     now = time.time()
     written_by_another_process(r, recording.member_visit("guests", "m", now - 10, room="a"))
-    flushing.flusher.put(RoomLeave("guests", "m", "a", at=now))
+    flushing.flusher().put(RoomLeave("guests", "m", "a", at=now))
     written_by_another_process(r, recording.member_visit("guests", "m", now + 0.2, room="a"))
 
     assert whos_online.flush() is True
@@ -180,7 +180,7 @@ def test_a_leaving_word_that_arrives_after_the_next_page_of_the_room_leaves_it_s
 def test_a_leaving_word_keeps_its_reader_in_the_room_a_few_seconds(r, queued):
     now = time.time()
     written_by_another_process(r, recording.member_visit("guests", "m", now - 10, room="a"))
-    flushing.flusher.put(RoomLeave("guests", "m", "a", at=now))
+    flushing.flusher().put(RoomLeave("guests", "m", "a", at=now))
 
     assert whos_online.flush() is True
 

@@ -10,6 +10,7 @@ counter must equal the pages served once the workers have exited.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
 import os
@@ -68,7 +69,7 @@ class Visitor:
         if self.number % 5 == 0:
             # A network of its own: one /64 is one guest (GUEST_IPV6_PREFIX).
             return f"2001:db8:10ad:{self.number:x}::1"
-        return f"198.18.0.{self.number + 1}"
+        return f"198.18.{(self.number + 1) // 256}.{(self.number + 1) % 256}"
 
     @property
     def forwarded_for(self) -> str:
@@ -194,4 +195,41 @@ def test_fifty_clients_through_a_real_server_are_counted_exactly(
     assert r.zcard("{whos_online}:bots") == BOTS
     # Once the workers have exited, every page served is in the hits counter, none twice.
     assert hits_counted() == served
+    assert "Traceback" not in log.read_text()
+
+
+#: Requests of the green-threads test, and how many go at once.
+GREEN_REQUESTS, GREEN_CONCURRENCY = 300, 12
+
+
+@pytest.mark.parametrize("preload", [True, False], ids=["preload", "no-preload"])
+def test_gevent_workers_serve_and_count_every_request(r, real_redis_url, tmp_path, preload):
+    """gunicorn's gevent workers, with the site loaded in the master before they fork and patch
+    ``threading``: every request is answered, and every visit and page hit is written by the
+    time the workers have exited."""
+    pytest.importorskip("gevent")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.load_settings",
+        "REDIS_URL": real_redis_url,
+        "WHOS_ONLINE_LOAD_DB": str(tmp_path / "load.sqlite3"),
+        "PYTHONPATH": str(ROOT),
+    }
+    subprocess.run([sys.executable, "-c", PREPARE], cwd=ROOT, env=env, check=True, timeout=120)
+    log = tmp_path / "gevent.log"
+    guests = [Visitor(number, "cookieless") for number in range(GREEN_REQUESTS)]
+
+    with (
+        wsgi_server.gunicorn(
+            env, log, ready_path="/static/app.css", worker_class="gevent", preload=preload
+        ) as (port, _),
+        concurrent.futures.ThreadPoolExecutor(GREEN_CONCURRENCY) as pool,
+    ):
+        list(pool.map(lambda guest: guest.get(port, "/"), guests))
+
+    errors = [error for guest in guests for error in guest.errors]
+    assert errors == [], f"{len(errors)} errors, first ones: {errors[:5]}\n{log.read_text()}"
+    assert [status for guest in guests for status in guest.statuses] == [200] * GREEN_REQUESTS
+    assert whos_online.online_counts().guests == GREEN_REQUESTS
+    assert hits_counted() == GREEN_REQUESTS
     assert "Traceback" not in log.read_text()

@@ -661,13 +661,13 @@ def test_async_middleware_without_an_interval_writes_in_a_thread_of_its_own(r, m
     """With FLUSH_INTERVAL 0, the request writes its visit before it answers, in a worker
     thread (not the event loop's), which a client that hangs up cannot cut off."""
     threads: dict[str, int] = {}
-    original = flushing.flusher.flush
+    original = flushing.flusher().flush
 
     def spy() -> frozenset[str]:
         threads["write"] = threading.get_ident()
         return original()
 
-    monkeypatch.setattr(flushing.flusher, "flush", spy)
+    monkeypatch.setattr(flushing.flusher(), "flush", spy)
     middleware, request = _async_request("198.51.100.20")
 
     async def run() -> HttpResponseBase:

@@ -252,8 +252,8 @@ def test_the_index_of_rooms_holds_the_latest_visit_of_a_batch_in_each_room(backe
     configure(settings, FLUSH_INTERVAL=10)
     now = time.time()
     for member, at in (("a", now - 10), ("b", now), ("c", now - 5)):
-        flushing.flusher.put(recording.member_visit("guests", member, at, room=TOPIC_1))
-    flushing.flusher.put(recording.member_visit("guests", "d", now - 7, room=TOPIC_2))
+        flushing.flusher().put(recording.member_visit("guests", member, at, room=TOPIC_1))
+    flushing.flusher().put(recording.member_visit("guests", "d", now - 7, room=TOPIC_2))
 
     assert whos_online.flush() is True
 

@@ -346,20 +346,24 @@ def test_each_process_listens_once_and_reset_stops_the_listeners(on_sentinel, mo
     assert whos_online.record_guest("198.51.100.2") is True
     ours = manager()
 
-    def listeners() -> list[SentinelListener]:
-        # Listeners of this test's client only: an earlier test's may still be ending.
+    def listeners(of: FollowingSentinel) -> list[SentinelListener]:
+        # Listeners of one client only: an earlier test's may still be ending.
         found = [t for t in threading.enumerate() if isinstance(t, SentinelListener)]
-        return [listener for listener in found if listener.manager is ours]
+        return [listener for listener in found if listener.manager is of]
 
-    listening = listeners()
+    listening = listeners(ours)
     assert len(listening) == 1
 
-    # A forked worker inherits the manager but none of its threads: it starts its own.
+    # A forked worker inherits none of the parent's threads, nor uses its clients: it makes a
+    # client of its own, which starts listeners of its own.
     monkeypatch.setattr("os.getpid", lambda: -1)
     assert whos_online.record_guest("198.51.100.3") is True
-    started = listeners()
+    theirs = manager()
+    started = listeners(theirs)
 
-    assert len(set(started) - set(listening)) == 1
+    assert theirs is not ours
+    assert len(started) == 1
+    assert listeners(ours) == listening
     for inherited in listening:
         inherited.stop()  # it would not exist in a real child; the parent keeps its own
 

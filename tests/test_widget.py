@@ -186,7 +186,7 @@ def test_a_poll_is_one_round_trip_and_records_nobody(
 
     assert redis_calls.trips == [["EVALSHA"]]
     assert members(r, "guests") == guests_before
-    assert hits.buffer.total() == 0
+    assert hits.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
 
 

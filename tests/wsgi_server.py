@@ -36,13 +36,19 @@ def gunicorn(
     ready_path: str,
     workers: int = 2,
     threads: int = 1,
+    worker_class: str = "",
+    preload: bool = False,
     checkout: Path = ROOT,
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Serve until the block ends; yields the port and the master process.
 
-    One thread per worker means gunicorn's sync workers, more means its gthread workers.
-    ``ready_path`` is requested until it answers; ``checkout`` is where the code is imported from.
+    One thread per worker means gunicorn's sync workers, more means its gthread workers;
+    ``worker_class`` names another kind ("gevent"). ``preload`` loads the site in the master,
+    before it forks the workers. ``ready_path`` is requested until it answers; ``checkout`` is
+    where the code is imported from.
     """
+    if not worker_class:
+        worker_class = "gthread" if threads > 1 else "sync"
     port = free_port()
     command = [
         sys.executable,
@@ -52,7 +58,10 @@ def gunicorn(
         f"127.0.0.1:{port}",
         "--workers",
         str(workers),
-        *(["--worker-class", "gthread", "--threads", str(threads)] if threads > 1 else []),
+        "--worker-class",
+        worker_class,
+        *(["--threads", str(threads)] if threads > 1 else []),
+        *(["--preload"] if preload else []),
         "--graceful-timeout",
         "10",
         "--log-level",

@@ -136,7 +136,7 @@ def _read_after_own_visits(
     the answer of their replies), after what this process has queued is written, so that it
     sees its own visits: in the same round trip on one Redis (``Flusher.flush_with``; on a
     cluster, the flush goes first). ``default`` if Redis failed."""
-    return flushing.flusher.flush_with(
+    return flushing.flusher().flush_with(
         lambda client, config, calls: store.scripts.run_then(
             client, calls, lambda pipe: ask(pipe, config)
         ),
@@ -253,7 +253,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     """
     pk = pk_text(user)
     recent.forget([f"u:{pk}"])
-    flushing.flusher.queue.forget(f"u:{pk}")
+    flushing.flusher().queue.forget(f"u:{pk}")
     now = time.time()
 
     def erase(client: Client, config: Config) -> bool:
@@ -341,7 +341,7 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         wanted = day
     if get_config().redis_cluster:
         # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
-        flushing.flusher.flush()
+        flushing.flusher().flush()
         return connection.call(
             0, lambda client, config: store.site.unique_visitors(client, config, wanted)
         )

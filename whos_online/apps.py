@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import atexit
-import multiprocessing.util
 
 from django.apps import AppConfig
 from django.contrib.auth import get_user_model
@@ -30,10 +29,9 @@ class WhosOnlineConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
         )
-        # Queued visits and buffered page hits are written when the process exits normally. A
-        # process that multiprocessing started ends with os._exit once its finalizers have run,
-        # skipping atexit: a finalizer writes them there. (uvicorn's processes, single or
-        # --workers, end on their own re-raised SIGTERM, which neither survives: the middleware
-        # writes from that SIGTERM on instead; see whos_online.stopping.)
+        # Queued visits and buffered page hits are written when the process exits normally
+        # (atexit, which a forked gunicorn worker inherits); a process that multiprocessing
+        # started registers a finalizer of its own when it first queues something, since it
+        # ends with os._exit (whos_online.flushing). uvicorn's processes end on their own
+        # re-raised SIGTERM, which neither survives: see whos_online.stopping.
         atexit.register(stopping.flush_at_exit)
-        multiprocessing.util.Finalize(None, stopping.flush_at_exit, exitpriority=10)

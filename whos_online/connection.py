@@ -34,6 +34,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from whos_online.breakers import Attempt, breaker, refusals
 from whos_online.conf import Config, config_changed, get_config
+from whos_online.per_process import PerProcess
 from whos_online.sentinels import FollowingSentinel
 
 if TYPE_CHECKING:
@@ -64,8 +65,19 @@ MASTER_CHECK_INTERVAL: Final = 1.0
 REDIS_ERRORS: Final = (redis.exceptions.RedisError, OSError, RedisClusterException)
 
 
-_clients: dict[tuple[str, bool], Client] = {}
-_clients_lock = threading.Lock()
+class _Clients:
+    """The clients this process made, by Redis target and kind (request path or admin)."""
+
+    def __init__(self) -> None:
+        self.made: dict[tuple[str, bool], Client] = {}
+        #: Held while a client is made, which on a cluster connects to its nodes: so it must be
+        #: of the kind the process's threads are (gevent's, in a gevent worker; ``per_process``).
+        self.lock = threading.Lock()
+
+
+#: A forked process makes its own: its parent's pools, and the threads that listen to the
+#: Sentinels for them, did not come along.
+_clients: Final = PerProcess(_Clients)
 #: The clients of one Redis that this module made, whose commands ``execute`` sends itself.
 _direct: weakref.WeakSet[redis.Redis] = weakref.WeakSet()
 
@@ -139,12 +151,13 @@ def is_cluster(client: Client) -> bool:
 
 def _client(config: Config, *, admin: bool) -> Client:
     key = (config.redis_target, admin)
-    client = _clients.get(key)
+    clients = _clients.get()
+    client = clients.made.get(key)
     if client is None:
-        with _clients_lock:
-            client = _clients.get(key)
+        with clients.lock:
+            client = clients.made.get(key)
             if client is None:
-                client = _clients[key] = _make_client(config, admin=admin)
+                client = clients.made[key] = _make_client(config, admin=admin)
                 if isinstance(client, redis.Redis) and _made_here(client):
                     _direct.add(client)
     return client
@@ -346,10 +359,8 @@ def close(client: Client) -> None:
 
 @receiver(config_changed, dispatch_uid="whos_online.connection.reset")
 def reset(**kwargs: object) -> None:
-    with _clients_lock:
-        clients = list(_clients.values())
-        _clients.clear()
-    for client in clients:
+    held = _clients.replace()
+    for client in [] if held is None else list(held.made.values()):
         close(client)
     breaker.reset()
     refusals.reset()

@@ -30,7 +30,7 @@ What the process holds when it stops is written as it exits (``stopping``).
 from __future__ import annotations
 
 import logging
-import os
+import multiprocessing.util
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -40,6 +40,7 @@ from django.dispatch import receiver
 from whos_online import batches, breakers, connection, counters, epochs, hits, keyspace, store
 from whos_online.conf import config_changed, get_config
 from whos_online.flush_jobs import FlushJobs
+from whos_online.per_process import PerProcess
 from whos_online.visit_queue import Item, RoomLeave, VisitQueue
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class Flusher:
         """Take the queue and the page hits, and make the calls that write them (hand them to
         ``_settle``, through ``_write`` or a read's round trip); None when there is nothing."""
         items = self.queue.take()
-        batch = hits.buffer.take()
+        batch = hits.buffer().take()
         if not items and batch is None:
             return None
         # The layout rides along with the base shard's call, never a call of its own.
@@ -280,7 +281,7 @@ class Flusher:
             group.shard.is_base and group.shard.tag in failed for group in prepared.groups
         )
         if prepared.hits is not None:
-            hits.buffer.settle(prepared.hits, added=base_written)
+            hits.buffer().settle(prepared.hits, added=base_written)
         if prepared.layout and base_written:
             self._registered = (epochs.generation(), prepared.layout)
             self._registered_at = time.monotonic()
@@ -315,7 +316,7 @@ class Flusher:
         return layout
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or hits.buffer.total() or len(self.jobs))
+        return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))
 
     def forget(self, persons: Iterable[str]) -> None:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
@@ -341,50 +342,72 @@ class Flusher:
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
-            if not self.pending() and not hits.buffer.numbered:
+            if not self.pending() and not hits.buffer().numbered:
                 # Nothing to write, nor a key to forget: the settings are not read, which a
                 # process that never recorded (a site not configured yet) may not have right.
                 return
             failed = self._flush(get_config())
-            if not failed and hits.buffer.numbered and not hits.buffer.total():
-                key = counters.applied_key(get_config(), hits.buffer.token)
+            if not failed and hits.buffer().numbered and not hits.buffer().total():
+                key = counters.applied_key(get_config(), hits.buffer().token)
                 connection.call(None, lambda client, _config: client.delete(key), writes=True)
         finally:
             self._lock.release()
 
 
-flusher = Flusher()
+def _register_exit(made: Flusher) -> None:
+    # In the process that made the flusher: a child of multiprocessing (fork, forkserver) starts
+    # with the finalizers its parent registered cleared and ends with os._exit, which skips
+    # atexit, so a finalizer registered here is what runs as it ends. Elsewhere multiprocessing
+    # runs its finalizers at exit too (apps.py registers atexit as well; writing twice is
+    # harmless: the second finds nothing).
+    multiprocessing.util.Finalize(None, write_at_exit, exitpriority=10)
+
+
+_flushers: Final = PerProcess(Flusher, started=_register_exit)
+
+
+def flusher() -> Flusher:
+    """This process's flusher, made at its first use here (``per_process``)."""
+    return _flushers.get()
+
+
+def write_at_exit() -> None:
+    """Write what this process holds as it exits (see ``Flusher.close``); nothing if it never
+    made a flusher, which it does for its first visit or page hit."""
+    made = _flushers.peek()
+    if made is not None:
+        made.close()
 
 
 def flush() -> bool:
     """Write what this process has queued (visits and page hits) now, rather than at most
     ``FLUSH_INTERVAL`` later; False if Redis could not be written (it is kept, and sent again)."""
-    return not flusher.flush()
+    return not flusher().flush()
 
 
 def flush_now() -> frozenset[str]:
     """``flush``, returning the tags of the shards that could not be written."""
-    return flusher.flush()
+    return flusher().flush()
 
 
 def writes_at_once(config: Config) -> bool:
     """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or while
     an ASGI server stops."""
-    return not config.flush_interval or flusher.immediate
+    return not config.flush_interval or flusher().immediate
 
 
 def after_recording(config: Config) -> frozenset[str]:
     """What a recorded request does once it has queued its visit: wake the thread, or write the
     queue now (``writes_at_once``); returns the tags of the shards that could not be written."""
     if writes_at_once(config):
-        return flusher.flush()
-    flusher.schedule(config.flush_interval)
+        return flusher().flush()
+    flusher().schedule(config.flush_interval)
     return frozenset()
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:
     """Queue a page's reader leaving ``room`` at ``at``."""
-    queued = flusher.put(RoomLeave(kind, member, room, at))
+    queued = flusher().put(RoomLeave(kind, member, room, at))
     after_recording(get_config())
     return queued
 
@@ -393,23 +416,12 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
 def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
     it to end, so that it does not outlive the settings it was started under."""
-    old = flusher
+    old = _flushers.replace()
+    if old is None:
+        return
     with old._wake:
         old._stopping = True
         old._wake.notify()
     thread = old._thread
     if thread is not None and thread is not threading.current_thread():
         thread.join(EXIT_WAIT)
-    _start_afresh()
-
-
-def _start_afresh() -> None:
-    # After a fork, only this rebinding is safe: the parent's locks may be held by threads that
-    # did not come along. The child's copy of the parent's queue is dropped, since the parent
-    # writes it itself, and so is the thread, which did not survive the fork.
-    global flusher  # noqa: PLW0603
-    flusher = Flusher()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_start_afresh)

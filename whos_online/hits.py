@@ -20,7 +20,6 @@ whether its first write was lost on the way there or on the way back.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Final
 from django.dispatch import receiver
 
 from whos_online.conf import config_changed
+from whos_online.per_process import PerProcess
 
 #: The counter page hits are kept in.
 COUNTER_NAME: Final = "hits"
@@ -62,7 +62,7 @@ class HitBuffer:
         self._lock = threading.Lock()
         self._counts: dict[int, int] = {}
         #: This process's name for its batches; a forked child gets a buffer, and a token, of
-        #: its own (see ``_start_afresh``).
+        #: its own (see ``buffer``).
         self.token = secrets.token_hex(8)
         self._numbered = 0
         #: The batch sent last, until it is known to be added.
@@ -122,22 +122,16 @@ def _fold(counts: dict[int, int]) -> None:
         counts[seconds[cut]] += folded
 
 
-buffer = HitBuffer()
+_buffers: Final = PerProcess(HitBuffer)
+
+
+def buffer() -> HitBuffer:
+    """This process's buffer, made at its first use here: a forked child counts its own hits,
+    with a token of its own, while the parent writes those it counted (``per_process``)."""
+    return _buffers.get()
 
 
 @receiver(config_changed, dispatch_uid="whos_online.hits.reset")
 def reset(**kwargs: object) -> None:
     """Drop buffered hits (for tests)."""
-    _start_afresh()
-
-
-def _start_afresh() -> None:
-    # After a fork, only this rebinding is safe: the parent's locks may be held by threads that
-    # did not come along. The child's copy of the parent's hits is dropped, since the parent
-    # writes them itself.
-    global buffer  # noqa: PLW0603
-    buffer = HitBuffer()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_start_afresh)
+    _buffers.replace()

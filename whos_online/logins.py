@@ -56,19 +56,19 @@ def user_logged_out(
         return
     pk = users.pk_text(user)
     recent.forget([f"u:{pk}"])
-    flushing.flusher.forget([f"u:{pk}"])
+    flushing.flusher().forget([f"u:{pk}"])
     config = get_config()
     now = time.time()
     guest = None if request is None else recording.guest_of(request, config, now)
     if guest is None:
-        flushing.flusher.jobs.add(
+        flushing.flusher().jobs.add(
             Job(
                 lambda client, config: store.presence.remove_user(client, config, pk, now=now),
                 store.keys.user_shard(config, pk),
             )
         )
-    if config.shards != 1 or flushing.flusher.layouts_in_use:
-        flushing.flusher.jobs.add(
+    if config.shards != 1 or flushing.flusher().layouts_in_use:
+        flushing.flusher().jobs.add(
             Job(lambda client, config: _leave_other_layouts(client, config, pk, now))
         )
     if guest is None:

@@ -130,7 +130,7 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
     Unless the queue is written at once (``flushing.writes_at_once``), the visit is remembered
     in the process's memory from now: if its flush fails, the memory's generation changes, and
     with it what the memory vouches for."""
-    if not flushing.flusher.put(visit):
+    if not flushing.flusher().put(visit):
         return False
     shard = store.keys.member_shard(config, visit.joined, visit.member)
     if not breakers.Attempt(config, shard, writes=True).allowed:
@@ -157,7 +157,7 @@ def record_soon(config: Config, visit: Visit) -> None:
     if not queue(config, visit):
         return
     if not flushing.writes_at_once(config):
-        flushing.flusher.schedule(config.flush_interval)
+        flushing.flusher().schedule(config.flush_interval)
     elif (
         store.keys.member_shard(config, visit.joined, visit.member).tag not in flushing.flush_now()
     ):
@@ -257,7 +257,7 @@ async def arecord_request(
         visit = user_visit(details, now, room=placement.room, room_mode=placement.mode)
     queued = queue(config, visit, room_tag=found.room_tag)
     if flushing.writes_at_once(config):
-        failed = await sync_to_async(flushing.flusher.flush, thread_sensitive=False)()
+        failed = await sync_to_async(flushing.flusher().flush, thread_sensitive=False)()
     else:
         failed = flushing.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
@@ -408,8 +408,8 @@ def count_hit(now: float | datetime | None = None) -> None:
 
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
-    hits.buffer.add(as_timestamp(now))
-    flushing.flusher.schedule(get_config().flush_interval or hits.LONGEST_WAIT)
+    hits.buffer().add(as_timestamp(now))
+    flushing.flusher().schedule(get_config().flush_interval or hits.LONGEST_WAIT)
 
 
 def flush_hits() -> bool:

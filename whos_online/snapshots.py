@@ -177,11 +177,11 @@ def read(
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
-        flushing.flusher.flush()
+        flushing.flusher().flush()
         found = _read_by_shard(config, limit, now, room)
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
-        found = flushing.flusher.flush_with(
+        found = flushing.flusher().flush_with(
             lambda client, config, before: store.reading.snapshot_after(
                 client, config, before, limit=limit, now=now, room=room
             ),

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def flush_at_exit() -> None:
     """Write what the process holds as it exits (see ``flushing.Flusher.close``)."""
-    flushing.flusher.close()
+    flushing.write_at_exit()
 
 
 _signals_installed = False
@@ -56,7 +56,7 @@ def on_signal(previous: Any) -> Callable[[int, FrameType | None], Any]:
     change of settings replaces it)."""
 
     def handle(signum: int, frame: FrameType | None) -> Any:
-        current = flushing.flusher
+        current = flushing.flusher()
         current.immediate = True
         writer = threading.Thread(target=current.flush, name="whos_online exit flush", daemon=True)
         writer.start()
