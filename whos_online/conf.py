@@ -17,6 +17,7 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -25,7 +26,6 @@ from django.dispatch import Signal, receiver
 from django.utils.module_loading import import_string
 
 from whos_online.defaults import DEFAULTS
-from whos_online.text import redact_url
 from whos_online.validation import validate
 from whos_online.visibility import name_audience
 
@@ -90,6 +90,15 @@ class Config:
             where = redact_url(self.redis_url)
             return f"cluster {where}" if self.redis_cluster else where
         return f"cache alias {self.redis_alias!r}"
+
+
+def redact_url(url: str) -> str:
+    """Hide passwords, given before the host or as ``?password=``, from log lines."""
+    parts = urlsplit(url)
+    if parts.password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(query=query).geturl()
 
 
 def user_settings() -> Mapping[str, Any]:

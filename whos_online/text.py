@@ -18,7 +18,6 @@ cannot leak its direction either. URLs are linked only when they cannot run scri
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from typing import Final
 from urllib.parse import urlsplit
@@ -88,12 +87,3 @@ def linkable_url(url: str) -> str:
     except ValueError:
         return ""
     return url if parts.scheme.lower() in LINKED_SCHEMES and parts.netloc else ""
-
-
-def redact_url(url: str) -> str:
-    """Hide passwords, given before the host or as ``?password=``, from log lines."""
-    parts = urlsplit(url)
-    if parts.password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(query=query).geturl()
