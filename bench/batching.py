@@ -20,18 +20,17 @@ also reads each call and writes its reply: one client sending one call at a time
 as large as it gets. The people online per Redis process follow from the capacity model of
 ``bench.capacity``: ``THROTTLE`` 120, the tag on every page, ``SNAPSHOT_MAX_AGE`` 2.
 
-Flushes. The process's own queue and flusher thread (``whos_online.flushing``) take visits as the
-request path gives them (``recording.queue`` and ``flushing.after_recording``), arriving at random
-(a Poisson process) at 50, 200 and 1 000 visits a second, with ``FLUSH_INTERVAL`` 0 (each visit
-written by its request) and 0.01 to 0.1 s. Per cell: the visits each round trip carried (a flush
-makes a second one for what was queued while the first was on its way), Redis's Lua time and
-process CPU per visit (less the CPU the idle server spent, measured in the same repetition), and
-how long after it was queued each visit was written (the end of its round trip): what another
-process waits to see it, and at most what a process that is killed loses. This server is fed by
-one process only, so it idles between flushes and each call finds its caches cold: a call costs
-it several times what it costs a busy server, so the cells' absolute figures are no capacity
-figures (the batches are); their ratios to ``FLUSH_INTERVAL`` 0 and their visits per call are
-what carry over.
+Flushes. The process's own queue and flusher thread (``whos_online.flushing.flusher``) take visits
+as the request path gives them (``recording.queue`` and ``flushing.after_recording``), arriving at
+random (a Poisson process) at 50, 200 and 1 000 visits a second, with ``FLUSH_INTERVAL`` 0 (each
+visit written by its request) and 0.01 to 0.1 s. Per cell: the visits each round trip carried (a
+flush makes a second one for what was queued while the first was on its way), Redis's Lua time and
+process CPU per visit (less the CPU the idle server spent, measured in the same repetition), and how
+long after it was queued each visit was written (the end of its round trip): what another process
+waits to see it, and at most what a process that is killed loses. This server is fed by one process
+only, so it idles between flushes and each call finds its caches cold: a call costs it several times
+what it costs a busy server, so the cells' absolute figures are no capacity figures (the batches
+are); their ratios to ``FLUSH_INTERVAL`` 0 and their visits per call are what carry over.
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ from bench.report import Section, Target, targets_table
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
     from whos_online.store.scripts import ScriptCall
 
 #: Visits per script call measured.
@@ -228,7 +227,8 @@ class WrittenAt:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        from whos_online.store import scripts, visits
+        from whos_online.store import record as visits
+        from whos_online.store import scripts
 
         original = scripts.run
         count_at = visits.HEADER_ARGUMENTS.index("count")
@@ -279,8 +279,10 @@ def run_cell(
     with the cell's ``FLUSH_INTERVAL``, and note what they cost."""
     from django.test import override_settings
 
-    from whos_online import connection, flushing, recording
-    from whos_online.conf import get_config
+    from whos_online.backend import connection
+    from whos_online.config.settings import get_config
+    from whos_online.flushing import flusher as flushing
+    from whos_online.recording import visits as recording
 
     settings = {"REDIS_URL": url, "FLUSH_INTERVAL": cell.interval}
     offsets = arrivals(cell.rate, seconds, random.Random(seed))  # noqa: S311 (timing only)
@@ -358,7 +360,8 @@ def measure(
     """Fill a fresh redis-server, then measure the batches and the flushes on it."""
     from django.test import override_settings
 
-    from whos_online import conf, connection
+    from whos_online.backend import connection
+    from whos_online.config import settings as conf
 
     load = os.getloadavg()[0]
     with (
@@ -401,7 +404,7 @@ def model_batch(model: capacity.Model, people: float) -> int:
     """The visits per call the model's site flushes with ``people`` online, at the default
     ``FLUSH_INTERVAL``, rounded down to a size measured: each of its processes records people /
     THROTTLE / processes visits a second, and a flush carries those of an interval and one."""
-    from whos_online.defaults import DEFAULTS
+    from whos_online.config.defaults import DEFAULTS
 
     per_flush = 1 + people / model.throttle / model.processes * DEFAULTS["FLUSH_INTERVAL"]
     return max(size for size in BATCHES if size <= per_flush)

@@ -71,9 +71,9 @@ from bench.report import Target, targets_table
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
-    from whos_online.store.visits import Visit
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+    from whos_online.store.record import Visit
 
 #: Every this many people online is a user; the others are guests.
 USER_EVERY: Final = 5
@@ -158,7 +158,8 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
     """Put ``people`` online, seen over the last five minutes, each in the set of their shard:
     users by primary key ``n``, guests by the day's pseudonym of ``address(n)``. Each set is
     filled through ``client_of(key)``, a client of the server that holds it."""
-    from whos_online import identity, store
+    from whos_online import store
+    from whos_online.recording import identity
 
     sets: defaultdict[str, dict[str, float]] = defaultdict(dict)
     for n in range(people):
@@ -189,7 +190,7 @@ class Person:
 def people_of(config: Config, numbers: Sequence[int]) -> list[Person]:
     """The people online ``numbers``; of every four, two are in no room, one stays in a room
     and one moves to another room on each visit."""
-    from whos_online import identity
+    from whos_online.recording import identity
 
     now = time.time()
     found = []
@@ -203,7 +204,8 @@ def people_of(config: Config, numbers: Sequence[int]) -> list[Person]:
 def visit_of(person: Person, now: float, turn: int) -> Visit:
     """``person``'s visit at ``now``, as the request path makes it (a user with their display
     data); ``turn`` counts their visits, so that a mover changes room on each."""
-    from whos_online import recording, users
+    from whos_online.recording import visits as recording
+    from whos_online.store import users
 
     room = ""
     if person.rooms:
@@ -227,7 +229,7 @@ def in_calls(
     people of ``who`` at once, as a flush does (a call per shard, in one round trip where the
     client allows), and returns the calls it made."""
     from whos_online import store
-    from whos_online.defaults import DEFAULTS
+    from whos_online.config.defaults import DEFAULTS
 
     interval = DEFAULTS["FLUSH_INTERVAL"]
 
@@ -331,7 +333,8 @@ def one_redis(people: int, visits: int, reads: int, repeats: int, batch: int) ->
     ``people`` online; and its version."""
     from django.test import override_settings
 
-    from whos_online import conf, connection
+    from whos_online.backend import connection
+    from whos_online.config import settings as conf
 
     rng = random.Random(1)  # noqa: S311 (picks visitors, not secrets)
     with (
@@ -391,7 +394,8 @@ def cluster(people: int, visits: int, reads: int, repeats: int, batch: int) -> C
     from django.test import override_settings
 
     from tests.topologies import ClusterServers
-    from whos_online import conf, connection, keyspace
+    from whos_online.backend import connection, keyspace
+    from whos_online.config import settings as conf
 
     rng = random.Random(2)  # noqa: S311 (picks visitors, not secrets)
     nodes = ClusterServers(MASTERS)
@@ -468,7 +472,7 @@ class Model:
 def site_model(page_every: float = 30.0, processes: int = 100, stay: float = 900.0) -> Model:
     """The site of the capacity table, at whos_online's default ``THROTTLE`` and
     ``SNAPSHOT_MAX_AGE``."""
-    from whos_online.defaults import DEFAULTS
+    from whos_online.config.defaults import DEFAULTS
 
     return Model(
         throttle=DEFAULTS["THROTTLE"],

@@ -33,15 +33,17 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import conf, counters, pruning, store
-from whos_online.connection import admin_client
+from whos_online import store
+from whos_online.backend.connection import admin_client
+from whos_online.config import settings as conf
+from whos_online.store import counters, pruning
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from redis.typing import EncodableT, FieldT
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 STALE: Final = 1_000_000
 ONLINE: Final = 1_000

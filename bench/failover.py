@@ -8,10 +8,10 @@ writable for about ten seconds before turning it into a replica, which drops wha
 a visit is *lost* when ``record_guest`` reported it written and the new master does not have it.
 
 Each variant runs the same way. "Asking once a second" turns off the listeners of
-``whos_online.sentinels``, which act on the leading Sentinel's announcement of the promotion;
-"redis-py alone" also stops whos_online from asking the Sentinels again (the behaviour of redis-py's
-Sentinel pool alone, which asks only when it opens a connection).
-Run from the repository root:
+``whos_online.backend.sentinels``, which act on the leading Sentinel's announcement of the
+promotion; "redis-py alone" also stops whos_online from asking the Sentinels again (the behaviour of
+redis-py's Sentinel pool alone, which asks only when it opens a connection). Run from the repository
+root:
 
     python3 scripts/dev.py bench failover
 """
@@ -50,8 +50,10 @@ def configure(group: SentinelGroup) -> None:
 def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, int, int]:
     """Returns (visits attempted, reported written, written but missing on the new master)."""
     import whos_online
-    from whos_online import conf, connection, sentinels, store
-    from whos_online.conf import get_config
+    from whos_online import store
+    from whos_online.backend import connection, sentinels
+    from whos_online.config import settings as conf
+    from whos_online.config.settings import get_config
 
     conf.reset()
     if not listen:
@@ -80,7 +82,7 @@ def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, in
     config = get_config()
     stored = group.current_master().client()
     members = {str(member) for member in stored.zrange(store.keys.key(config, "guests"), 0, -1)}
-    from whos_online.identity import guest_id
+    from whos_online.recording.identity import guest_id
 
     missing = sum(guest_id(address, config, time.time()) not in members for address in written)
     return attempted, len(written), missing

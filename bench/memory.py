@@ -25,12 +25,15 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import conf, counters, identity, store, users
+from whos_online import store
+from whos_online.config import settings as conf
+from whos_online.recording import identity
+from whos_online.store import counters, users
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 MEMBERS: Final = 1_000_000
 USERS_WITH_DETAILS: Final = 5_000

@@ -274,7 +274,7 @@ class Faults:
 def use(url: str, flush_interval: float | None = None) -> None:
     """Point the site at ``url`` and write with ``flush_interval`` (None: the default), with
     fresh clients and a closed breaker."""
-    from whos_online import conf
+    from whos_online.config import settings as conf
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     wanted = {key: value for key, value in current.items() if key != "FLUSH_INTERVAL"}
@@ -292,7 +292,7 @@ class Visitors:
     def __init__(self) -> None:
         from django.test import Client
 
-        from whos_online import throttle
+        from whos_online.recording import cookie as throttle
 
         self.client = Client()
         self.cookie = throttle.COOKIE_NAME
@@ -314,7 +314,7 @@ class Visitors:
 
 
 def close_breakers() -> None:
-    from whos_online.breakers import breaker, refusals
+    from whos_online.backend.breakers import breaker, refusals
 
     breaker.reset()
     refusals.reset()
@@ -322,15 +322,15 @@ def close_breakers() -> None:
 
 def stored_hits(direct: redis.Redis) -> int:
     """Page hits in Redis now."""
-    from whos_online import counters
-    from whos_online.conf import get_config
+    from whos_online.config.settings import get_config
+    from whos_online.store import counters
 
     return sum(count for _, count in counters.get(direct, get_config(), "hits", 86400))
 
 
 def counted_hits(direct: redis.Redis) -> int:
     """Page hits in Redis, once the process has written what it holds."""
-    from whos_online import recording
+    from whos_online.recording import visits as recording
 
     if not recording.flush_hits():
         raise RuntimeError("the buffered hits could not be written to a healthy Redis")
@@ -381,8 +381,8 @@ def measure_recovery(
     back-off that was still to run when Redis came back)."""
     from django.test import override_settings
 
-    from whos_online.breakers import breaker, refusals
-    from whos_online.conf import get_config
+    from whos_online.backend.breakers import breaker, refusals
+    from whos_online.config.settings import get_config
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
     results = []
@@ -444,8 +444,8 @@ def report(
     *,
     repeats: int,
 ) -> None:
-    from whos_online.connection import REQUEST_TIMEOUT
-    from whos_online.defaults import DEFAULTS
+    from whos_online.backend.connection import REQUEST_TIMEOUT
+    from whos_online.config.defaults import DEFAULTS
 
     # Each situation is compared with the first healthy one of its setup that reaches Redis the
     # same way.

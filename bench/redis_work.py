@@ -23,7 +23,8 @@ from bench import servers, stats
 from bench.report import Section, Target
 from bench.variants import NAIVE_MIDDLEWARE, WHOS_ONLINE_MIDDLEWARE
 from tests.helpers import CONNECTION_SET_UP, counting_redis_calls
-from whos_online import flushing, throttle
+from whos_online.flushing import flusher as flushing
+from whos_online.recording import cookie as throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -31,7 +31,8 @@ from django.test import RequestFactory, override_settings
 from bench import servers, stats
 from bench.naive import NaiveZaddMiddleware
 from bench.report import Section
-from whos_online import connection, store
+from whos_online import store
+from whos_online.backend import connection
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:

@@ -59,7 +59,9 @@ def fill(client: redis.Redis, url: str, rooms: int, now: float) -> str:
     from django.conf import settings
     from django.test import override_settings
 
-    from whos_online import api, conf, keyspace, store
+    from whos_online import api, store
+    from whos_online.backend import keyspace
+    from whos_online.config import settings as conf
 
     with override_settings(WHOS_ONLINE={**settings.WHOS_ONLINE, "REDIS_URL": url}):
         config = conf.get_config()

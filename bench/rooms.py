@@ -28,13 +28,17 @@ from django.test import RequestFactory, override_settings
 import whos_online
 from bench import servers, sorted_sets, stats
 from bench.report import Section
-from whos_online import conf, keyspace, rooms, store, throttle
+from whos_online import store
+from whos_online.backend import keyspace
+from whos_online.config import settings as conf
 from whos_online.middleware import WhosOnlineMiddleware
+from whos_online.recording import cookie as throttle
+from whos_online.recording import rooms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 REQUESTS: Final = 2_000
 BATCHES: Final = 7

@@ -25,10 +25,12 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import conf, keyspace, store
+from whos_online import store
+from whos_online.backend import keyspace
+from whos_online.config import settings as conf
 
 if TYPE_CHECKING:
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 SIZES: Final = (10, 10_000, 1_000_000)
 #: Display HASHes written for the newest users (the tag reads DISPLAY_LIMIT of them).

@@ -34,7 +34,8 @@ import redis
 from bench import servers, stats, wrk
 from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
-from whos_online import defaults, throttle
+from whos_online.config import defaults
+from whos_online.recording import cookie as throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

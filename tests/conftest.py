@@ -22,9 +22,11 @@ from tests.helpers import (
 )
 from tests.live_gate import LiveServerGate
 from tests.redis_server import RedisServer, free_port
-from whos_online import breakers, conf, connection, lua
-from whos_online.connection import admin_client
+from whos_online.backend import breakers, connection
+from whos_online.backend.connection import admin_client
+from whos_online.config import settings as conf
 from whos_online.signals import users_went_offline
+from whos_online.store import lua
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

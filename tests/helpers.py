@@ -17,9 +17,9 @@ from django.test import Client, RequestFactory
 from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
 
-from whos_online import throttle
-from whos_online.conf import get_config
-from whos_online.identity import guest_id
+from whos_online.config.settings import get_config
+from whos_online.recording import cookie as throttle
+from whos_online.recording.identity import guest_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -53,7 +53,7 @@ def configure(settings: Any, **values: object) -> None:
 
 def single_redis() -> redis.Redis:
     """The admin client, on the one Redis (fakeredis or real) that most tests run against."""
-    from whos_online.connection import admin_client
+    from whos_online.backend.connection import admin_client
 
     client = admin_client()
     assert not isinstance(client, RedisCluster)
@@ -72,7 +72,7 @@ def text(value: object) -> str:
 def members(r: redis.Redis, kind: str) -> list[str]:
     """The members of one of the sorted sets of people online, sorted, once what this process
     queued is written (as a read of the site's would)."""
-    from whos_online import flushing
+    from whos_online.flushing import flusher as flushing
 
     flushing.flush()
     return sorted(text(member) for member in r.zrange(f"{{whos_online}}:{kind}", 0, -1))
@@ -173,7 +173,8 @@ def run_threads(targets: list[Callable[[], T]]) -> list[T]:
 
 
 class BreakerClock:
-    """The circuit breaker's monotonic clock (``whos_online.breakers.time``), moved by hand."""
+    """The circuit breaker's monotonic clock (``whos_online.backend.breakers.time``), moved by
+    hand."""
 
     def __init__(self, now: float = 1_000.0) -> None:
         self.now = now

@@ -12,9 +12,10 @@ from django.test import Client
 
 import whos_online
 from tests.helpers import configure, log_in_quietly
-from whos_online import api, connection, store
+from whos_online import api, store
 from whos_online.admin import OnlineUserAdminMixin
-from whos_online.conf import get_config
+from whos_online.backend import connection
+from whos_online.config.settings import get_config
 
 CHANGELIST = "/admin/auth/user/"
 

@@ -14,12 +14,15 @@ from django.contrib.auth.signals import user_logged_out
 
 import whos_online
 from tests.helpers import client_of, configure
-from whos_online import api, epochs, identity, snapshots
+from whos_online import api
 from whos_online.api import OnlineCounts, OnlineUser
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
-from whos_online.throttle import recent
-from whos_online.users import MAX_DISPLAY_NAME_LENGTH
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
+from whos_online.reading import snapshots
+from whos_online.recording import identity
+from whos_online.recording.cookie import recent
+from whos_online.store import epochs
+from whos_online.store.users import MAX_DISPLAY_NAME_LENGTH
 
 if TYPE_CHECKING:
     from django.test import Client

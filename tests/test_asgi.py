@@ -15,7 +15,8 @@ from django.test import AsyncClient
 
 import whos_online
 from tests.helpers import configure, guest, log_in_quietly, members
-from whos_online import recording, throttle
+from whos_online.recording import cookie as throttle
+from whos_online.recording import visits as recording
 
 COOKIE = throttle.COOKIE_NAME
 
@@ -90,7 +91,7 @@ def test_after_a_redis_restart_the_next_flush_gets_a_live_connection(settings, c
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.redis_server import RedisServer
-    from whos_online.connection import request_client
+    from whos_online.backend.connection import request_client
 
     server = RedisServer()
     server.start()

@@ -340,8 +340,8 @@ def test_a_reader_stays_in_the_room_while_the_page_is_open_and_leaves_with_it(
 
 def counts_in(room: str, *, at: float) -> whos_online.OnlineCounts:
     from whos_online import store
-    from whos_online.conf import get_config
-    from whos_online.connection import admin_client
+    from whos_online.backend.connection import admin_client
+    from whos_online.config.settings import get_config
 
     return store.reading.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
 

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from django.utils.safestring import SafeString
 
-from whos_online.charts import Scale, compact, line_chart, runs, scale
+from whos_online.reading.charts import Scale, compact, line_chart, runs, scale
 
 SVG = "{http://www.w3.org/2000/svg}"
 HOSTILE = '<script>alert("x")</script> & </svg>'

@@ -16,9 +16,9 @@ from django.test import Client as BrowserClient
 import whos_online
 from tests.helpers import configure, render, text, widget_text
 from tests.topologies import ClusterServers
-from whos_online import keyspace
-from whos_online.conf import get_config
-from whos_online.connection import admin_client, request_client
+from whos_online.backend import keyspace
+from whos_online.backend.connection import admin_client, request_client
+from whos_online.config.settings import get_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -179,7 +179,7 @@ def test_an_asgi_visit_is_queued_and_flushed_to_its_shard(sharded, settings, mon
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
-    from whos_online import recording
+    from whos_online.recording import visits as recording
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("recorded through sync_to_async")
@@ -195,7 +195,8 @@ def test_an_asgi_visit_is_queued_and_flushed_to_its_shard(sharded, settings, mon
 def test_a_flush_on_the_cluster_is_one_call_per_shard_with_all_its_visits(
     sharded, cluster, settings, monkeypatch, db
 ):
-    from whos_online import batches, flushing
+    from whos_online.flushing import batches
+    from whos_online.flushing import flusher as flushing
 
     configure(settings, FLUSH_INTERVAL=10)
     monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: None)  # no thread

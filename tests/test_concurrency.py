@@ -20,8 +20,8 @@ from django.core.management import call_command
 import whos_online
 from tests.helpers import JOIN_TIMEOUT, configure, members, run_threads
 from whos_online import store
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
 from whos_online.signals import users_went_offline
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
-from whos_online.conf import get_config
-from whos_online.defaults import DEFAULT_BOT_USER_AGENTS, DEFAULTS
+from whos_online.config.defaults import DEFAULT_BOT_USER_AGENTS, DEFAULTS
+from whos_online.config.settings import get_config
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.visibility import is_authenticated, is_staff
+from whos_online.reading.visibility import is_authenticated, is_staff
 
 if TYPE_CHECKING:
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: The settings table of the product's contract, key by key, then those of the views (README),
 #: then those of scaling out.

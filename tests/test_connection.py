@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from whos_online.breakers import CircuitBreaker
+from whos_online.backend.breakers import CircuitBreaker
 
 TARGET = "redis://127.0.0.1:1/0"
 OTHER = "cache alias 'default'"

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import whos_online
 from tests.helpers import configure, single_redis
 from tests.redis_server import free_port
-from whos_online import counters
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
+from whos_online.store import counters
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,9 +14,11 @@ from django.contrib.staticfiles import finders
 
 import whos_online
 from tests.helpers import HOSTILE, client_of, configure, members
-from whos_online import checks, counters, dashboard
-from whos_online.conf import get_config
-from whos_online.throttle import COOKIE_NAME
+from whos_online import checks
+from whos_online.config.settings import get_config
+from whos_online.reading import dashboard
+from whos_online.recording.cookie import COOKIE_NAME
+from whos_online.store import counters
 
 if TYPE_CHECKING:
     from tests.helpers import RedisCalls
@@ -59,7 +61,7 @@ def test_refreshes_without_a_session_are_refused_and_count_nothing(backend, sett
         assert response.status_code == 403
         assert COOKIE_NAME not in response.cookies
 
-    assert whos_online.recording.flush_hits() is True
+    assert whos_online.recording.visits.flush_hits() is True
     assert whos_online.get_counter("hits", 60) == []
     assert members(r, "guests") == []
 

@@ -7,8 +7,8 @@ import pytest
 import redis
 
 import whos_online
-from whos_online import connection
-from whos_online.sentinels import FollowingSentinel
+from whos_online.backend import connection
+from whos_online.backend.sentinels import FollowingSentinel
 
 
 def _no_client_path(*args: object, **kwargs: object) -> None:

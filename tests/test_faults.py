@@ -5,7 +5,7 @@ stopped (nothing listening), killed with SIGKILL while the app holds open connec
 SIGSTOP, slow (every reply held back a second by a proxy in front of it), full (``maxmemory`` with
 ``noeviction``, filled until writes get ``OOM``) or demoted to a read-only replica of another
 server. No Redis call is mocked; the circuit breaker's clock
-(``whos_online.breakers.time.monotonic``) is replaced so that back-off periods pass without
+(``whos_online.backend.breakers.time.monotonic``) is replaced so that back-off periods pass without
 sleeping, and the request client's connections are watched (not changed) to count calls. How long
 requests take during each outage is measured by ``bench/outages.py``, not asserted here.
 """
@@ -41,8 +41,10 @@ from tests.redis_faults import (
     fill_until_oom,
 )
 from tests.redis_server import RedisServer
-from whos_online import breakers, conf, connection, throttle
-from whos_online.conf import get_config
+from whos_online.backend import breakers, connection
+from whos_online.config import settings as conf
+from whos_online.config.settings import get_config
+from whos_online.recording import cookie as throttle
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -22,27 +22,20 @@ from django.test import AsyncRequestFactory, Client
 
 import whos_online
 from tests.helpers import GUEST_IP, configure, guest, members
-from whos_online import (
-    batches,
-    breakers,
-    epochs,
-    flush_jobs,
-    flushing,
-    hits,
-    keyspace,
-    logins,
-    recording,
-    rooms,
-    stopping,
-    throttle,
-    users,
-)
 from whos_online.api import OnlineCounts
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
-from whos_online.flush_jobs import FlushJobs, Job
+from whos_online.backend import breakers, keyspace
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
+from whos_online.flushing import batches, hits, stopping
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing import jobs as flush_jobs
+from whos_online.flushing.jobs import FlushJobs, Job
+from whos_online.flushing.queue import RoomLeave, VisitQueue
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.visit_queue import RoomLeave, VisitQueue
+from whos_online.recording import cookie as throttle
+from whos_online.recording import logins, rooms
+from whos_online.recording import visits as recording
+from whos_online.store import epochs, users
 
 ROOT = Path(__file__).resolve().parent.parent
 COOKIE = throttle.COOKIE_NAME
@@ -474,7 +467,7 @@ def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
 ):
     from redis.exceptions import ResponseError
 
-    from whos_online import breakers
+    from whos_online.backend import breakers
 
     config = get_config()
     breakers.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
@@ -796,8 +789,9 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
 django.setup()
 
-from whos_online import flushing, recording, stopping, visit_queue
-from whos_online.connection import admin_client
+from whos_online.flushing import flusher as flushing, stopping, queue as visit_queue
+from whos_online.recording import visits as recording
+from whos_online.backend.connection import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
 forwarded = []
@@ -849,7 +843,8 @@ settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True, "FLUSH_INT
 django.setup()
 
 import whos_online
-from whos_online import flushing, hits, recording
+from whos_online.flushing import flusher as flushing, hits
+from whos_online.recording import visits as recording
 
 # No thread: only the flush at exit can write these.
 flushing.Flusher.schedule = lambda self, delay: None

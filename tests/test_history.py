@@ -19,10 +19,13 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.helpers import configure, render, run_threads, widget_text
-from whos_online import api, hits, identity, logins, snapshots, store
+from whos_online import api, store
 from whos_online.api import Peak
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
+from whos_online.flushing import hits
+from whos_online.reading import snapshots
+from whos_online.recording import identity, logins
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,9 +20,15 @@ import whos_online
 from tests.conftest import SCRIPTS
 from tests.delaying_proxy import DelayingProxy
 from tests.helpers import GOOGLEBOT, configure
-from whos_online import api, connection, counters, flushing, hits, recording, throttle
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
+from whos_online import api
+from whos_online.backend import connection
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing import hits
+from whos_online.recording import cookie as throttle
+from whos_online.recording import visits as recording
+from whos_online.store import counters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -420,7 +426,8 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True}
 django.setup()
 
-from whos_online import flushing, hits, recording
+from whos_online.flushing import flusher as flushing, hits
+from whos_online.recording import visits as recording
 
 # No flusher thread: only the flush at exit can write these hits.
 flushing.Flusher.schedule = lambda self, delay: None

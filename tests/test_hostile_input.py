@@ -55,10 +55,11 @@ from tests.helpers import (
     text,
     valid_cookie,
 )
-from whos_online import recording, throttle
-from whos_online.conf import get_config
-from whos_online.identity import client_ip
-from whos_online.users import MAX_DISPLAY_NAME_LENGTH
+from whos_online.config.settings import get_config
+from whos_online.recording import cookie as throttle
+from whos_online.recording import visits as recording
+from whos_online.recording.identity import client_ip
+from whos_online.store.users import MAX_DISPLAY_NAME_LENGTH
 
 if TYPE_CHECKING:
     import redis

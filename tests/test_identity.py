@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from whos_online.conf import get_config
-from whos_online.identity import (
+from whos_online.config.settings import get_config
+from whos_online.recording.identity import (
     MAX_ADDRESS_LENGTH,
     client_ip,
     forwarded_candidate,

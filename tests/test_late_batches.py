@@ -12,12 +12,16 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.helpers import GUEST_IP, configure, guest, members
-from whos_online import flushing, logins, pruning, recording, store, users
-from whos_online.conf import get_config
-from whos_online.visit_queue import RoomLeave
+from whos_online import store
+from whos_online.config.settings import get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing.queue import RoomLeave
+from whos_online.recording import logins
+from whos_online.recording import visits as recording
+from whos_online.store import pruning, users
 
 if TYPE_CHECKING:
-    from whos_online.store.visits import Visit
+    from whos_online.store.record import Visit
 
 
 @pytest.fixture

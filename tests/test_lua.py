@@ -7,7 +7,8 @@ from importlib.resources import files
 
 import pytest
 
-from whos_online import lua, store
+from whos_online import store
+from whos_online.store import lua
 
 SCRIPT_NAMES = sorted(
     path.name.removesuffix(".lua") for path in files(lua).iterdir() if path.name.endswith(".lua")

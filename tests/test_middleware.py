@@ -28,8 +28,9 @@ from tests.helpers import (
     valid_cookie,
 )
 from tests.redis_server import free_port
-from whos_online import flushing, throttle
+from whos_online.flushing import flusher as flushing
 from whos_online.middleware import WhosOnlineMiddleware
+from whos_online.recording import cookie as throttle
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

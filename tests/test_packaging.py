@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from whos_online import lua
+from whos_online.store import lua
 
 if TYPE_CHECKING:
     from email.message import Message
@@ -70,7 +70,10 @@ def test_the_wheel_holds_the_package_and_its_license_only(built):
     assert "whos_online/py.typed" in names
     assert "whos_online/templates/whos_online/online.html" in names
     assert "whos_online/static/whos_online/live.js" in names
-    assert {"whos_online/lua/record.lua", "whos_online/lua/includes/counters.lua"} <= names
+    assert {
+        "whos_online/store/lua/record.lua",
+        "whos_online/store/lua/includes/counters.lua",
+    } <= names
 
 
 def test_the_wheel_loads_its_lua_scripts(built, tmp_path):
@@ -78,7 +81,7 @@ def test_the_wheel_loads_its_lua_scripts(built, tmp_path):
     of the source tree: the ``.lua`` files, and every file they include, are found inside it."""
     wheel, _ = built
     program = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from whos_online import lua; "
+        "import sys; sys.path.insert(0, sys.argv[1]); from whos_online.store import lua; "
         "print(lua.__file__); print(lua.RECORD + lua.UPDATE_COUNTERS, end='')"
     )
     loaded = subprocess.run(

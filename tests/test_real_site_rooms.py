@@ -19,12 +19,15 @@ from django.urls import include, path
 
 import whos_online
 from tests.helpers import client_of, configure, render, widget_text
-from whos_online import recording, snapshots, store, throttle, viewer
+from whos_online import store
 from whos_online.api import OnlineCounts
+from whos_online.backend.connection import admin_client
 from whos_online.checks import check_room_urls, check_settings
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
-from whos_online.throttle import RecentIdentities
+from whos_online.config.settings import get_config
+from whos_online.reading import snapshots, viewer
+from whos_online.recording import cookie as throttle
+from whos_online.recording import visits as recording
+from whos_online.recording.cookie import RecentIdentities
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import whos_online
 from tests.helpers import configure
-from whos_online import room_tokens
-from whos_online.room_tokens import ISSUED_ATTRIBUTE, check_token, room_token
+from whos_online.reading import room_tokens
+from whos_online.reading.room_tokens import ISSUED_ATTRIBUTE, check_token, room_token
 
 pytestmark = pytest.mark.urls(__name__)
 

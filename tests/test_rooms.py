@@ -17,11 +17,16 @@ from django.urls import include, path
 
 import whos_online
 from tests.helpers import configure, flood_rooms, render, widget_text
-from whos_online import flushing, logins, pruning, recording, rooms, store, throttle
+from whos_online import store
 from whos_online.api import OnlineCounts
-from whos_online.conf import get_config
-from whos_online.connection import admin_client
+from whos_online.backend.connection import admin_client
+from whos_online.config.settings import get_config
 from whos_online.decorators import in_room
+from whos_online.flushing import flusher as flushing
+from whos_online.recording import cookie as throttle
+from whos_online.recording import logins, rooms
+from whos_online.recording import visits as recording
+from whos_online.store import pruning
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

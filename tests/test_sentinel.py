@@ -17,9 +17,9 @@ from redis.sentinel import SentinelConnectionPool
 import whos_online
 from tests.helpers import JOIN_TIMEOUT, configure, render, widget_text
 from tests.topologies import SentinelGroup, sentinel_cache
-from whos_online import connection, sentinels
-from whos_online.connection import REQUEST_TIMEOUT, request_client
-from whos_online.sentinels import FollowingSentinel, SentinelListener
+from whos_online.backend import connection, sentinels
+from whos_online.backend.connection import REQUEST_TIMEOUT, request_client
+from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -176,7 +176,7 @@ def test_visits_queued_across_a_failover_are_written_to_the_new_master(
     new master and writes them all there, in one batch."""
     from django.test import Client
 
-    from whos_online import flushing
+    from whos_online.flushing import flusher as flushing
 
     configure(settings, FLUSH_INTERVAL=10)
     monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: None)  # no thread

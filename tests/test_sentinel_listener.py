@@ -1,5 +1,5 @@
-"""The Sentinel listener (``whos_online.sentinels``) against a stand-in Sentinel that can be made
-to misbehave (tests/fake_sentinel.py): which announcements it follows, and that nothing a
+"""The Sentinel listener (``whos_online.backend.sentinels``) against a stand-in Sentinel that can be
+made to misbehave (tests/fake_sentinel.py): which announcements it follows, and that nothing a
 Sentinel sends stops it. tests/test_sentinel.py runs it on a real Sentinel group."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from tests.fake_sentinel import FakeSentinel
 from tests.helpers import JOIN_TIMEOUT
-from whos_online import sentinels
-from whos_online.connection import REQUEST_TIMEOUT
-from whos_online.sentinels import FollowingSentinel, SentinelListener
+from whos_online.backend import sentinels
+from whos_online.backend.connection import REQUEST_TIMEOUT
+from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -17,8 +17,9 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
 import whos_online
 from tests.helpers import configure, guest, render, text, widget_text
-from whos_online import keyspace, store
-from whos_online.conf import get_config
+from whos_online import store
+from whos_online.backend import keyspace
+from whos_online.config.settings import get_config
 
 NOW = 1_900_000_000.0
 SHARDS = 4

@@ -14,8 +14,8 @@ from django.test import RequestFactory
 import whos_online
 from tests.helpers import configure, members, text
 from whos_online import api, store
-from whos_online.conf import get_config
-from whos_online.identity import guest_id
+from whos_online.config.settings import get_config
+from whos_online.recording.identity import guest_id
 from whos_online.signals import users_went_offline
 
 if TYPE_CHECKING:

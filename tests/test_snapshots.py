@@ -9,8 +9,9 @@ import pytest
 
 import whos_online
 from tests.helpers import BreakerClock, configure, render, widget_text
-from whos_online import snapshots, throttle
-from whos_online.conf import get_config
+from whos_online.config.settings import get_config
+from whos_online.reading import snapshots
+from whos_online.recording import cookie as throttle
 
 TAG = "{% load whos_online %}{% whos_online %}"
 

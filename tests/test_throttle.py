@@ -9,8 +9,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
-from whos_online import conf, throttle
-from whos_online.throttle import (
+from whos_online.config import settings as conf
+from whos_online.recording import cookie as throttle
+from whos_online.recording.cookie import (
     ARRIVED_SUFFIX,
     MAX_COOKIE_LENGTH,
     MEMORY_SIZE,

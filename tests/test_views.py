@@ -13,8 +13,8 @@ from django.urls import reverse
 
 import whos_online
 from tests.helpers import HOSTILE, client_of, configure, members
-from whos_online import hits
-from whos_online.throttle import COOKIE_NAME
+from whos_online.flushing import hits
+from whos_online.recording.cookie import COOKIE_NAME
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

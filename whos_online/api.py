@@ -13,20 +13,20 @@ import time
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from whos_online import (
-    connection,
-    counters,
-    flushing,
-    identity,
-    recording,
-    rooms,
-    snapshots,
-    store,
-)
-from whos_online.conf import get_config
-from whos_online.flushing import flush
-from whos_online.pruning import prune
-from whos_online.results import (
+from whos_online import store
+from whos_online.backend import connection
+from whos_online.config.settings import get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing.flusher import flush
+from whos_online.reading import snapshots
+from whos_online.reading.room_tokens import room_token
+from whos_online.recording import identity, rooms
+from whos_online.recording import visits as recording
+from whos_online.recording.cookie import recent
+from whos_online.recording.rooms import set_room
+from whos_online.store import counters
+from whos_online.store.pruning import prune
+from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
     OnlineCounts,
@@ -37,10 +37,7 @@ from whos_online.results import (
     as_peak,
     as_timestamp,
 )
-from whos_online.room_tokens import room_token
-from whos_online.rooms import set_room
-from whos_online.throttle import recent
-from whos_online.users import pk_text, pk_values
+from whos_online.store.users import pk_text, pk_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -50,8 +47,8 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 T = TypeVar("T")
 

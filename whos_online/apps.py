@@ -14,7 +14,8 @@ class WhosOnlineConfig(AppConfig):
     verbose_name = "Who's online"
 
     def ready(self) -> None:
-        from whos_online import checks, receivers, stopping
+        from whos_online import checks, receivers
+        from whos_online.flushing import stopping
 
         register(Tags.compatibility)(checks.check_settings)
         register(Tags.compatibility)(checks.check_middleware)
@@ -32,6 +33,6 @@ class WhosOnlineConfig(AppConfig):
         # Queued visits and buffered page hits are written when the process exits normally
         # (atexit, which a forked gunicorn worker inherits); a process that multiprocessing
         # started registers a finalizer of its own when it first queues something, since it
-        # ends with os._exit (whos_online.flushing). uvicorn's processes end on their own
-        # re-raised SIGTERM, which neither survives: see whos_online.stopping.
+        # ends with os._exit (whos_online.flushing.flusher). uvicorn's processes end on their own
+        # re-raised SIGTERM, which neither survives: see whos_online.flushing.stopping.
         atexit.register(stopping.flush_at_exit)

@@ -18,10 +18,10 @@ from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from whos_online.conf import user_settings
-from whos_online.defaults import DEFAULTS
-from whos_online.key_rules import room_pattern_fields, rooms_problems
-from whos_online.validation import is_django_redis, validate
+from whos_online.config.defaults import DEFAULTS
+from whos_online.config.rules import room_pattern_fields, rooms_problems
+from whos_online.config.settings import user_settings
+from whos_online.config.validation import is_django_redis, validate
 
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
 AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -35,7 +35,7 @@ def check_room_urls(**kwargs: Any) -> list[CheckMessage]:
     """Each key of ``ROOMS`` names a URL of the site's URLconf, and each field of its pattern is
     a keyword argument that every URL of that name captures. Says nothing of a ``ROOMS`` that
     ``check_settings`` reports as malformed."""
-    from whos_online.urlnames import url_keywords
+    from whos_online.recording.urlnames import url_keywords
 
     raw: object = user_settings()
     rooms = raw.get("ROOMS") if isinstance(raw, Mapping) else None
@@ -76,9 +76,11 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
     does not run. Says nothing when Redis cannot be read or the settings are wrong."""
     from django.utils.timesince import timesince
 
-    from whos_online import connection, dashboard, store
-    from whos_online.conf import get_config
-    from whos_online.results import as_datetime
+    from whos_online import store
+    from whos_online.backend import connection
+    from whos_online.config.settings import get_config
+    from whos_online.reading import dashboard
+    from whos_online.store.results import as_datetime
 
     if any(message.is_serious() for message in validate(user_settings())):
         return []
@@ -185,8 +187,8 @@ def check_redis_reachable(**kwargs: Any) -> list[CheckMessage]:
     recording nothing, with one warning in the log per outage. That is right for an outage, and
     wrong for a deployment that can never reach its Redis, which only this check reports.
     """
-    from whos_online import connection
-    from whos_online.conf import get_config
+    from whos_online.backend import connection
+    from whos_online.config.settings import get_config
 
     if any(message.is_serious() for message in validate(user_settings())):
         return []

@@ -63,7 +63,7 @@ def in_room(pattern: str) -> Callable[[ViewT], ViewT]:
     """
 
     def decorate(view: ViewT) -> ViewT:
-        from whos_online.rooms import set_room
+        from whos_online.recording.rooms import set_room
 
         if iscoroutinefunction(view):
 

@@ -27,7 +27,7 @@ except ImportError as error:  # pragma: no cover - depends on what is installed
     )
     raise ImportError(msg) from error
 
-from whos_online import snapshots
+from whos_online.reading import snapshots
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -18,15 +18,19 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
-from whos_online import epochs, identity, pageviews, recording, rooms, snapshots, throttle
-from whos_online.conf import Config, get_config
+from whos_online.config.settings import Config, get_config
 from whos_online.decorators import is_not_recorded
+from whos_online.reading import snapshots
+from whos_online.recording import cookie as throttle
+from whos_online.recording import identity, pageviews, rooms
+from whos_online.recording import visits as recording
+from whos_online.store import epochs
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
     from django.http.response import HttpResponseBase
 
-    from whos_online.recording import Recorded
+    from whos_online.recording.visits import Recorded
 
 
 class WhosOnlineMiddleware:

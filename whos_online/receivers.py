@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from whos_online import api, logins
+from whos_online import api
+from whos_online.recording import logins
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser

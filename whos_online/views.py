@@ -38,18 +38,21 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
-from whos_online import dashboard, recording, room_tokens, rooms, snapshots, throttle
-from whos_online.conf import get_config
+from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
-from whos_online.results import EMPTY_SNAPSHOT, Snapshot
-from whos_online.visibility import is_staff, may_see_names, shows_names_to_everyone
+from whos_online.reading import dashboard, room_tokens, snapshots
+from whos_online.reading.visibility import is_staff, may_see_names, shows_names_to_everyone
+from whos_online.recording import cookie as throttle
+from whos_online.recording import rooms
+from whos_online.recording import visits as recording
+from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from django.http import HttpRequest, QueryDict
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
     View = Callable[..., HttpResponse]
 

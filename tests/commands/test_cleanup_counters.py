@@ -12,9 +12,10 @@ import redis
 from django.core.management import CommandError, call_command
 
 from tests.helpers import configure
-from whos_online import api, counters
-from whos_online.conf import get_config
+from whos_online import api
+from whos_online.config.settings import get_config
 from whos_online.management.commands import whos_online_cleanup
+from whos_online.store import counters
 
 if TYPE_CHECKING:
     from tests.helpers import RedisCalls

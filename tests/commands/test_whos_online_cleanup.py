@@ -14,9 +14,10 @@ from redis.lock import Lock
 
 import whos_online
 from tests.helpers import configure, flood_rooms
-from whos_online import api, counters, store
+from whos_online import api, store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
+from whos_online.store import counters
 
 WINDOW = 600
 LOCK = "{whos_online}:cleanup-lock"

@@ -3,7 +3,7 @@
 One module per concern, each importing only those listed before it:
 
 - ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
-- ``scripts``: running the Lua scripts of ``whos_online.lua``, several in one round trip;
+- ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
 - ``visits``: recording a visit (the one call on the request path);
 - ``presence``: whether given users are online, and taking one off;
 - ``reading``: one read of the site or a room, combined over the shards;
@@ -14,7 +14,7 @@ Writes that belong together go out in one round trip: a Lua script where the wor
 or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
 ``cleanup.prune_chunk``, which is bounded by its chunk size, and ``reading.snapshot(limit=None)``,
 which the API documents as a full listing. The counters have their own module,
-``whos_online.counters``.
+``whos_online.store.counters``.
 
 Functions take the client explicitly: the request path passes its short-timeout client and lets
 the caller fail open; the cleanup command passes a patient one and lets errors surface.
@@ -22,6 +22,7 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, keys, presence, reading, scripts, site, visits
+from whos_online.store import cleanup, keys, presence, reading, scripts, site
+from whos_online.store import record as visits
 
 __all__ = ["cleanup", "keys", "presence", "reading", "scripts", "site", "visits"]

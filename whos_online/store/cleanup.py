@@ -2,7 +2,7 @@
 
 Each call is bounded by ``PRUNE_CHUNK_SIZE`` members, and a rooms' call by ``ROOMS_PAGE_SIZE``
 rooms too, so that removing a million members or walking a million rooms never keeps Redis busy
-for long; ``whos_online.pruning`` loops over the steps and reports what went.
+for long; ``whos_online.store.pruning`` loops over the steps and reports what went.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online import keyspace, lua
+from whos_online.backend import keyspace
+from whos_online.store import lua
 from whos_online.store.keys import KINDS, ROOM_PREFIX, ROOMS_INDEX, ROOMS_WHERE, score
 
 if TYPE_CHECKING:
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 
 #: Rooms of one shard read from its index per step of the cleanup (one script call): 1–2 ms of

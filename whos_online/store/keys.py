@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from whos_online import keyspace
+from whos_online.backend import keyspace
 
 if TYPE_CHECKING:
     from datetime import date
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 #: Per shard: the HASH of who is in which room, the sorted set of rooms by their latest visit,
 #: and how the keys of a room's sets begin (``room:<name>:<kind>``).
@@ -52,7 +52,7 @@ def visitors_key(shard: keyspace.Shard, day: date | str) -> str:
 
 
 def epoch_key(shard: keyspace.Shard) -> str:
-    """The random word a shard keeps while its data lasts (see ``whos_online.epochs``)."""
+    """The random word a shard keeps while its data lasts (see ``whos_online.store.epochs``)."""
     return shard.key("epoch")
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from whos_online import keyspace, lua
+from whos_online.backend import keyspace
+from whos_online.store import lua
 from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 
 #: Seconds the mark of an erasure lives: longer than any batch stays on its way, short enough

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from whos_online import identity, keyspace, lua
-from whos_online.results import OnlineCounts, Snapshot
+from whos_online.backend import keyspace
+from whos_online.recording import identity
+from whos_online.store import lua
 from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
@@ -21,13 +22,14 @@ from whos_online.store.keys import (
     score,
     visitors_key,
 )
+from whos_online.store.results import OnlineCounts, Snapshot
 from whos_online.store.scripts import ScriptCall, replies, run
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 
 def snapshot_call(

@@ -1,7 +1,7 @@
 """Running the Lua scripts: one round trip for every script a read or a visit needs.
 
-The sources come from ``whos_online.lua``; what is sent is a ``ScriptCall``, so that the callers
-(a visit, a snapshot over every shard) build their calls first and send them together.
+The sources come from ``whos_online.store.lua``; what is sent is a ``ScriptCall``, so that the
+callers (a visit, a snapshot over every shard) build their calls first and send them together.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from whos_online import keyspace
-from whos_online.connection import execute, is_cluster
+from whos_online.backend import keyspace
+from whos_online.backend.connection import execute, is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from redis.cluster import ClusterPipeline
     from redis.commands.core import Script
 
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
 
 T = TypeVar("T")
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from whos_online import keyspace, lua
+from whos_online.backend import keyspace
+from whos_online.store import lua
 from whos_online.store.keys import peak_key, score, visitors_key
-from whos_online.store.visits import recording_of
+from whos_online.store.record import recording_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
-    from whos_online.results import Snapshot
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+    from whos_online.store.results import Snapshot
 
 
 def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) -> None:

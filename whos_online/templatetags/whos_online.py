@@ -27,18 +27,20 @@ from django.utils.functional import SimpleLazyObject
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
-from whos_online import api, room_tokens, rooms, snapshots, viewer
-from whos_online.conf import get_config
-from whos_online.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
+from whos_online import api
+from whos_online.config.settings import get_config
+from whos_online.reading import room_tokens, snapshots, viewer
+from whos_online.reading.visibility import is_staff, may_see_names
+from whos_online.recording import rooms
+from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.views import presence_query, widget_query
-from whos_online.visibility import is_staff, may_see_names
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 register = template.Library()
 logger = logging.getLogger("whos_online")
@@ -49,7 +51,7 @@ _unmounted_logged = False
 
 def _snapshot(context: template.Context, room: str | None = None) -> Snapshot:
     """The snapshot of the site (or of ``room``) for this page, its viewer counted in
-    (``whos_online.viewer``): one read however many tags."""
+    (``whos_online.reading.viewer``): one read however many tags."""
     request = context.get("request")
     name = "" if room is None else rooms.check_room(room)
     config = get_config()

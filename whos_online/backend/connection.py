@@ -32,15 +32,15 @@ from redis.exceptions import ReadOnlyError, RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
-from whos_online.breakers import Attempt, breaker, refusals
-from whos_online.conf import Config, config_changed, get_config
-from whos_online.per_process import PerProcess
-from whos_online.sentinels import FollowingSentinel
+from whos_online.backend.breakers import Attempt, breaker, refusals
+from whos_online.backend.per_process import PerProcess
+from whos_online.backend.sentinels import FollowingSentinel
+from whos_online.config.settings import Config, config_changed, get_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from whos_online.keyspace import Shard
+    from whos_online.backend.keyspace import Shard
 
 logger = logging.getLogger("whos_online")
 
@@ -257,11 +257,11 @@ def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) ->
 class MasterWatch:
     """Asks the Sentinels which server is the master at most once per ``MASTER_CHECK_INTERVAL``.
 
-    When the answer changes, redis-py's Sentinel pool drops its idle connections, so the next
-    call goes to the new master. A call refused by a read-only replica (the old master, once
-    Sentinel has turned it) or cut off asks at once, so that the caller may try the new master.
-    The first call also starts the process's listeners (``whos_online.sentinels``), which learn
-    of a promotion as it happens, before the Sentinels name the new master.
+    When the answer changes, redis-py's Sentinel pool drops its idle connections, so the next call
+    goes to the new master. A call refused by a read-only replica (the old master, once Sentinel has
+    turned it) or cut off asks at once, so that the caller may try the new master. The first call
+    also starts the process's listeners (``whos_online.backend.sentinels``), which learn of a
+    promotion as it happens, before the Sentinels name the new master.
     """
 
     def __init__(self) -> None:
@@ -357,7 +357,7 @@ def close(client: Client) -> None:
     pool.disconnect()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.connection.reset")
+@receiver(config_changed, dispatch_uid="whos_online.backend.connection.reset")
 def reset(**kwargs: object) -> None:
     held = _clients.replace()
     for client in [] if held is None else list(held.made.values()):

@@ -18,14 +18,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online import connection
+from whos_online.backend import connection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from whos_online import keyspace
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend import keyspace
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 logger = logging.getLogger("whos_online")
 

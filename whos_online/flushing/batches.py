@@ -11,16 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from whos_online import connection, epochs, hits, keyspace, store
-from whos_online.store.visits import Entry, Extras, Visit, entries_of, leave_room_entry
+from whos_online import store
+from whos_online.backend import connection, keyspace
+from whos_online.flushing import hits
+from whos_online.store import epochs
+from whos_online.store.record import Entry, Extras, Visit, entries_of, leave_room_entry
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+    from whos_online.flushing.queue import Item
     from whos_online.store.scripts import ScriptCall
-    from whos_online.visit_queue import Item
 
 
 def entries(config: Config, item: Item) -> list[Entry]:

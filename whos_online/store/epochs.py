@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
 
-from whos_online import breakers, keyspace
-from whos_online.conf import config_changed
+from whos_online.backend import breakers, keyspace
+from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: Bytes of randomness in an epoch: its text is 6 characters.
 EPOCH_BYTES: Final = 4
@@ -128,6 +128,6 @@ def generation() -> int:
     return breakers.failures() + epochs.changes
 
 
-@receiver(config_changed, dispatch_uid="whos_online.epochs.reset")
+@receiver(config_changed, dispatch_uid="whos_online.store.epochs.reset")
 def reset(**kwargs: object) -> None:
     epochs.clear()

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from whos_online import keyspace
-from whos_online.text import linkable_url
+from whos_online.backend import keyspace
+from whos_online.store.text import linkable_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from whos_online.users import UserDetails
+    from whos_online.store.users import UserDetails
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Snapshot:
     limit: int | None = 0
     #: When it was read (Unix time): visits written since are not in it.
     read_at: float = 0.0
-    #: The epoch of each shard it was read from, by hash tag (see ``whos_online.epochs``).
+    #: The epoch of each shard it was read from, by hash tag (see ``whos_online.store.epochs``).
     epochs: Mapping[str, str] = field(default_factory=dict)
 
     @functools.cached_property
@@ -130,7 +130,7 @@ class Snapshot:
     @functools.cached_property
     def users(self) -> list[OnlineUser]:
         """The listed users as the API returns them, primary keys typed as the user model's."""
-        from whos_online.users import pk_values
+        from whos_online.store.users import pk_values
 
         pks = pk_values(row.pk for row in self.listed)
         return [

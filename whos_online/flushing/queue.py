@@ -1,11 +1,11 @@
 """The visits a process has recorded and not written yet: one per person, in the order of each
 person's latest.
 
-The request path puts a visit here and moves on; ``whos_online.flushing`` takes everything at
-once and writes it, and hands back what it could not write (``settle``), which goes back ahead of
-what was queued since. Two visits of one person before a write become one: their latest, which
-keeps what the earlier one did that the latest does not undo (see ``merge``). So while Redis cannot
-be written, a person who goes on browsing holds one visit here, however many pages they open.
+The request path puts a visit here and moves on; ``whos_online.flushing.flusher`` takes everything
+at once and writes it, and hands back what it could not write (``settle``), which goes back ahead of
+what was queued since. Two visits of one person before a write become one: their latest, which keeps
+what the earlier one did that the latest does not undo (see ``merge``). So while Redis cannot be
+written, a person who goes on browsing holds one visit here, however many pages they open.
 
 The queue is bounded, in people: a visit of someone not queued yet that finds it full is dropped
 and counted, which only happens while Redis cannot be written for long. What a write has taken
@@ -19,8 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
-from whos_online import rooms
-from whos_online.store.visits import Visit, person
+from whos_online.recording import rooms
+from whos_online.store.record import Visit, person
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -8,7 +8,7 @@ session or the user on a throttled request.
 
 The browser keeps it for ``WINDOW`` seconds, as long as the visit it speaks of counts: after
 EXPIRY it no longer spares a write, but it still tells the template tags that its viewer is online
-already (``whos_online.viewer``), and in which room.
+already (``whos_online.reading.viewer``), and in which room.
 
 The value is ``EXPIRY.MAC`` with a keyed BLAKE2b MAC, checked in a few microseconds; Django's
 ``TimestampSigner`` would do the same job several times slower on every request. Anything that
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final
 from django.conf import settings
 from django.dispatch import receiver
 
-from whos_online.conf import config_changed
+from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -109,7 +109,7 @@ class ThrottleCookie:
     #: Whether the visitor was not online before that visit (see ``ARRIVED_SUFFIX``).
     arrived: bool
     #: The epoch of the visitor's shard when it was recorded ("" if the process did not know
-    #: it): a cookie from before Redis lost its data spares no write (``whos_online.epochs``).
+    #: it): a cookie from before Redis lost its data spares no write (``whos_online.store.epochs``).
     epoch: str = ""
 
     def fresh(self, now: float) -> bool:
@@ -316,7 +316,7 @@ class RecentIdentities:
 recent: Final = RecentIdentities()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.throttle.reset")
+@receiver(config_changed, dispatch_uid="whos_online.recording.cookie.reset")
 def reset(**kwargs: object) -> None:
     _cookie_key.cache_clear()
     _remembered_mac.cache_clear()

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: The named values of ``SHOW_NAMES_TO``; anything else is a dotted path or a callable.
 NAME_AUDIENCES: Final = ("staff", "authenticated", "everyone")

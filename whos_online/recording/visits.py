@@ -1,12 +1,13 @@
 """Recording visits: what the middleware, the login and logout receivers and ``record_*`` run.
 
 A visit is queued in the process and written with the others of the next flush
-(``whos_online.flushing``): a request never waits on Redis to record, unless ``FLUSH_INTERVAL`` is
-0. What a recorded request learns at once is what its throttle cookie needs: whether the visitor
-was online before (a browser with no genuine cookie, or one from before Redis lost its data, is
-taken to be arriving), which room the visit left them in, and Redis's epoch in their shard. While
-Redis is known to be down (a breaker open), the visit is still queued, but the caller learns that
-it was not stored (``FAILED``), so that no throttle cookie spares the next request its write.
+(``whos_online.flushing.flusher``): a request never waits on Redis to record, unless
+``FLUSH_INTERVAL`` is 0. What a recorded request learns at once is what its throttle cookie needs:
+whether the visitor was online before (a browser with no genuine cookie, or one from before Redis
+lost its data, is taken to be arriving), which room the visit left them in, and Redis's epoch in
+their shard. While Redis is known to be down (a breaker open), the visit is still queued, but the
+caller learns that it was not stored (``FAILED``), so that no throttle cookie spares the next
+request its write.
 """
 
 from __future__ import annotations
@@ -18,22 +19,17 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from whos_online import (
-    breakers,
-    epochs,
-    flushing,
-    hits,
-    identity,
-    rooms,
-    stopping,
-    store,
-    throttle,
-    users,
-)
-from whos_online.conf import Config, get_config
-from whos_online.results import as_timestamp
-from whos_online.store.visits import Visit
-from whos_online.throttle import recent
+from whos_online import store
+from whos_online.backend import breakers
+from whos_online.config.settings import Config, get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing import hits, stopping
+from whos_online.recording import cookie as throttle
+from whos_online.recording import identity, rooms
+from whos_online.recording.cookie import recent
+from whos_online.store import epochs, users
+from whos_online.store.record import Visit
+from whos_online.store.results import as_timestamp
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -42,7 +38,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online import keyspace
+    from whos_online.backend import keyspace
 
 #: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
 #: queued for someone online already, or queued for someone who was not online (whose next page

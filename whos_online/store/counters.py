@@ -22,13 +22,15 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online import hits, keyspace, lua
+from whos_online.backend import keyspace
+from whos_online.flushing import hits
+from whos_online.store import lua
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 #: Longest counter name accepted; names become part of Redis keys.
 MAX_COUNTER_NAME_LENGTH: Final = 200

@@ -19,9 +19,13 @@ from django.utils import timezone as django_timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from whos_online import charts, connection, counters, hits, snapshots, store
-from whos_online.conf import get_config
-from whos_online.results import (
+from whos_online import store
+from whos_online.backend import connection
+from whos_online.config.settings import get_config
+from whos_online.flushing import hits
+from whos_online.reading import charts, snapshots
+from whos_online.store import counters
+from whos_online.store.results import (
     EMPTY_SNAPSHOT,
     OnlineCounts,
     OnlineUser,
@@ -36,8 +40,8 @@ if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
     from django.utils.safestring import SafeString
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 #: Users listed by name; the rest are "N more".
 NAMES_SHOWN: Final = 100

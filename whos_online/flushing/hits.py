@@ -2,10 +2,10 @@
 
 Counting a hit must not cost a throttled request its Redis-free path, so hits go into a buffer of
 counts per second, which the process's flusher writes with the visits it queued
-(``whos_online.flushing``): within ``FLUSH_INTERVAL`` of the site's settings, or, when that is 0
-(each recorded request writing its own visit, the buffer riding along), within ``LONGEST_WAIT``
-seconds of a throttled request. A process that exits normally writes what it holds, and one that
-is killed loses what it held (see ``flushing``).
+(``whos_online.flushing.flusher``): within ``FLUSH_INTERVAL`` of the site's settings, or, when that
+is 0 (each recorded request writing its own visit, the buffer riding along), within ``LONGEST_WAIT``
+seconds of a throttled request. A process that exits normally writes what it holds, and one that is
+killed loses what it held (see ``flushing``).
 
 Counts are kept per second so that each hit lands in the slice it happened in at every precision,
 however late it is written.
@@ -27,8 +27,8 @@ from typing import Final
 
 from django.dispatch import receiver
 
-from whos_online.conf import config_changed
-from whos_online.per_process import PerProcess
+from whos_online.backend.per_process import PerProcess
+from whos_online.config.settings import config_changed
 
 #: The counter page hits are kept in.
 COUNTER_NAME: Final = "hits"
@@ -131,7 +131,7 @@ def buffer() -> HitBuffer:
     return _buffers.get()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.hits.reset")
+@receiver(config_changed, dispatch_uid="whos_online.flushing.hits.reset")
 def reset(**kwargs: object) -> None:
     """Drop buffered hits (for tests)."""
     _buffers.replace()

@@ -1,11 +1,11 @@
 """Recording visits: the batches of ``lua/record.lua``, one call per shard, that put people
 online, in their rooms.
 
-A process queues the visits of its requests and writes them in batches (``whos_online.flushing``):
-each shard's entries go in one call, all the calls of one flush in one round trip on one Redis.
-This module turns visits into the entries of those batches, in their shards, and the entries of a
-shard into its call. What every call of a Config sends alike is worked out once and kept
-(``_Recording``), rather than anew on every flush.
+A process queues the visits of its requests and writes them in batches
+(``whos_online.flushing.flusher``): each shard's entries go in one call, all the calls of one flush
+in one round trip on one Redis. This module turns visits into the entries of those batches, in their
+shards, and the entries of a shard into its call. What every call of a Config sends alike is worked
+out once and kept (``_Recording``), rather than anew on every flush.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from django.dispatch import receiver
 
-from whos_online import counters, identity, keyspace, lua
-from whos_online.conf import config_changed
+from whos_online.backend import keyspace
+from whos_online.config.settings import config_changed
+from whos_online.recording import identity
+from whos_online.store import counters, lua
 from whos_online.store.keys import (
     GONE_PREFIX,
     KINDS,
@@ -37,9 +39,9 @@ from whos_online.store.scripts import ScriptCall, run
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
-    from whos_online.users import UserDetails
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+    from whos_online.store.users import UserDetails
 
 #: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
 #: and rooms of its shard, a page's reader leaving its room.
@@ -416,7 +418,7 @@ class _SamplingSeconds:
 _sampling: Final = _SamplingSeconds()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.store.visits.reset")
+@receiver(config_changed, dispatch_uid="whos_online.store.record.reset")
 def reset(**kwargs: object) -> None:
     _sampling.last = -1
 

@@ -3,8 +3,8 @@
 A request is in a room when ``ROOMS`` names a room for its URL (a site's way to give rooms to the
 views of apps it did not write), or when its view says so with ``set_room`` (or the ``in_room``
 decorator), which wins. A person is in one room at a time, the room of their latest page view
-(``whos_online.pageviews``); a page view without a room takes them out of theirs, and they stay
-online site-wide. Other requests (a page's own fetches, a form's POST, an error page) keep them
+(``whos_online.recording.pageviews``); a page view without a room takes them out of theirs, and they
+stay online site-wide. Other requests (a page's own fetches, a form's POST, an error page) keep them
 where they are.
 
 The throttle cookie says which room it was issued for, as a short keyed tag covered by its MAC,
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Final
 from django.conf import settings
 from django.dispatch import receiver
 
-from whos_online import room_tokens
-from whos_online.conf import config_changed, get_config
+from whos_online.config.settings import config_changed, get_config
+from whos_online.reading import room_tokens
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: How a recorded visit places its person, by ``Placement.mode``: into its room (out of theirs
 #: for a visit in none), a page view's; wherever they are, any other request's; into its room
@@ -105,7 +105,7 @@ def in_use(config: Config) -> bool:
     return _usage.seen or bool(config.rooms)
 
 
-@receiver(config_changed, dispatch_uid="whos_online.rooms.reset")
+@receiver(config_changed, dispatch_uid="whos_online.recording.rooms.reset")
 def reset(**kwargs: object) -> None:
     _usage.seen = False
 

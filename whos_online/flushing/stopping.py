@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from whos_online import flushing
+from whos_online.flushing import flusher as flushing
 
 if TYPE_CHECKING:
     from collections.abc import Callable

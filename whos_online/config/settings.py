@@ -25,9 +25,9 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 from django.utils.module_loading import import_string
 
-from whos_online.defaults import DEFAULTS
-from whos_online.validation import validate
-from whos_online.visibility import name_audience
+from whos_online.config.defaults import DEFAULTS
+from whos_online.config.validation import validate
+from whos_online.reading.visibility import name_audience
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -186,7 +186,7 @@ _READ_SETTINGS: Final = frozenset(
 )
 
 
-@receiver(setting_changed, dispatch_uid="whos_online.conf.reset")
+@receiver(setting_changed, dispatch_uid="whos_online.config.settings.reset")
 def _reset(*, setting: str, **kwargs: Any) -> None:
     if setting in _READ_SETTINGS:
         reset()

@@ -22,8 +22,8 @@ import redis
 from redis.exceptions import ReadOnlyError
 
 if TYPE_CHECKING:
-    from whos_online.conf import Config
-    from whos_online.keyspace import Shard
+    from whos_online.backend.keyspace import Shard
+    from whos_online.config.settings import Config
 
 logger = logging.getLogger("whos_online")
 

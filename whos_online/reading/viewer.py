@@ -26,18 +26,20 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Final
 
-from whos_online import epochs, pageviews, rooms, throttle, users
 from whos_online.decorators import is_not_recorded
-from whos_online.throttle import recent
+from whos_online.recording import cookie as throttle
+from whos_online.recording import pageviews, rooms
+from whos_online.recording.cookie import recent
+from whos_online.store import epochs, users
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
-    from whos_online.results import Snapshot
-    from whos_online.users import UserDetails
+    from whos_online.config.settings import Config
+    from whos_online.store.results import Snapshot
+    from whos_online.store.users import UserDetails
 
 #: The attribute on which the viewer, once worked out, is kept for the page's other tags.
 ON_REQUEST: Final = "_whos_online_viewer"
@@ -118,7 +120,7 @@ def _viewer_of(request: HttpRequest, config: Config) -> Viewer | None:
 def _work_out(
     user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config
 ) -> Viewer | None:
-    from whos_online.recording import guest_of
+    from whos_online.recording.visits import guest_of
 
     if user is not None and user.is_authenticated:
         details = users.details(user, config)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
-from whos_online.text import clean_name, linkable_url
+from whos_online.store.text import clean_name, linkable_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: Longest display name stored; longer names are cut, so one user cannot bloat the list.
 MAX_DISPLAY_NAME_LENGTH: Final = 150

@@ -12,18 +12,22 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from whos_online import flushing, recording, snapshots, store, users
-from whos_online.conf import get_config
-from whos_online.flush_jobs import Job
-from whos_online.throttle import recent
+from whos_online import store
+from whos_online.config.settings import get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.flushing.jobs import Job
+from whos_online.reading import snapshots
+from whos_online.recording import visits as recording
+from whos_online.recording.cookie import recent
+from whos_online.store import users
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 
 def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:

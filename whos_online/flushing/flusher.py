@@ -37,17 +37,20 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.dispatch import receiver
 
-from whos_online import batches, breakers, connection, counters, epochs, hits, keyspace, store
-from whos_online.conf import config_changed, get_config
-from whos_online.flush_jobs import FlushJobs
-from whos_online.per_process import PerProcess
-from whos_online.visit_queue import Item, RoomLeave, VisitQueue
+from whos_online import store
+from whos_online.backend import breakers, connection, keyspace
+from whos_online.backend.per_process import PerProcess
+from whos_online.config.settings import config_changed, get_config
+from whos_online.flushing import batches, hits
+from whos_online.flushing.jobs import FlushJobs
+from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
+from whos_online.store import counters, epochs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
     from whos_online.store.scripts import ScriptCall
 
 logger = logging.getLogger("whos_online")
@@ -412,7 +415,7 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
     return queued
 
 
-@receiver(config_changed, dispatch_uid="whos_online.flushing.reset")
+@receiver(config_changed, dispatch_uid="whos_online.flushing.flusher.reset")
 def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
     it to end, so that it does not outlive the settings it was started under."""

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from django.dispatch import receiver
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from whos_online.conf import config_changed
+from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from redis.commands.core import Script
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 T = TypeVar("T")
 
@@ -154,6 +154,6 @@ def text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-@receiver(config_changed, dispatch_uid="whos_online.keyspace.reset")
+@receiver(config_changed, dispatch_uid="whos_online.backend.keyspace.reset")
 def reset(**kwargs: object) -> None:
     script.cache_clear()

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from whos_online.defaults import DEFAULTS
-from whos_online.key_rules import RULES
+from whos_online.config.defaults import DEFAULTS
+from whos_online.config.rules import RULES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

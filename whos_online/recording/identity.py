@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.dispatch import receiver
 
-from whos_online.conf import config_changed
+from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
     import re
 
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: Longest text that can be an address in any form a proxy writes (``[v6%zone]:port``).
 MAX_ADDRESS_LENGTH = 64
@@ -167,7 +167,7 @@ def _matches(pattern: re.Pattern[str], agent: str) -> bool:
     return pattern.search(agent) is not None
 
 
-@receiver(config_changed, dispatch_uid="whos_online.identity.reset")
+@receiver(config_changed, dispatch_uid="whos_online.recording.identity.reset")
 def reset(**kwargs: object) -> None:
     _day_key.cache_clear()
     _pseudonym.cache_clear()

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from whos_online import connection, keyspace, signals, store
-from whos_online.results import as_timestamp
-from whos_online.throttle import recent
-from whos_online.users import pk_values
+from whos_online import signals, store
+from whos_online.backend import connection, keyspace
+from whos_online.recording.cookie import recent
+from whos_online.store.results import as_timestamp
+from whos_online.store.users import pk_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
 
-    from whos_online.conf import Config
-    from whos_online.connection import Client
-    from whos_online.results import Snapshot
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+    from whos_online.store.results import Snapshot
 
 
 def prune(now: float | datetime | None = None) -> int:

@@ -32,14 +32,17 @@ from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
 
-from whos_online import connection, epochs, flushing, keyspace, store
-from whos_online.conf import config_changed, get_config
-from whos_online.results import Snapshot
+from whos_online import store
+from whos_online.backend import connection, keyspace
+from whos_online.config.settings import config_changed, get_config
+from whos_online.flushing import flusher as flushing
+from whos_online.store import epochs
+from whos_online.store.results import Snapshot
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from whos_online.conf import Config
+    from whos_online.config.settings import Config
 
 #: The attribute on which the middleware notes when a throttled browser was recorded.
 RECORDED_AT: Final = "_whos_online_recorded_at"
@@ -156,7 +159,7 @@ def invalidate() -> None:
     room_caches.clear()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.snapshots.reset")
+@receiver(config_changed, dispatch_uid="whos_online.reading.snapshots.reset")
 def reset(**kwargs: object) -> None:
     invalidate()
 

@@ -1,0 +1,1 @@
+"""Reading and checking ``settings.WHOS_ONLINE``: the settings, their defaults and rules."""

@@ -1,0 +1,1 @@
+"""The process's queue of visits and page hits, and the thread that writes them in batches."""

@@ -1,0 +1,1 @@
+"""What pages show: snapshots of who is online, the viewer counted in, the dashboard."""
