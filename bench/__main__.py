@@ -76,7 +76,7 @@ def _cpu() -> str:
 
 
 def machine() -> str:
-    from tests.redis_server import server_binary
+    from tests.support.redis_server import server_binary
 
     redis_server = _first_line([server_binary(), "--version"]).split(" v=")[-1].split()[0]
     return (

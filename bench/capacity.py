@@ -30,16 +30,16 @@ second (``--stay``: how long a person stays online, the window included); with a
 of the recording) for a share (2 + 1) / page-every of them. Reads are processes / 2 s plus that
 share of the arrivals, per second.
 
-The cluster part starts three masters (tests/topologies.py) with ``SHARDS = 6``, records visits of
-people spread over the shards, ``--batch`` × 6 at once (so that each shard's call carries about
-``--batch``), and reads each master's ``INFO commandstats``: the
-share of the work each master takes shows whether the shards spread it evenly. On a machine with
-two cores the three masters compete for the CPU, so the cluster's speed is not measured; its
-capacity follows from each master's share of the costs. They take turns with the client on the
-cores, so that each master idles between its calls, and finds its caches cold: the first master
-is also given visits of its own two shards only, back to back, as a busy master takes them,
-which the path to 10 million people online is worked out with too. Every snapshot read asks
-every shard, so each master pays for every read whatever the number of masters.
+The cluster part starts three masters (tests/support/topologies.py) with ``SHARDS = 6``, records
+visits of people spread over the shards, ``--batch`` × 6 at once (so that each shard's call carries
+about ``--batch``), and reads each master's ``INFO commandstats``: the share of the work each master
+takes shows whether the shards spread it evenly. On a machine with two cores the three masters
+compete for the CPU, so the cluster's speed is not measured; its capacity follows from each master's
+share of the costs. They take turns with the client on the cores, so that each master idles between
+its calls, and finds its caches cold: the first master is also given visits of its own two shards
+only, back to back, as a busy master takes them, which the path to 10 million people online is
+worked out with too. Every snapshot read asks every shard, so each master pays for every read
+whatever the number of masters.
 
 Each phase is repeated (``--repeats``), in turns; tables give the median and the range.
 """
@@ -393,7 +393,7 @@ def cluster(people: int, visits: int, reads: int, repeats: int, batch: int) -> C
     with about ``batch`` visits each."""
     from django.test import override_settings
 
-    from tests.topologies import ClusterServers
+    from tests.support.topologies import ClusterServers
     from whos_online.backend import connection, keyspace
     from whos_online.config import settings as conf
 

@@ -1,7 +1,7 @@
 """How many visits a planned Sentinel failover loses: following the Sentinels' announcements, asking
 them once a second only, and neither.
 
-Starts a master, a replica and a Sentinel (tests/topologies.py), points a Django site's
+Starts a master, a replica and a Sentinel (tests/support/topologies.py), points a Django site's
 whos_online at them through a django-redis Sentinel alias, and records a new guest every few
 milliseconds while ``SENTINEL FAILOVER`` runs. After the failover Sentinel leaves the old master
 writable for about ten seconds before turning it into a replica, which drops what it was sent:
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import django
 from django.conf import settings
 
-from tests.topologies import SentinelGroup, sentinel_cache
+from tests.support.topologies import SentinelGroup, sentinel_cache
 
 #: Seconds of recording, the failover starting one second in.
 DURATION = 30.0

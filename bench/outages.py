@@ -58,15 +58,15 @@ from django.conf import settings
 
 from bench import servers, stats
 from bench.report import Target, targets_table
-from tests import redis_faults
-from tests.delaying_proxy import DelayingProxy
+from tests.support import redis_faults
+from tests.support.delaying_proxy import DelayingProxy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from django.http import HttpRequest, HttpResponse
 
-    from tests.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer
 
 #: Repetitions of every situation, interleaved.
 REPEATS = 10

@@ -22,7 +22,7 @@ from django.test import Client, override_settings
 from bench import servers, stats
 from bench.report import Section, Target
 from bench.variants import NAIVE_MIDDLEWARE, WHOS_ONLINE_MIDDLEWARE
-from tests.helpers import CONNECTION_SET_UP, counting_redis_calls
+from tests.support.helpers import CONNECTION_SET_UP, counting_redis_calls
 from whos_online.flushing import flusher as flushing
 from whos_online.recording import cookie as throttle
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import redis
 
 from bench import stats
-from tests import wsgi_server
-from tests.redis_server import RedisServer
+from tests.support import wsgi_server
+from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PREPARE = "import django; django.setup(); from django.core.management import call_command; "

@@ -1,8 +1,8 @@
 """Throw-away servers on loopback for the benchmarks: redis-server and gunicorn.
 
-redis-server comes from the pip package the tests use (``tests.redis_server``); gunicorn serves
-``bench.site`` with two sync workers. Each runs in its own process group and is stopped, with its
-workers, when its block ends, however it ends.
+redis-server comes from the pip package the tests use (``tests.support.redis_server``); gunicorn
+serves ``bench.site`` with two sync workers. Each runs in its own process group and is stopped, with
+its workers, when its block ends, however it ends.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests import wsgi_server
-from tests.redis_server import running
+from tests.support import wsgi_server
+from tests.support.redis_server import running
 
 if TYPE_CHECKING:
     import subprocess

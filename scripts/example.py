@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.redis_server import RedisServer  # noqa: E402 - after the root is importable
+from tests.support.redis_server import RedisServer  # noqa: E402 - after the root is importable
 
 
 def manage(*arguments: str, env: dict[str, str]) -> int:

@@ -13,15 +13,15 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.helpers import (
+from tests.support.helpers import (
     BreakerClock,
     RedisCalls,
     configure,
     counting_redis_calls,
     single_redis,
 )
-from tests.live_gate import LiveServerGate
-from tests.redis_server import RedisServer, free_port
+from tests.support.live_gate import LiveServerGate
+from tests.support.redis_server import RedisServer, free_port
 from whos_online.backend import breakers, connection
 from whos_online.backend.connection import admin_client
 from whos_online.config import settings as conf
@@ -59,7 +59,7 @@ def _fresh_state(settings) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _live_server_gate(request) -> Iterator[None]:
     """Opens the live server to a test that uses it and closes it, drained, before the test's
-    database is flushed (tests/live_gate.py says why). pytest-django's autouse fixture that
+    database is flushed (tests/support/live_gate.py says why). pytest-django's autouse fixture that
     gives the test its database is set up before this one, so it is torn down after it."""
     if "live_server" not in request.fixturenames:
         yield
@@ -134,7 +134,7 @@ def staff(db) -> AbstractUser:
 @pytest.fixture
 def hiding_bob(settings) -> None:
     """HIDE_USER hides bob: he is counted, never named."""
-    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    configure(settings, HIDE_USER="tests.support.helpers.hide_bob")
 
 
 @pytest.fixture

@@ -58,9 +58,10 @@ TEMPLATES = [
 ]
 
 # Every render reads Redis, so that a test sees what it just stored however it stored it; the
-# tests of the kept snapshot (tests/test_snapshots.py) turn it on. Every recorded request writes
-# its visit before it answers (through the same queue and batch as the default, with no wait),
-# so that a test finds it in Redis; the tests of the flusher (tests/test_flushing.py) set one.
+# tests of the kept snapshot (tests/reading/test_snapshots.py) turn it on. Every recorded request
+# writes its visit before it answers (through the same queue and batch as the default, with no
+# wait), so that a test finds it in Redis; the tests of the flusher (tests/flushing/
+# test_flusher.py) set one.
 WHOS_ONLINE: dict[str, object] = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 0}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 import whos_online
-from tests.helpers import configure, log_in_quietly
+from tests.support.helpers import configure, log_in_quietly
 from whos_online import api, store
 from whos_online.admin import OnlineUserAdminMixin
 from whos_online.backend import connection

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.auth.signals import user_logged_out
 
 import whos_online
-from tests.helpers import client_of, configure
+from tests.support.helpers import client_of, configure
 from whos_online import api
 from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.backend.connection import admin_client
@@ -218,7 +218,7 @@ def test_hidden_user_moves_between_sets_when_hide_user_changes(backend, settings
     whos_online.record_user(bob)
     assert r.zscore("{whos_online}:users", str(bob.pk)) is not None
 
-    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    configure(settings, HIDE_USER="tests.support.helpers.hide_bob")
     whos_online.record_user(bob)
 
     assert r.zscore("{whos_online}:users", str(bob.pk)) is None

@@ -14,7 +14,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 
 import whos_online
-from tests.helpers import configure, guest, log_in_quietly, members
+from tests.support.helpers import configure, guest, log_in_quietly, members
 from whos_online.recording import cookie as throttle
 from whos_online.recording import visits as recording
 
@@ -86,11 +86,11 @@ def test_redis_down_fails_open_with_one_warning(redis_down, caplog):
 
 def test_after_a_redis_restart_the_next_flush_gets_a_live_connection(settings, caplog):
     """The pool holds several connections to a Redis that is killed and started again: the next
-    flushes get live ones, so no warning, and the breaker stays closed (tests/test_restarts.py
-    does the same through uvicorn and gunicorn)."""
+    flushes get live ones, so no warning, and the breaker stays closed
+    (tests/backend/test_restarts.py does the same through uvicorn and gunicorn)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer
     from whos_online.backend.connection import request_client
 
     server = RedisServer()

@@ -25,8 +25,8 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect, sync_playwright
 
 import whos_online
-from tests import wsgi_server
-from tests.helpers import configure
+from tests.support import wsgi_server
+from tests.support.helpers import configure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.test import AsyncClient
 
-from tests.helpers import client_of, configure, members
+from tests.support.helpers import client_of, configure, members
 from tests.urls import async_poll, poll
 from whos_online import middleware
 from whos_online.decorators import ATTRIBUTE, not_recorded

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 import whos_online
-from tests import wsgi_server
-from tests.helpers import GOOGLEBOT
+from tests.support import wsgi_server
+from tests.support.helpers import GOOGLEBOT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

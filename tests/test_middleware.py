@@ -16,7 +16,7 @@ from django.utils.functional import empty
 from redis.connection import Connection
 
 import whos_online
-from tests.helpers import (
+from tests.support.helpers import (
     GOOGLEBOT,
     GUEST_IP,
     configure,
@@ -27,7 +27,7 @@ from tests.helpers import (
     text,
     valid_cookie,
 )
-from tests.redis_server import free_port
+from tests.support.redis_server import free_port
 from whos_online.flushing import flusher as flushing
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import cookie as throttle

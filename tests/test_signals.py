@@ -12,7 +12,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.test import RequestFactory
 
 import whos_online
-from tests.helpers import configure, members, text
+from tests.support.helpers import configure, members, text
 from whos_online import api, store
 from whos_online.config.settings import get_config
 from whos_online.recording.identity import guest_id

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 import whos_online
-from tests.helpers import HOSTILE, client_of, configure, members
+from tests.support.helpers import HOSTILE, client_of, configure, members
 from whos_online.flushing import hits
 from whos_online.recording.cookie import COOKIE_NAME
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
     from django.test import Client
 
-    from tests.helpers import RedisCalls
+    from tests.support.helpers import RedisCalls
 
 # Their counts of unique visitors today must not straddle a UTC midnight.
 pytestmark = pytest.mark.usefixtures("mid_utc_day")

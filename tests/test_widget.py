@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import translation
 
 import whos_online
-from tests.helpers import HOSTILE, client_of, configure, members, render, widget_text
+from tests.support.helpers import HOSTILE, client_of, configure, members, render, widget_text
 from whos_online.flushing import hits
 from whos_online.recording.cookie import COOKIE_NAME
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
     from django.test import Client
 
-    from tests.helpers import RedisCalls
+    from tests.support.helpers import RedisCalls
 
 URL = "/online/widget/"
 QUERY = "peak=1&visitors=1&refresh=30&lang=en-us"

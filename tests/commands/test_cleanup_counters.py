@@ -11,14 +11,14 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from tests.helpers import configure
+from tests.support.helpers import configure
 from whos_online import api
 from whos_online.config.settings import get_config
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.store import counters
 
 if TYPE_CHECKING:
-    from tests.helpers import RedisCalls
+    from tests.support.helpers import RedisCalls
 
 #: A Unix time that starts a slice at every default precision (a multiple of 432000 s).
 T0 = 1_799_712_000

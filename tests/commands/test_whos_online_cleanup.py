@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command, execute_from_comm
 from redis.lock import Lock
 
 import whos_online
-from tests.helpers import configure, flood_rooms
+from tests.support.helpers import configure, flood_rooms
 from whos_online import api, store
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline

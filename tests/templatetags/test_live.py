@@ -19,7 +19,7 @@ from django.test import RequestFactory
 from django.utils import translation
 
 import whos_online
-from tests.helpers import client_of, configure, render, widget_text
+from tests.support.helpers import client_of, configure, render, widget_text
 from whos_online.templatetags import whos_online as tags
 
 if TYPE_CHECKING:

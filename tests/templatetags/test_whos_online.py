@@ -11,7 +11,7 @@ from django.test import RequestFactory
 from django.utils.functional import SimpleLazyObject
 
 import whos_online
-from tests.helpers import configure, render, widget_text
+from tests.support.helpers import configure, render, widget_text
 
 TAG = "{% load whos_online %}{% whos_online %}"
 
@@ -107,7 +107,7 @@ def test_display_limit_zero_names_nobody(backend, settings, db):
 
 
 def test_hidden_users_are_counted_not_named(backend, settings, db):
-    configure(settings, HIDE_USER="tests.helpers.hide_bob", DISPLAY_LIMIT=1)
+    configure(settings, HIDE_USER="tests.support.helpers.hide_bob", DISPLAY_LIMIT=1)
     _users("alice", "bob", "carol")
     _guests(1)
 
@@ -343,7 +343,7 @@ def test_last_seen_is_empty_for_nobody(backend, alice, who):
 @pytest.fixture
 def hidden_bob_seen(backend, settings, bob):
     """bob is hidden (``HIDE_USER``) and was seen at ``SEEN``."""
-    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    configure(settings, HIDE_USER="tests.support.helpers.hide_bob")
     whos_online.record_user(bob, now=SEEN)
     return bob
 
@@ -404,7 +404,7 @@ def test_last_seen_of_a_hidden_user_ignores_a_context_user_variable(hidden_bob_s
 
 
 def test_last_seen_of_a_visible_user_does_not_load_the_viewer(backend, settings, alice):
-    configure(settings, HIDE_USER="tests.helpers.hide_bob")
+    configure(settings, HIDE_USER="tests.support.helpers.hide_bob")
     whos_online.record_user(alice, now=SEEN)
     request = RequestFactory().get("/")
     # As AuthenticationMiddleware sets it: loaded (from the session) when first looked at.

@@ -1,0 +1,1 @@
+"""Tests of whos_online.config."""

@@ -1,0 +1,268 @@
+"""Room tokens: one room only, one viewer only, for a while only; and every view that takes one."""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, HttpResponse
+from django.template import engines
+from django.test import Client, RequestFactory
+from django.urls import include, path
+from hypothesis import given
+from hypothesis import strategies as st
+
+import whos_online
+from tests.support.helpers import configure
+from whos_online.reading import room_tokens
+from whos_online.reading.room_tokens import ISSUED_ATTRIBUTE, check_token, room_token
+
+pytestmark = pytest.mark.urls(__name__)
+
+BOARD = engines["django"].from_string(
+    "{% load whos_online %}<main>{{ slug }}</main>{% whos_online live=True here=True %}"
+)
+
+
+def board(request: HttpRequest, slug: str) -> HttpResponse:
+    """A board page, as the base template of a forum renders it (its 404 page would too)."""
+    return HttpResponse(BOARD.render({"slug": slug}, request))
+
+
+urlpatterns = [
+    path("board/<str:slug>/", board, name="board"),
+    path("online/", include("whos_online.urls")),
+]
+
+SAME_SITE: dict[str, Any] = {"HTTP_SEC_FETCH_SITE": "same-origin"}
+PAGE_VIEW: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "document", "HTTP_SEC_FETCH_MODE": "navigate"}
+MAX_AGE = 3600
+NOW = 1_800_000_000.0
+
+
+def request_with_session(key: str = "") -> HttpRequest:
+    request = RequestFactory().get("/")
+    if key:
+        request.COOKIES["sessionid"] = key
+    return request
+
+
+def live_urls(markup: str) -> tuple[str, str]:
+    live = re.search(r'data-whos-online-live="([^"]+)"', markup)
+    presence = re.search(r'data-whos-online-presence="([^"]+)"', markup)
+    assert live is not None
+    assert presence is not None
+    return html.unescape(live.group(1)), html.unescape(presence.group(1))
+
+
+def token_in(url: str) -> str:
+    found = re.search(r"token=([^&]+)", url)
+    assert found is not None
+    return found.group(1)
+
+
+# One room only
+
+
+def test_a_room_s_token_verifies_for_that_room():
+    viewer = request_with_session()
+    token = room_token("board:secret", viewer, now=NOW)
+    assert check_token("board:secret", token, viewer, MAX_AGE, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("shown", "asked", "forge"),
+    [
+        ("board:secret:zz", "board:secret", lambda token: f"zz:{token}"),
+        ("board:secret:zz", "board:secret", lambda token: f"zz.{token}"),
+        ("board:secret:zz", "board:secret", lambda token: token),
+        ("board:secret", "board:secret:zz", lambda token: token),
+        ("a", "b", lambda token: token),
+        ('["a", "', 'a"', lambda token: token),
+    ],
+    ids=["colon-prefix", "dot-prefix", "as-is", "longer", "other", "json-quotes"],
+)
+def test_no_token_of_one_room_verifies_for_another(shown, asked, forge):
+    viewer = request_with_session()
+    genuine = room_token(shown, viewer, now=NOW)
+    assert not check_token(asked, forge(genuine), viewer, MAX_AGE, now=NOW)
+
+
+@given(st.text(min_size=1, max_size=30), st.text(min_size=1, max_size=30))
+def test_whatever_the_names_no_token_serves_two_rooms(first, second):
+    if first == second:
+        return
+    viewer = request_with_session()
+    assert not check_token(second, room_token(first, viewer, now=NOW), viewer, MAX_AGE, now=NOW)
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["", ".", "abc", "zz.", ".zz", "-1.abc", "é.abc", "x" * 4000, "1.2.3"],
+    ids=["empty", "dot", "no-dot", "no-mac", "no-time", "negative", "not-ascii", "huge", "dots"],
+)
+def test_a_malformed_token_is_refused_quietly(token):
+    assert not check_token("board:secret", token, request_with_session(), MAX_AGE, now=NOW)
+
+
+# One viewer only
+
+
+def test_a_token_is_bound_to_the_session_it_was_issued_to():
+    token = room_token("topic:1", request_with_session("session-of-ann-0001"), now=NOW)
+
+    same = request_with_session("session-of-ann-0001")
+    assert check_token("topic:1", token, same, MAX_AGE, now=NOW)
+    assert not check_token(
+        "topic:1", token, request_with_session("session-of-ben-0002"), MAX_AGE, now=NOW
+    )
+    assert not check_token("topic:1", token, request_with_session(), MAX_AGE, now=NOW)
+
+
+def test_clients_without_a_session_share_their_tokens():
+    token = room_token("topic:1", request_with_session(), now=NOW)
+    assert check_token("topic:1", token, request_with_session(), MAX_AGE, now=NOW)
+    assert room_token("topic:1", now=NOW) == token  # no request: no session
+
+
+# For a while only
+
+
+def test_a_token_runs_out():
+    viewer = request_with_session()
+    token = room_token("topic:1", viewer, now=NOW)
+
+    assert check_token("topic:1", token, viewer, MAX_AGE, now=NOW + MAX_AGE)
+    assert not check_token("topic:1", token, viewer, MAX_AGE, now=NOW + MAX_AGE + 1)
+    assert not check_token("topic:1", token, viewer, MAX_AGE, now=NOW - 120)  # from the future
+
+
+def test_a_genuine_token_s_issue_time_is_kept_for_the_tokens_of_the_answer():
+    viewer = request_with_session()
+    token = room_token("topic:1", viewer, now=NOW)
+    assert check_token("topic:1", token, viewer, MAX_AGE, now=NOW + 600)
+    assert getattr(viewer, ISSUED_ATTRIBUTE) == int(NOW)
+
+    assert room_token("topic:1", viewer, now=NOW + 600) == token  # no younger token
+
+
+def test_tokens_of_a_rotated_secret_verify_while_it_is_a_fallback(settings):
+    viewer = request_with_session()
+    token = room_token("topic:1", viewer, now=NOW)
+
+    settings.SECRET_KEY = "a-new-secret-key-for-the-rotation-test-0123456789"
+    assert not check_token("topic:1", token, viewer, MAX_AGE, now=NOW)
+    settings.SECRET_KEY_FALLBACKS = ["whos-online-tests"]
+    assert check_token("topic:1", token, viewer, MAX_AGE, now=NOW)
+
+
+# Every view that takes a token, against the forgery of a room whose name has a colon
+
+
+@pytest.fixture
+def boards(backend, settings):
+    configure(settings, ROOMS={"board": "board:{slug}"}, SHOW_NAMES_TO="authenticated")
+
+
+def test_a_token_of_a_longer_room_opens_no_view_of_the_shorter_one(boards, alice, bob):
+    """The attack of the hardening pass: a member opens /board/secret:zz/, whose page carries a
+    token of room "board:secret:zz", and tries it on the private board "board:secret"."""
+    reader = Client()
+    reader.force_login(bob)
+    reader.get("/board/secret/", **PAGE_VIEW)  # bob reads the private board
+    member = Client()
+    member.force_login(alice)
+    live, presence = live_urls(member.get("/board/secret:zz/", **PAGE_VIEW).content.decode())
+    genuine = token_in(live)
+    assert member.get(live).status_code == 200
+
+    for forged in (f"zz:{genuine}", f"zz.{genuine}", genuine, token_in(presence)):
+        query = {"room": "board:secret", "token": forged}
+        assert member.get("/online/counts.json", query).status_code == 403
+        assert member.get("/online/widget/", query).status_code == 403
+        assert member.post(f"/online/presence/?room=board:secret&token={forged}").status_code == 403
+    assert [user.pk for user in whos_online.online_users(room="board:secret")] == [bob.pk]
+
+
+def test_a_token_opens_the_views_for_its_viewer_only(boards, alice, bob):
+    member = Client()
+    member.force_login(alice)
+    live, presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    other = Client()
+    other.force_login(bob)
+
+    assert member.get(live).status_code == 200
+    assert member.get(live.replace("/online/widget/", "/online/counts.json")).status_code == 200
+    assert member.post(presence, **SAME_SITE).status_code == 204
+    assert other.get(live).status_code == 403
+    assert other.post(presence, **SAME_SITE).status_code == 403
+    assert Client().get(live).status_code == 403
+
+
+def test_a_member_who_logs_out_loses_the_token(boards, alice):
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    member.logout()
+    member.force_login(alice)  # the same user, in a new session
+
+    assert member.get(live).status_code == 403
+
+
+def test_an_expired_token_is_refused_by_every_view(boards, settings):
+    configure(settings, ROOMS={"board": "board:{slug}"}, ROOM_TOKEN_MAX_AGE=60)
+    stale = room_token("board:lounge", now=time.time() - 61)
+    query = {"room": "board:lounge", "token": stale}
+
+    assert Client().get("/online/counts.json", query).status_code == 403
+    assert Client().get("/online/widget/", query).status_code == 403
+    assert Client().post(f"/online/presence/?room=board:lounge&token={stale}").status_code == 403
+
+
+def test_the_widget_s_refresh_hands_back_a_token_no_younger(boards):
+    issued = room_token("board:lounge", now=time.time() - 600)
+    refreshed = Client().get("/online/widget/", {"room": "board:lounge", "token": issued})
+
+    live, presence = live_urls(refreshed.content.decode())
+    assert token_in(live) == issued
+    assert token_in(presence) == issued
+
+
+def test_a_room_opened_by_a_session_s_token_is_not_shared_by_caches(boards, alice):
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+
+    assert "private" in member.get(live)["Cache-Control"]
+    guest_live, _ = live_urls(Client().get("/board/lounge/", **PAGE_VIEW).content.decode())
+    assert "public" in Client().get(guest_live)["Cache-Control"]
+
+
+def test_a_viewer_logged_in_by_the_page_gets_a_token_of_the_new_session(boards, alice):
+    """A view that logs its visitor in gives the session a new key, which the browser sends
+    from the next request on: the page's tokens are bound to that one."""
+    member = Client()
+    member.force_login(alice)
+    session_key = member.session.session_key
+    assert session_key is not None
+    request = RequestFactory().get("/")
+    request.COOKIES["sessionid"] = "the-key-before-the-login-000"
+    request.session = member.session
+    assert check_token(
+        "board:lounge",
+        room_token("board:lounge", request),
+        request_with_session(session_key),
+        MAX_AGE,
+    )
+
+
+def test_a_page_is_told_to_renew_its_tokens_well_before_they_run_out():
+    assert room_tokens.renew_in(None, 3600, now=NOW) == 3540  # a minute before
+    assert room_tokens.renew_in(None, 60, now=NOW) == 45  # a quarter before
+    viewer = request_with_session()
+    assert check_token("t", room_token("t", viewer, now=NOW), viewer, 60, now=NOW + 30)
+    assert room_tokens.renew_in(viewer, 60, now=NOW + 30) == 15  # the refresh of an older page
+    assert room_tokens.renew_in(viewer, 60, now=NOW + 59) == 1

@@ -1,0 +1,1 @@
+"""Support for the tests: servers, topologies, stand-ins, and shared helpers."""
