@@ -38,10 +38,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
+from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.reading import dashboard, room_tokens, snapshots
-from whos_online.reading.visibility import is_staff, may_see_names, shows_names_to_everyone
+from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.recording import cookie as throttle
 from whos_online.recording import rooms
 from whos_online.recording import visits as recording

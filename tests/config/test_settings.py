@@ -10,10 +10,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
+from whos_online.config.audiences import is_authenticated, is_staff
 from whos_online.config.defaults import DEFAULT_BOT_USER_AGENTS, DEFAULTS
 from whos_online.config.settings import get_config
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.reading.visibility import is_authenticated, is_staff
 
 if TYPE_CHECKING:
     from whos_online.config.settings import Config

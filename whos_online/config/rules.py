@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from django.utils.module_loading import import_string
 
+from whos_online.config.audiences import NAME_AUDIENCES
 from whos_online.config.defaults import DEFAULTS, MAX_SHARDS
-from whos_online.reading.visibility import NAME_AUDIENCES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -25,9 +25,9 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 from django.utils.module_loading import import_string
 
+from whos_online.config.audiences import name_audience
 from whos_online.config.defaults import DEFAULTS
 from whos_online.config.validation import validate
-from whos_online.reading.visibility import name_audience
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -9,42 +9,14 @@ every session-based login), and never when names are shown to everyone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from django.contrib.auth.base_user import AbstractBaseUser
-    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-
-#: The named values of ``SHOW_NAMES_TO``; anything else is a dotted path or a callable.
-NAME_AUDIENCES: Final = ("staff", "authenticated", "everyone")
-
-
-def is_staff(user: AbstractBaseUser | AnonymousUser) -> bool:
-    return bool(user.is_active and getattr(user, "is_staff", False))
-
-
-def is_authenticated(user: AbstractBaseUser | AnonymousUser) -> bool:
-    return bool(user.is_authenticated)
-
-
-def name_audience(value: str | Callable[..., Any]) -> Any:
-    """The rule ``SHOW_NAMES_TO`` names; None means everyone, so that the user need not be
-    loaded to decide."""
-    if value == "everyone":
-        return None
-    if value == "staff":
-        return is_staff
-    if value == "authenticated":
-        return is_authenticated
-    return value if callable(value) else import_string(value)
 
 
 def may_see_names(request: HttpRequest | None, config: Config) -> bool:

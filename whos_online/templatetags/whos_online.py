@@ -28,9 +28,10 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
 from whos_online import api
+from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
 from whos_online.reading import room_tokens, snapshots, viewer
-from whos_online.reading.visibility import is_staff, may_see_names
+from whos_online.reading.visibility import may_see_names
 from whos_online.recording import rooms
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 from whos_online.views import presence_query, widget_query
