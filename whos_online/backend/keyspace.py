@@ -22,17 +22,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
-from django.dispatch import receiver
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-
-from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from redis.commands.core import Script
-
-    from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
 
 T = TypeVar("T")
@@ -120,12 +114,6 @@ def user_identity(pk: str) -> str:
     return f"u:{pk}"
 
 
-@functools.lru_cache(maxsize=64)
-def script(client: Client, source: str) -> Script:
-    # One Script per client and source keeps the SHA1 from being recomputed on every request.
-    return client.register_script(source)
-
-
 class PerConfig(Generic[T]):
     """A value derived from a ``Config``, built once and kept while the same Config is in use.
 
@@ -152,8 +140,3 @@ _layout_of: Final = PerConfig(layout)
 
 def text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-@receiver(config_changed, dispatch_uid="whos_online.backend.keyspace.reset")
-def reset(**kwargs: object) -> None:
-    script.cache_clear()

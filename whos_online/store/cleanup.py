@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
-from whos_online.store import lua
+from whos_online.store import lua, scripts
 from whos_online.store.keys import KINDS, ROOM_PREFIX, ROOMS_INDEX, ROOMS_WHERE, score
 
 if TYPE_CHECKING:
@@ -52,8 +52,11 @@ def prune_chunk(
     """Remove up to ``PRUNE_CHUNK_SIZE`` members of ``kind`` last seen before the window, from
     ``shard`` (by default the first of the configured layout)."""
     shard = keyspace.layout(config)[0] if shard is None else shard
-    removed = keyspace.script(client, lua.PRUNE_CHUNK)(
-        keys=[shard.key(kind)], args=[score(now - config.window), PRUNE_CHUNK_SIZE]
+    removed = scripts.call(
+        client,
+        lua.PRUNE_CHUNK,
+        [shard.key(kind)],
+        args=[score(now - config.window), PRUNE_CHUNK_SIZE],
     )
     return [keyspace.text(member) for member in removed]
 
@@ -78,8 +81,10 @@ def prune_rooms_page(
     A call per page, not per room: a flood of rooms with nobody left in them is what the index
     holds after a crawler walked the site's rooms, and costs a few microseconds each this way.
     """
-    next_cursor, removed, emptied, done = keyspace.script(client, lua.PRUNE_ROOMS)(
-        keys=[shard.key(ROOMS_INDEX), shard.key(ROOMS_WHERE)],
+    next_cursor, removed, emptied, done = scripts.call(
+        client,
+        lua.PRUNE_ROOMS,
+        [shard.key(ROOMS_INDEX), shard.key(ROOMS_WHERE)],
         args=[
             shard.key(ROOM_PREFIX),
             score(now - config.window),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
 from whos_online.flushing import hits
-from whos_online.store import lua
+from whos_online.store import lua, scripts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -114,8 +114,10 @@ def add(
     with ``batch``, (process token, batch number), only if that batch was not added before."""
     args = increment_args(amounts)
     if args[0]:
-        keyspace.script(client, lua.UPDATE_COUNTERS)(
-            keys=[known_key(config)],
+        scripts.call(
+            client,
+            lua.UPDATE_COUNTERS,
+            [known_key(config)],
             args=[
                 counter_prefix(config),
                 precisions_arg(config.counter_precisions),
@@ -270,12 +272,12 @@ def _delete(
     if dry_run:
         return len(stale)
     removed = 0
-    script = keyspace.script(client, lua.DELETE_SLICES)
     keys = [counter_prefix(config) + name_member, known_key(config)]
     # An empty call still runs, so that a HASH found empty is forgotten.
     for start in range(0, max(len(stale), 1), DELETE_CHUNK_SIZE):
         chunk = stale[start : start + DELETE_CHUNK_SIZE]
-        removed += int(script(keys=keys, args=[name_member, *chunk]))
+        slices = [keyspace.text(field) for field in chunk]
+        removed += int(scripts.call(client, lua.DELETE_SLICES, keys, [name_member, *slices]))
     return removed
 
 
@@ -283,8 +285,11 @@ def _drop(client: Client, config: Config, name_member: str, size: int, *, dry_ru
     if dry_run:
         return size
     return int(
-        keyspace.script(client, lua.DROP_COUNTER)(
-            keys=[counter_prefix(config) + name_member, known_key(config)], args=[name_member]
+        scripts.call(
+            client,
+            lua.DROP_COUNTER,
+            [counter_prefix(config) + name_member, known_key(config)],
+            args=[name_member],
         )
     )
 

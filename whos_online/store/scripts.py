@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from whos_online.backend import keyspace
 from whos_online.backend.connection import execute, is_cluster
 
 if TYPE_CHECKING:
@@ -21,7 +20,6 @@ if TYPE_CHECKING:
 
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
-    from redis.commands.core import Script
 
     from whos_online.backend.connection import Client
 
@@ -35,6 +33,13 @@ class ScriptCall:
     source: str
     keys: list[str]
     args: list[str | int | float]
+
+
+def call(
+    client: Client, source: str, keys: Sequence[str], args: Sequence[str | int | float]
+) -> Any:
+    """Run one script and return its reply (an error reply is raised): ``run`` for one call."""
+    return run(client, [ScriptCall(source, list(keys), list(args))])[0]
 
 
 def run(client: Client, calls: Sequence[ScriptCall]) -> list[Any]:
@@ -91,30 +96,30 @@ def _pipelined(
     """One pipeline of EVALSHAs for ``calls`` and the commands ``ask`` queues after them;
     scripts the server does not know yet are loaded and the pipeline is sent once more.
     Returns the calls' replies, the commands' replies, and what ``ask`` returned."""
-    scripts = [keyspace.script(client, call.source) for call in calls]
     for attempt in range(2):
         pipe = client.pipeline(transaction=False)
-        for script, call in zip(scripts, calls, strict=True):
-            pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        for one in calls:
+            pipe.evalsha(sha1_of(one.source), len(one.keys), *one.keys, *one.args)
         answer = ask(pipe)
         answered = list(pipe.execute(raise_on_error=False))
         written = answered[: len(calls)]
-        missing = _missing(scripts, written)
+        missing = _missing(calls, written)
         if not missing or attempt:
             break
-        for script in missing:
-            client.script_load(script.script)
+        for source in missing:
+            client.script_load(source)
     return written, answered[len(calls) :], answer
 
 
-def _missing(scripts: Sequence[Script], written: Sequence[Any]) -> list[Script]:
-    """The scripts whose calls failed because the server did not know them, each once."""
+def _missing(calls: Sequence[ScriptCall], written: Sequence[Any]) -> list[str]:
+    """The sources of the scripts whose calls failed because the server did not know them,
+    each once."""
     missing = {
-        script.sha: script
-        for script, reply in zip(scripts, written, strict=True)
+        one.source: None
+        for one, reply in zip(calls, written, strict=True)
         if isinstance(reply, NoScriptError)
     }
-    return list(missing.values())
+    return list(missing)
 
 
 def _nothing(pipe: Pipeline | ClusterPipeline) -> Callable[[list[Any]], None]:

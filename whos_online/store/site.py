@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from whos_online.backend import keyspace
-from whos_online.store import lua
+from whos_online.store import lua, scripts
 from whos_online.store.keys import peak_key, score, visitors_key
 from whos_online.store.record import recording_of
 
@@ -30,8 +30,10 @@ def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) ->
     shard (the cleanup command does so when a visit cannot: with several shards)."""
     fixed = recording_of(config)
     users = snapshot.visible + snapshot.hidden
-    keyspace.script(client, lua.SAMPLE)(
-        keys=list(fixed.site_keys[:2]),
+    scripts.call(
+        client,
+        lua.SAMPLE,
+        list(fixed.site_keys[:2]),
         args=[
             score(now),
             fixed.counter_prefix,
