@@ -474,7 +474,7 @@ def test_a_batch_is_added_once_however_often_it_is_sent(backend, counting):
     counters.add(client, config, amounts, batch=("token-a", 2))  # the next batch
 
     assert total(86400) == 15
-    assert 0 < admin_client().ttl("{whos_online}:hits-applied:token-a") <= hits.APPLIED_MEMORY
+    assert 0 < admin_client().ttl("{whos_online}:hits-applied:token-a") <= counters.APPLIED_MEMORY
 
 
 def test_hits_counted_while_a_batch_is_in_flight_wait_for_it(counting):

@@ -20,8 +20,8 @@ from whos_online.recording.identity import (
     guest_network,
     is_bot,
     normalize_ip,
-    utc_day,
 )
+from whos_online.store.keys import utc_day
 
 if TYPE_CHECKING:
     from django.http import HttpRequest

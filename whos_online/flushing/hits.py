@@ -40,10 +40,6 @@ LONGEST_WAIT: Final = 1.0
 #: second, so that an outage of any length keeps the total exact and the memory bounded.
 MAX_BUFFERED_SECONDS: Final = 3600
 
-#: Seconds Redis remembers the highest batch a process added (refreshed by each batch): far
-#: longer than a failed batch waits to be sent again, which is about ``FAILURE_BACKOFF``.
-APPLIED_MEMORY: Final = 86400
-
 
 @dataclass
 class Batch:

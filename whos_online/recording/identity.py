@@ -11,13 +11,13 @@ import base64
 import functools
 import hashlib
 import ipaddress
-from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.dispatch import receiver
 
 from whos_online.config.settings import config_changed
+from whos_online.store.keys import utc_day
 
 if TYPE_CHECKING:
     import re
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 #: Longest text that can be an address in any form a proxy writes (``[v6%zone]:port``).
 MAX_ADDRESS_LENGTH = 64
-EPOCH = date(1970, 1, 1)
 
 
 def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
@@ -83,17 +82,6 @@ def normalize_ip(candidate: str) -> str | None:
 
 def client_ip(request: HttpRequest, config: Config) -> str | None:
     return normalize_ip(forwarded_candidate(request, config.trusted_proxy_count))
-
-
-def utc_day(now: float) -> str:
-    """The UTC day of ``now`` as ISO text, as keys and pseudonyms are made from it."""
-    return _day_text(int(now // 86400))
-
-
-@functools.lru_cache(maxsize=4)
-def _day_text(day_number: int) -> str:
-    # Worked out once a day rather than through a datetime up to three times per recorded visit.
-    return (EPOCH + timedelta(days=day_number)).isoformat()
 
 
 @functools.lru_cache(maxsize=4)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
-from whos_online.flushing import hits
 from whos_online.store import lua, scripts
 
 if TYPE_CHECKING:
@@ -127,6 +126,12 @@ def add(
         )
 
 
+#: Seconds Redis remembers the highest batch of page hits a process added (refreshed by each
+#: batch): far longer than a failed batch waits to be sent again, which is about
+#: ``FAILURE_BACKOFF``.
+APPLIED_MEMORY: Final = 86400
+
+
 def applied_key(config: Config, token: str) -> str:
     """The key that remembers the highest batch of page hits the process ``token`` added."""
     return keyspace.key(config, f"hits-applied:{token}")
@@ -138,7 +143,7 @@ def batch_args(config: Config, batch: tuple[str, int] | None) -> list[str | int]
     if batch is None:
         return ["", 0, 0]
     token, number = batch
-    return [applied_key(config, token), number, hits.APPLIED_MEMORY]
+    return [applied_key(config, token), number, APPLIED_MEMORY]
 
 
 def get(client: Client, config: Config, name: str, precision: int) -> list[tuple[int, int]]:

@@ -8,13 +8,13 @@ names keys the same way.
 
 from __future__ import annotations
 
+import functools
+from datetime import date, timedelta
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
 
 if TYPE_CHECKING:
-    from datetime import date
-
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
 
@@ -128,3 +128,18 @@ def forget_layout(client: Client, config: Config, shards: int) -> None:
         for shard in keyspace.layout(config, shards):
             pipe.delete(epoch_key(shard))
     pipe.execute()
+
+
+#: The first UTC day of Unix time: day numbers count from it.
+_DAY_ZERO: Final = date(1970, 1, 1)
+
+
+def utc_day(now: float) -> str:
+    """The UTC day of ``now`` as ISO text, as keys and pseudonyms are made from it."""
+    return _day_text(int(now // 86400))
+
+
+@functools.lru_cache(maxsize=4)
+def _day_text(day_number: int) -> str:
+    # Worked out once a day rather than through a datetime up to three times per recorded visit.
+    return (_DAY_ZERO + timedelta(days=day_number)).isoformat()

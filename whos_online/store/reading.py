@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from whos_online.backend import keyspace
-from whos_online.recording import identity
 from whos_online.store import lua
 from whos_online.store.keys import (
     KINDS,
@@ -20,6 +19,7 @@ from whos_online.store.keys import (
     peak_key,
     room_key,
     score,
+    utc_day,
     visitors_key,
 )
 from whos_online.store.results import OnlineCounts, Snapshot
@@ -41,7 +41,7 @@ def snapshot_call(
         keys = [*(room_key(shard, room, kind) for kind in KINDS), epoch_key(shard)]
     else:
         keys = [*(shard.key(kind) for kind in KINDS), epoch_key(shard)]
-        keys.append(visitors_key(shard, identity.utc_day(now)))
+        keys.append(visitors_key(shard, utc_day(now)))
         if shard.is_base:
             keys.append(peak_key(config))
     args: list[str | int | float] = [

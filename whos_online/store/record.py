@@ -18,7 +18,6 @@ from django.dispatch import receiver
 
 from whos_online.backend import keyspace
 from whos_online.config.settings import config_changed
-from whos_online.recording import identity
 from whos_online.store import counters, lua
 from whos_online.store.keys import (
     GONE_PREFIX,
@@ -31,6 +30,7 @@ from whos_online.store.keys import (
     member_shard,
     peak_key,
     score,
+    utc_day,
     visitors_key,
 )
 from whos_online.store.presence import LEAVE_GRACE
@@ -393,7 +393,7 @@ recording_of: Final = keyspace.PerConfig(_recording)
 
 @functools.lru_cache(maxsize=64)
 def _day_visitors_key(shard: keyspace.Shard, day_number: int) -> str:
-    return visitors_key(shard, identity.utc_day(day_number * 86400))
+    return visitors_key(shard, utc_day(day_number * 86400))
 
 
 class _SamplingSeconds:
