@@ -33,9 +33,10 @@ from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import RoomLeave, VisitQueue
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import cookie as throttle
-from whos_online.recording import logins, rooms
+from whos_online.recording import logins
 from whos_online.recording import visits as recording
 from whos_online.store import epochs, users
+from whos_online.store.record import GO, KEEP, STAY
 
 ROOT = Path(__file__).resolve().parents[2]
 COOKIE = throttle.COOKIE_NAME
@@ -155,11 +156,11 @@ def test_two_visits_of_one_person_become_their_latest(r, queued):
 @pytest.mark.parametrize(
     ("moves", "room"),
     [
-        ([("a", rooms.GO), ("b", rooms.GO), ("a", rooms.GO)], "a"),
-        ([("a", rooms.GO), ("", rooms.KEEP)], "a"),  # the page's own fetch after its page view
-        ([("a", rooms.GO), ("b", rooms.STAY)], "a"),  # another tab's word: the page view wins
-        ([("a", rooms.GO), ("", rooms.GO)], ""),  # a page in no room
-        ([("a", rooms.STAY)], "a"),
+        ([("a", GO), ("b", GO), ("a", GO)], "a"),
+        ([("a", GO), ("", KEEP)], "a"),  # the page's own fetch after its page view
+        ([("a", GO), ("b", STAY)], "a"),  # another tab's word: the page view wins
+        ([("a", GO), ("", GO)], ""),  # a page in no room
+        ([("a", STAY)], "a"),
     ],
     ids=["a-b-a", "go-keep", "go-stay", "go-out", "stay"],
 )

@@ -19,8 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
-from whos_online.recording import rooms
-from whos_online.store.record import Visit, person
+from whos_online.store.record import GO, KEEP, STAY, Visit, person
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -55,9 +54,7 @@ def merge(earlier: Visit, later: Visit) -> Visit:
     them in as the later one's mode says (a request that is not a page view leaves the person in
     the room of the page view before it; a page's "still here" does not undo a later page)."""
     room, mode = later.room, later.room_mode
-    if mode == rooms.KEEP or (
-        mode == rooms.STAY and earlier.room_mode == rooms.GO and earlier.room != later.room
-    ):
+    if mode == KEEP or (mode == STAY and earlier.room_mode == GO and earlier.room != later.room):
         room, mode = earlier.room, earlier.room_mode
     return replace(
         later,

@@ -25,18 +25,12 @@ from django.dispatch import receiver
 
 from whos_online.config.settings import config_changed, get_config
 from whos_online.reading import room_tokens
+from whos_online.store.record import GO, KEEP, STAY
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-
-#: How a recorded visit places its person, by ``Placement.mode``: into its room (out of theirs
-#: for a visit in none), a page view's; wherever they are, any other request's; into its room
-#: unless they are in another, a page's own "still here" (``views.presence``).
-GO: Final = "go"
-KEEP: Final = "keep"
-STAY: Final = "stay"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from whos_online.recording import cookie as throttle
 from whos_online.recording import identity, rooms
 from whos_online.recording.cookie import recent
 from whos_online.store import epochs, users
-from whos_online.store.record import Visit
+from whos_online.store.record import GO, STAY, Visit
 from whos_online.store.results import as_timestamp
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def user_visit(
     *,
     former_guest: str = "",
     room: str = "",
-    room_mode: str = rooms.GO,
+    room_mode: str = GO,
 ) -> Visit:
     pk = details.pk
     return Visit(
@@ -104,7 +104,7 @@ def member_visit(
     *,
     former_user: str = "",
     room: str = "",
-    room_mode: str = rooms.GO,
+    room_mode: str = GO,
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
@@ -313,12 +313,12 @@ def _spared(
     write puts them where their latest page is.
     """
     cookie = throttle.on_request(request)
-    if placement.mode == rooms.GO:
+    if placement.mode == GO:
         tag = rooms.room_tag(placement.room)
     elif cookie is not None:
         # Not a page view: the visitor stays where their browser's latest page view put them.
         tag = cookie.room
-    elif placement.mode == rooms.STAY:
+    elif placement.mode == STAY:
         # Where they most likely end up; leaving it again is checked against Redis anyway.
         tag = rooms.room_tag(placement.room)
     else:
@@ -344,7 +344,7 @@ def _memory_spares(remembered: str, placement: rooms.Placement, tag: str, config
     """Whether a visitor this process wrote within THROTTLE, in the room of tag ``remembered``,
     needs no write for this visit: one that places them nowhere new, or a page view in the same
     room on a site that uses no rooms (see ``_spared``)."""
-    if placement.mode != rooms.GO:
+    if placement.mode != GO:
         return True
     return remembered == tag and not rooms.in_use(config)
 

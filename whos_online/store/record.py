@@ -90,6 +90,14 @@ ENTRY_FIELDS: Final = len(ENTRY_ARGUMENTS)
 MAX_ENTRIES_PER_CALL: Final = 500
 
 
+#: How a visit places its person (``Visit.room_mode``): into its room (out of theirs for a
+#: visit in none), a page view's; wherever they are, any other request's; into its room unless
+#: they are in another, a page's own "still here" (``views.presence``).
+GO: Final = "go"
+KEEP: Final = "keep"
+STAY: Final = "stay"
+
+
 @dataclass(frozen=True)
 class Visit:
     """One visit to record.
@@ -109,8 +117,8 @@ class Visit:
     visitor: str = ""
     #: The room the visit is in ("" for none: the visitor leaves the room they were in).
     room: str = ""
-    #: How the visit places the visitor (``rooms.GO``, ``KEEP`` or ``STAY``).
-    room_mode: str = "go"
+    #: How the visit places the visitor (``GO``, ``KEEP`` or ``STAY``).
+    room_mode: str = GO
 
     @property
     def joined(self) -> str:
