@@ -250,7 +250,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     """
     pk = pk_text(user)
     recent.forget([f"u:{pk}"])
-    flushing.flusher().queue.forget(f"u:{pk}")
+    flushing.flusher().forget([f"u:{pk}"])
     now = time.time()
 
     def erase(client: Client, config: Config) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from whos_online import api
+from whos_online.reading import snapshots
 from whos_online.recording import logins
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ def remove_logout(
     **kwargs: Any,
 ) -> None:
     logins.user_logged_out(user, request)
+    # What this process last read still lists them: the next page it renders reads again.
+    snapshots.invalidate()
 
 
 def forget_deleted_user(sender: object, instance: AbstractBaseUser, **kwargs: Any) -> None:

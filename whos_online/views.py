@@ -116,8 +116,8 @@ def _poll_cache_control(
 
 
 def _room_refused(request: HttpRequest, room: str, config: Config) -> HttpResponse | None:
-    """A 403 for a reader who may not see who is in ``room`` (see ``rooms.may_read``)."""
-    if not room or rooms.may_read(request, room, config):
+    """A 403 for a reader who may not see who is in ``room`` (see ``room_tokens.may_read``)."""
+    if not room or room_tokens.may_read(request, room, config):
         return None
     return HttpResponseForbidden(
         "This room is shown only with the token of a page that shows it.",

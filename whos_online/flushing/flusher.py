@@ -42,7 +42,7 @@ from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, hits
-from whos_online.flushing.jobs import FlushJobs
+from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.store import counters, epochs
 
@@ -320,6 +320,16 @@ class Flusher:
 
     def pending(self) -> bool:
         return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))
+
+    def add_job(self, job: Job) -> bool:
+        """Hold ``job`` for the next flush, which runs it before the queue (``jobs``); False when
+        too many wait already (it is dropped, and the log says so once)."""
+        return self.jobs.add(job)
+
+    def may_hold_other_layouts(self) -> bool:
+        """Whether the site may keep data in a layout of another ``SHARDS``, as the base shard's
+        last batch said (until one has, assumed so)."""
+        return self.layouts_in_use
 
     def forget(self, persons: Iterable[str]) -> None:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,

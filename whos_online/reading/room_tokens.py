@@ -38,6 +38,8 @@ from django.utils.crypto import constant_time_compare
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
+    from whos_online.config.settings import Config
+
 #: The attribute on which a view notes when the token a request carried was issued, so that the
 #: tokens its answer hands back are of the same age (see the module's docstring).
 ISSUED_ATTRIBUTE: Final = "_whos_online_token_issued"
@@ -136,3 +138,12 @@ def _base36(number: int) -> str:
         number, digit = divmod(number, 36)
         digits.append(_DIGITS[digit])
     return "".join(reversed(digits))
+
+
+def may_read(request: HttpRequest, room: str, config: Config) -> bool:
+    """Whether ``request`` may see who is in ``room``: ``ROOM_ACCESS`` decides where the site set
+    it; otherwise the request must carry a token of the room for its viewer (``?token=``)."""
+    if config.room_access is not None:
+        return bool(config.room_access(request, room))
+    token = request.GET.get("token", "")
+    return check_token(room, token, request, config.room_token_max_age)

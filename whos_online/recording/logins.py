@@ -16,7 +16,6 @@ from whos_online import store
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.jobs import Job
-from whos_online.reading import snapshots
 from whos_online.recording import visits as recording
 from whos_online.recording.cookie import recent
 from whos_online.store import users
@@ -65,14 +64,14 @@ def user_logged_out(
     now = time.time()
     guest = None if request is None else recording.guest_of(request, config, now)
     if guest is None:
-        flushing.flusher().jobs.add(
+        flushing.flusher().add_job(
             Job(
                 lambda client, config: store.presence.remove_user(client, config, pk, now=now),
                 store.keys.user_shard(config, pk),
             )
         )
-    if config.shards != 1 or flushing.flusher().layouts_in_use:
-        flushing.flusher().jobs.add(
+    if config.shards != 1 or flushing.flusher().may_hold_other_layouts():
+        flushing.flusher().add_job(
             Job(lambda client, config: _leave_other_layouts(client, config, pk, now))
         )
     if guest is None:
@@ -80,7 +79,6 @@ def user_logged_out(
     else:
         kind, member = guest
         recording.record_soon(config, recording.member_visit(kind, member, now, former_user=pk))
-    snapshots.invalidate()
 
 
 def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) -> None:

@@ -24,7 +24,6 @@ from django.conf import settings
 from django.dispatch import receiver
 
 from whos_online.config.settings import config_changed, get_config
-from whos_online.reading import room_tokens
 from whos_online.store.record import GO, KEEP, STAY
 
 if TYPE_CHECKING:
@@ -139,16 +138,6 @@ def room_by_url(request: HttpRequest, config: Config) -> str:
         return check_room(pattern.format(**match.kwargs))
     except (KeyError, IndexError, ValueError, AttributeError):
         return ""
-
-
-def may_read(request: HttpRequest, room: str, config: Config) -> bool:
-    """Whether ``request`` may see who is in ``room``: ``ROOM_ACCESS`` decides where the site set
-    it; otherwise the request must carry a token of the room for its viewer (``?token=``, see
-    ``room_tokens``)."""
-    if config.room_access is not None:
-        return bool(config.room_access(request, room))
-    token = request.GET.get("token", "")
-    return room_tokens.check_token(room, token, request, config.room_token_max_age)
 
 
 def room_tag(room: str) -> str:
