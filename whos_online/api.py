@@ -13,7 +13,7 @@ import time
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from whos_online import store
+from whos_online import signals, store
 from whos_online.backend import connection
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
@@ -24,8 +24,7 @@ from whos_online.recording import identity, rooms
 from whos_online.recording import visits as recording
 from whos_online.recording.cookie import recent
 from whos_online.recording.rooms import set_room
-from whos_online.store import counters
-from whos_online.store.pruning import prune
+from whos_online.store import counters, pruning
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -306,6 +305,21 @@ def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
         )
         raise ValueError(msg)
     return connection.call([], lambda client, config: counters.get(client, config, name, precision))
+
+
+def prune(now: float | datetime | None = None) -> int:
+    """Remove everyone last seen before the window, from the site and from the rooms; returns how
+    many members left the site's sets. The users among them are sent with
+    ``users_went_offline``."""
+    timestamp = as_timestamp(now)
+    gone = signals.reporter(prune)
+
+    def prune_all(client: Client, config: Config) -> int:
+        removed = pruning.prune_with(client, config, now=timestamp, on_gone=gone)
+        pruning.prune_rooms(client, config, now=timestamp)
+        return sum(removed.values())
+
+    return connection.call(0, prune_all, writes=True)
 
 
 def clean_counters(now: float | datetime | None = None) -> int:

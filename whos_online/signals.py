@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.dispatch import Signal
+
+from whos_online.recording.cookie import recent
+from whos_online.store.users import pk_values
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: Sent by the cleanup (``prune``) with ``user_ids``: primary keys of the users it took off the
 #: online list because they were last seen before the window. Sent once per chunk of removals.
 users_went_offline = Signal()
+
+
+def reporter(sender: object) -> Callable[[str, list[str]], None]:
+    """What hears of the members a prune took off the online sets, a chunk at a time: this
+    process forgets that it recorded them (so that their next visit is written), and
+    ``users_went_offline`` tells the site of the users, from ``sender``."""
+
+    def gone(kind: str, members: list[str]) -> None:
+        is_user = kind in {"users", "hidden"}
+        recent.forget(f"{'u' if is_user else kind}:{member}" for member in members)
+        if is_user:
+            users_went_offline.send(sender=sender, user_ids=pk_values(members))
+
+    return gone

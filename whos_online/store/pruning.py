@@ -1,41 +1,28 @@
 """Removing people gone from the online sets, in chunks, and what the cleanup command keeps.
 
-Used by the cleanup command with its patient client, letting Redis errors propagate, and by
-``prune`` behind the breaker: the API function, which ``whos_online.api`` re-exports, and the
-sender of ``users_went_offline`` whoever prunes. The signal is sent once per chunk, so a huge
-prune never holds every id at once.
+Used by the cleanup command with its patient client, letting Redis errors propagate, and by the
+API's ``prune`` behind the breaker. Who went is handed to ``on_gone`` once per chunk, so that a
+huge prune never holds every id at once: the callers forget them in the process's memory of
+recent visitors and send ``users_went_offline`` (``whos_online.signals.reporter``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from whos_online import signals, store
-from whos_online.backend import connection, keyspace
-from whos_online.recording.cookie import recent
-from whos_online.store.results import as_timestamp
-from whos_online.store.users import pk_values
+from whos_online import store
+from whos_online.backend import keyspace
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
+
+    #: Called with a kind of member ("users", "hidden", "guests", "bots") and those of that kind
+    #: a chunk took off the online sets.
+    OnGone = Callable[[str, list[str]], object]
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
     from whos_online.store.results import Snapshot
-
-
-def prune(now: float | datetime | None = None) -> int:
-    """Remove everyone last seen before the window, from the site and from the rooms; returns how
-    many members left the site's sets."""
-    timestamp = as_timestamp(now)
-
-    def prune_all(client: Client, config: Config) -> int:
-        removed = prune_with(client, config, now=timestamp)
-        prune_rooms(client, config, now=timestamp)
-        return sum(removed.values())
-
-    return connection.call(0, prune_all, writes=True)
 
 
 def prune_with(
@@ -43,12 +30,14 @@ def prune_with(
     config: Config,
     *,
     now: float,
+    on_gone: OnGone | None = None,
     between_chunks: Callable[[], object] | None = None,
 ) -> dict[str, int]:
     """Prune the configured layout in chunks; returns how many members of each kind went.
 
-    ``between_chunks`` is called after each chunk and its signal: the command extends its lock
-    there, and stops there when asked to, so that no removed user goes unreported.
+    ``on_gone`` hears of each chunk's removals; ``between_chunks`` is called after each chunk
+    and its report: the command extends its lock there, and stops there when asked to, so that
+    no removed user goes unreported.
     """
     removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
     _prune_layout(
@@ -57,6 +46,7 @@ def prune_with(
         keyspace.layout(config),
         now=now,
         removed_by_kind=removed_by_kind,
+        on_gone=on_gone,
         between_chunks=between_chunks,
     )
     return removed_by_kind
@@ -69,7 +59,7 @@ def _prune_layout(
     *,
     now: float,
     removed_by_kind: dict[str, int],
-    current: bool = True,
+    on_gone: OnGone | None = None,
     between_chunks: Callable[[], object] | None = None,
 ) -> None:
     for shard in layout:
@@ -81,7 +71,7 @@ def _prune_layout(
                 kind,
                 now=now,
                 removed_by_kind=removed_by_kind,
-                current=current,
+                on_gone=on_gone,
                 between_chunks=between_chunks,
             )
 
@@ -94,19 +84,15 @@ def _prune_set(
     *,
     now: float,
     removed_by_kind: dict[str, int],
-    current: bool = True,
+    on_gone: OnGone | None = None,
     between_chunks: Callable[[], object] | None = None,
 ) -> None:
-    """Prune one set in chunks. Only the ``current`` layout's removals are news: a member left
-    in an old layout is online in the new one, or was already reported by the earlier runs."""
+    """Prune one set in chunks, each reported to ``on_gone``."""
     while True:
         removed = store.cleanup.prune_chunk(client, config, kind, now=now, shard=shard)
         removed_by_kind[kind] += len(removed)
-        is_user = kind in {"users", "hidden"}
-        if current:
-            recent.forget(f"{'u' if is_user else kind}:{member}" for member in removed)
-            if is_user and removed:
-                signals.users_went_offline.send(sender=prune, user_ids=pk_values(removed))
+        if on_gone is not None and removed:
+            on_gone(kind, removed)
         if between_chunks is not None:
             between_chunks()
         if len(removed) < store.cleanup.PRUNE_CHUNK_SIZE:
@@ -125,7 +111,8 @@ def prune_old_layouts(
 
     Nobody reads an old layout, so its members are not counted; they are pruned like the current
     ones, once stale, rather than all at once, so that a process still running with the old
-    setting during a deploy loses nobody.
+    setting during a deploy loses nobody. Nor are they reported: a member left in an old layout
+    is online in the new one, or was already reported by the earlier runs.
     """
     removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
     old = store.keys.layouts_seen(client, config)[1:]
@@ -137,7 +124,6 @@ def prune_old_layouts(
             old_layout,
             now=now,
             removed_by_kind=removed_by_kind,
-            current=False,
             between_chunks=between_chunks,
         )
         prune_rooms(client, config, now=now, between_chunks=between_chunks, layout=old_layout)

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
-from whos_online import store
+from whos_online import api, signals, store
 from whos_online.backend.connection import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
 from whos_online.store import counters, pruning
@@ -151,7 +151,10 @@ class Command(BaseCommand):
                 return
             between = self.between_chunks(lock)
             try:
-                removed = pruning.prune_with(client, config, now=now, between_chunks=between)
+                reported = signals.reporter(api.prune)
+                removed = pruning.prune_with(
+                    client, config, now=now, on_gone=reported, between_chunks=between
+                )
                 self.report(removed, now, "Removed")
                 left = pruning.prune_old_layouts(client, config, now=now, between_chunks=between)
                 if any(left.values()):
