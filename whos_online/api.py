@@ -25,6 +25,7 @@ from whos_online.recording import visits as recording
 from whos_online.recording.cookie import recent
 from whos_online.recording.rooms import set_room
 from whos_online.store import counters, pruning
+from whos_online.store.people import user_person_key
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -248,8 +249,8 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     caller can retry: an erasure must not be silently skipped.
     """
     pk = pk_text(user)
-    recent.forget([f"u:{pk}"])
-    flushing.flusher().forget([f"u:{pk}"])
+    recent.forget([user_person_key(pk)])
+    flushing.flusher().forget([user_person_key(pk)])
     now = time.time()
 
     def erase(client: Client, config: Config) -> bool:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from django.dispatch import Signal
 
 from whos_online.recording.cookie import recent
+from whos_online.store.people import USER_KINDS, person_key
 from whos_online.store.users import pk_values
 
 if TYPE_CHECKING:
@@ -23,9 +24,8 @@ def reporter(sender: object) -> Callable[[str, list[str]], None]:
     ``users_went_offline`` tells the site of the users, from ``sender``."""
 
     def gone(kind: str, members: list[str]) -> None:
-        is_user = kind in {"users", "hidden"}
-        recent.forget(f"{'u' if is_user else kind}:{member}" for member in members)
-        if is_user:
+        recent.forget(person_key(kind, member) for member in members)
+        if kind in USER_KINDS:
             users_went_offline.send(sender=sender, user_ids=pk_values(members))
 
     return gone

@@ -110,10 +110,6 @@ def bucket(identity: str, count: int) -> int:
     return int.from_bytes(digest, "big") % count
 
 
-def user_identity(pk: str) -> str:
-    return f"u:{pk}"
-
-
 class PerConfig(Generic[T]):
     """A value derived from a ``Config``, built once and kept while the same Config is in use.
 

@@ -19,7 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
-from whos_online.store.record import GO, KEEP, STAY, Visit, person
+from whos_online.store.people import person_key
+from whos_online.store.record import GO, KEEP, STAY, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,7 +43,7 @@ class RoomLeave:
 
     @property
     def person(self) -> str:
-        return person(self.kind, self.member)
+        return person_key(self.kind, self.member)
 
 
 Item = Visit | RoomLeave

@@ -19,6 +19,7 @@ from whos_online.flushing.jobs import Job
 from whos_online.recording import visits as recording
 from whos_online.recording.cookie import recent
 from whos_online.store import users
+from whos_online.store.people import former_guest_keys, user_person_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -39,7 +40,7 @@ def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
     details = users.details(user, config)
     recording.record_soon(config, recording.user_visit(details, now, former_guest=former))
     if former:
-        recent.forget([f"guests:{former}", f"bots:{former}"])
+        recent.forget(former_guest_keys(former))
 
 
 def user_logged_out(
@@ -58,8 +59,8 @@ def user_logged_out(
     if user is None or not user.is_authenticated:
         return
     pk = users.pk_text(user)
-    recent.forget([f"u:{pk}"])
-    flushing.flusher().forget([f"u:{pk}"])
+    recent.forget([user_person_key(pk)])
+    flushing.flusher().forget([user_person_key(pk)])
     config = get_config()
     now = time.time()
     guest = None if request is None else recording.guest_of(request, config, now)

@@ -28,6 +28,7 @@ from whos_online.recording import cookie as throttle
 from whos_online.recording import identity, rooms
 from whos_online.recording.cookie import recent
 from whos_online.store import epochs, users
+from whos_online.store.people import former_guest_keys, user_person_key
 from whos_online.store.record import GO, STAY, Visit
 from whos_online.store.results import as_timestamp
 
@@ -91,7 +92,7 @@ def user_visit(
         now=timestamp,
         user=details,
         former=former_guest,
-        visitor=identity.visitor_id(f"u:{pk}", timestamp),
+        visitor=identity.visitor_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
     )
@@ -144,7 +145,7 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
     tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
     recent.remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
     if visit.former and visit.kind == "users":
-        recent.forget([f"guests:{visit.former}", f"bots:{visit.former}"])
+        recent.forget(former_guest_keys(visit.former))
 
 
 def record_soon(config: Config, visit: Visit) -> None:

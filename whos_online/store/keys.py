@@ -13,6 +13,7 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
+from whos_online.store.people import USER_KINDS, user_person_key
 
 if TYPE_CHECKING:
     from whos_online.backend.connection import Client
@@ -62,19 +63,14 @@ def score(now: float) -> str:
 
 
 def user_shard(config: Config, pk: str) -> keyspace.Shard:
-    return keyspace.shard_of(config, keyspace.user_identity(pk))
+    return keyspace.shard_of(config, user_person_key(pk))
 
 
 def member_shard(config: Config, kind: str, member: str) -> keyspace.Shard:
     """The shard of a member of ``kind``'s set: users by their pk, guests and bots by member."""
-    if kind in {"users", "hidden"}:
+    if kind in USER_KINDS:
         return user_shard(config, member)
     return keyspace.shard_of(config, member)
-
-
-def place(kind: str, member: str) -> str:
-    """A person's field in the HASH of who is in which room: users by pk, whether hidden or not."""
-    return f"u:{member}" if kind in {"users", "hidden"} else f"{kind}:{member}"
 
 
 def peak_key(config: Config) -> str:

@@ -18,11 +18,11 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_WHERE,
     gone_key,
-    place,
     score,
     user_key,
     user_shard,
 )
+from whos_online.store.people import user_person_key
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def remove_user(
     ``shards`` names another layout than the configured one (the cleanup's old layouts, an
     erasure's).
     """
-    shard = _shard_in(config, keyspace.user_identity(pk), shards)
+    shard = _shard_in(config, user_person_key(pk), shards)
     keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE), gone_key(shard, pk)]
     mark_lives = config.window
     if erase:
@@ -71,7 +71,7 @@ def remove_user(
         shard.key(ROOM_PREFIX),
         score(now),
         mark_lives,
-        place("users", pk),
+        user_person_key(pk),
     ]
     run(client, [ScriptCall(lua.LEAVE, keys, arguments)])
 

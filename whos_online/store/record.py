@@ -33,6 +33,7 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
+from whos_online.store.people import person_key
 from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.scripts import ScriptCall, run
 
@@ -130,12 +131,7 @@ class Visit:
     @property
     def person(self) -> str:
         """Who the visit is of, the same whichever set a user is in (``u:<pk>``)."""
-        return person(self.kind, self.member)
-
-
-def person(kind: str, member: str) -> str:
-    """A person as the queue and the process's memory name them: users by pk, hidden or not."""
-    return f"u:{member}" if kind in {"users", "hidden"} else f"{kind}:{member}"
+        return person_key(self.kind, self.member)
 
 
 @dataclass(frozen=True)
