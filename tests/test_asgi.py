@@ -16,7 +16,7 @@ from django.test import AsyncClient
 import whos_online
 from tests.support.helpers import configure, guest, log_in_quietly, members
 from whos_online.recording import cookie as throttle
-from whos_online.recording import visits as recording
+from whos_online.recording import recorder
 
 COOKIE = throttle.COOKIE_NAME
 
@@ -33,7 +33,7 @@ def queued(settings, monkeypatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("recorded through sync_to_async")
 
-    monkeypatch.setattr(recording, "sync_to_async", refuse)
+    monkeypatch.setattr(recorder, "sync_to_async", refuse)
 
 
 def test_a_guest_is_queued_on_the_event_loop(r, queued, redis_calls):

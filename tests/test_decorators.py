@@ -9,9 +9,10 @@ from django.test import AsyncClient
 from tests.support.helpers import client_of, configure, members
 from tests.urls import async_poll, poll
 from whos_online import middleware
-from whos_online.decorators import ATTRIBUTE, not_recorded
+from whos_online.decorators import not_recorded
 from whos_online.flushing import hits
 from whos_online.recording.cookie import COOKIE_NAME
+from whos_online.recording.state import VIEW_ATTRIBUTE as ATTRIBUTE
 
 
 @pytest.fixture

@@ -9,19 +9,17 @@ that a CDN could not cache the response) and count a page view that nobody made.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
+
+from whos_online.recording.rooms import set_room
+from whos_online.recording.state import VIEW_ATTRIBUTE, state_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from django.http import HttpRequest
-
-#: The attribute the middleware looks for on ``request.resolver_match.func``.
-ATTRIBUTE: Final = "whos_online_not_recorded"
-#: The attribute ``mark_not_recorded`` sets on one request.
-REQUEST_ATTRIBUTE: Final = "_whos_online_not_recorded"
 
 ViewT = TypeVar("ViewT", bound="Callable[..., object]")
 
@@ -32,26 +30,13 @@ def not_recorded(view: ViewT) -> ViewT:
     The view itself is returned, not a wrapper, so that async views stay coroutine functions. For
     a class-based view, decorate the result of ``as_view()``.
     """
-    setattr(view, ATTRIBUTE, True)
+    setattr(view, VIEW_ATTRIBUTE, True)
     return view
 
 
 def mark_not_recorded(request: HttpRequest) -> None:
     """Leave this one request alone, as if its view were marked ``not_recorded``."""
-    setattr(request, REQUEST_ATTRIBUTE, True)
-
-
-def is_not_recorded(request: HttpRequest) -> bool:
-    """Whether the view that served ``request`` was marked with ``not_recorded`` (or marked the
-    request itself, with ``mark_not_recorded``).
-
-    Read after the view, from the URL resolution Django stored on the request: a request that
-    resolved to no view (a 404) is an ordinary visit.
-    """
-    if getattr(request, REQUEST_ATTRIBUTE, False) is True:
-        return True
-    match = request.resolver_match
-    return match is not None and getattr(match.func, ATTRIBUTE, False) is True
+    state_of(request).not_recorded = True
 
 
 def in_room(pattern: str) -> Callable[[ViewT], ViewT]:
@@ -63,8 +48,6 @@ def in_room(pattern: str) -> Callable[[ViewT], ViewT]:
     """
 
     def decorate(view: ViewT) -> ViewT:
-        from whos_online.recording.rooms import set_room
-
         if iscoroutinefunction(view):
 
             @functools.wraps(view)

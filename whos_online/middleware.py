@@ -19,18 +19,18 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
 from whos_online.config.settings import Config, get_config
-from whos_online.decorators import is_not_recorded
-from whos_online.reading import snapshots
 from whos_online.recording import cookie as throttle
-from whos_online.recording import identity, pageviews, rooms
+from whos_online.recording import pageviews, recorder, rooms
 from whos_online.recording import visits as recording
+from whos_online.recording.state import RequestState, is_not_recorded, state_of
 from whos_online.store import epochs
+from whos_online.store.record import STAYS_PUT, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
     from django.http.response import HttpResponseBase
 
-    from whos_online.recording.visits import Recorded
+    from whos_online.recording.recorder import Recorded
 
 
 class WhosOnlineMiddleware:
@@ -62,7 +62,7 @@ class WhosOnlineMiddleware:
         if decision:
             placement = after_view(request, response, config, now, decision)
             if placement is not None:
-                recorded = recording.record_request(request, config, now, placement)
+                recorded = recorder.record_request(request, config, now, placement)
                 hand_out_cookie(request, response, config, recorded)
         return response
 
@@ -76,7 +76,7 @@ class WhosOnlineMiddleware:
         if decision:
             placement = after_view(request, result, config, now, decision)
             if placement is not None:
-                recorded = await recording.arecord_request(request, config, now, placement)
+                recorded = await recorder.arecord_request(request, config, now, placement)
                 hand_out_cookie(request, result, config, recorded)
         return result
 
@@ -92,20 +92,22 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
     RECORD. Whether the request moves its person to another room is left for after it.
 
-    The throttle cookie is noted on the request (``throttle.on_request``), for after the view and
-    for the template tags, which count the viewer in when it says they are not online yet."""
+    The throttle cookie is noted on the request's state, for after the view and for the
+    template tags, which count the viewer in when it says they are not online yet."""
     path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return IGNORE
-    binding = _binding_before_view(request, config)
+    state = state_of(request)
+    state.seen = True
+    binding = _binding_before_view(request, state, config)
     cookie = throttle.read_cookie(
         request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
     )
-    throttle.note_on_request(request, cookie)
+    state.cookie = cookie
     if cookie is None:
         return RECORD
     if cookie.arrived:
-        snapshots.note_recorded(request, cookie.expiry - config.throttle)
+        state.recorded_at = cookie.expiry - config.throttle
     if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config):
         return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
     return THROTTLED
@@ -113,7 +115,7 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
 
 def after_view(
     request: HttpRequest, response: HttpResponseBase, config: Config, now: float, decision: int
-) -> rooms.Placement | None:
+) -> Placement | None:
     """Where to record the request's person, or None to write nothing; counts the page hit of a
     page view (in memory, no Redis call). Called unless the path is ignored.
 
@@ -125,11 +127,12 @@ def after_view(
     """
     page_view = pageviews.is_page_view(request, response)
     if page_view:
-        placement = rooms.Placement(rooms.room_of(request))
+        placement = Placement(rooms.room_of(request))
     else:
-        placement = rooms.stay_of(request) or rooms.STAYS_PUT
+        placement = rooms.stay_of(request) or STAYS_PUT
+    state = state_of(request)
     if decision == THROTTLED:
-        cookie = throttle.on_request(request)
+        cookie = state.cookie
         assert cookie is not None
         moved = page_view and rooms.room_tag(placement.room) != cookie.room
         if not moved and not (page_view and config.count_hits):
@@ -140,8 +143,12 @@ def after_view(
         return None
     if page_view and config.count_hits:
         recording.count_hit(now)
-    if moved and _binding_after_view(request, config) != _binding_before_view(request, config):
-        throttle.spend(request)  # a login or logout: the cookie spoke for another session
+    if moved and _binding_after_view(request, state, config) != _binding_before_view(
+        request, state, config
+    ):
+        # A login or logout: the cookie spoke for another session, and another visitor.
+        state.cookie = None
+        state.forget_visitor()
     return placement if moved else None
 
 
@@ -151,15 +158,15 @@ def hand_out_cookie(
     """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
     as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
     visit it speaks of (with THROTTLE 0, none)."""
-    if recorded.outcome == recording.FAILED:
+    if recorded.outcome == recorder.FAILED:
         return
     response.set_cookie(
         throttle.COOKIE_NAME,
         throttle.make_cookie(
-            _binding_after_view(request, config),
+            _binding_after_view(request, state_of(request), config),
             recorded.at,
             config.throttle,
-            arrived=recorded.outcome == recording.ARRIVED,
+            arrived=recorded.outcome == recorder.ARRIVED,
             room=recorded.room_tag,
             epoch=recorded.epoch,
         ),
@@ -170,12 +177,12 @@ def hand_out_cookie(
     )
 
 
-def _binding_before_view(request: HttpRequest, config: Config) -> str:
+def _binding_before_view(request: HttpRequest, state: RequestState, config: Config) -> str:
     session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_cookie, _address(request, config))
+    return throttle.binding(session_cookie, state.bound_address(config))
 
 
-def _binding_after_view(request: HttpRequest, config: Config) -> str:
+def _binding_after_view(request: HttpRequest, state: RequestState, config: Config) -> str:
     # The view may have logged someone in or out, which gave the session a new key: bind the
     # cookie to the key the browser will send next, not the one it sent.
     session = getattr(request, "session", None)
@@ -183,10 +190,4 @@ def _binding_after_view(request: HttpRequest, config: Config) -> str:
         session_key = session.session_key or ""
     else:
         session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_key, _address(request, config))
-
-
-def _address(request: HttpRequest, config: Config) -> str:
-    # Normalized, so that a proxy writing a fresh source port each time still matches the cookie.
-    candidate = identity.forwarded_candidate(request, config.trusted_proxy_count)
-    return identity.normalize_ip(candidate) or candidate
+    return throttle.binding(session_key, state.bound_address(config))

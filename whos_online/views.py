@@ -44,8 +44,7 @@ from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.reading import dashboard, room_tokens, snapshots
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.recording import cookie as throttle
-from whos_online.recording import rooms
-from whos_online.recording import visits as recording
+from whos_online.recording import recorder, rooms
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
@@ -299,7 +298,7 @@ def presence(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(status=204)
     if request.GET.get("leave") == "1":
         mark_not_recorded(request)
-        if recording.leave_room(request, config, room):
+        if recorder.leave_room(request, config, room):
             response.delete_cookie(throttle.COOKIE_NAME, samesite="Lax")
     else:
         rooms.stay_in(request, room)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import whos_online
 from tests.support.helpers import configure
 from whos_online.reading import room_tokens
-from whos_online.reading.room_tokens import ISSUED_ATTRIBUTE, check_token, room_token
+from whos_online.reading.room_tokens import check_token, room_token
+from whos_online.recording.state import state_of
 
 pytestmark = pytest.mark.urls(__name__)
 
@@ -144,7 +145,7 @@ def test_a_genuine_token_s_issue_time_is_kept_for_the_tokens_of_the_answer():
     viewer = request_with_session()
     token = room_token("topic:1", viewer, now=NOW)
     assert check_token("topic:1", token, viewer, MAX_AGE, now=NOW + 600)
-    assert getattr(viewer, ISSUED_ATTRIBUTE) == int(NOW)
+    assert state_of(viewer).token_issued == int(NOW)
 
     assert room_token("topic:1", viewer, now=NOW + 600) == token  # no younger token
 

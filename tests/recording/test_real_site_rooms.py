@@ -26,6 +26,7 @@ from whos_online.checks import check_room_urls, check_settings
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots, viewer
 from whos_online.recording import cookie as throttle
+from whos_online.recording import recorder
 from whos_online.recording import visits as recording
 from whos_online.recording.cookie import RecentIdentities
 
@@ -383,7 +384,7 @@ def process(monkeypatch: pytest.MonkeyPatch, memory: RecentIdentities) -> Iterat
     """Serve the block as another process would: with its own memory of recent visitors and no
     kept snapshots of this one."""
     with monkeypatch.context() as patch:
-        for module in (throttle, recording, viewer):
+        for module in (throttle, recording, recorder, viewer):
             patch.setattr(module, "recent", memory)
         snapshots.invalidate()
         yield

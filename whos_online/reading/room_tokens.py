@@ -35,14 +35,13 @@ from typing import TYPE_CHECKING, Final
 from django.conf import settings
 from django.utils.crypto import constant_time_compare
 
+from whos_online.recording.state import state_of
+
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
 
-#: The attribute on which a view notes when the token a request carried was issued, so that the
-#: tokens its answer hands back are of the same age (see the module's docstring).
-ISSUED_ATTRIBUTE: Final = "_whos_online_token_issued"
 #: Seconds a token may be dated in the future: the clocks of a site's servers differ a little.
 CLOCK_SKEW: Final = 60
 #: Longest token that can be genuine (a base-36 time and a 22-character MAC), with room to spare:
@@ -70,8 +69,8 @@ def room_token(room: str, request: HttpRequest | None = None, *, now: float | No
     """The token that lets the viewer of ``request`` read ``room`` through the JSON, widget and
     presence views for ``ROOM_TOKEN_MAX_AGE`` seconds. Without a request, the token of a viewer
     with no session. Inside a view that was given a token, its issue time is kept."""
-    issued = getattr(request, ISSUED_ATTRIBUTE, None) if request is not None else None
-    if not isinstance(issued, int):
+    issued = state_of(request).token_issued if request is not None else None
+    if issued is None:
         issued = int(time.time() if now is None else now)
     return f"{_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
 
@@ -81,8 +80,8 @@ def renew_in(request: HttpRequest | None, max_age: int, *, now: float | None = N
     its next refresh from then on): a quarter of ``max_age`` before the tokens ``room_token``
     gives ``request`` run out, at most a minute before, and never less than a second from now."""
     current = time.time() if now is None else now
-    issued = getattr(request, ISSUED_ATTRIBUTE, None) if request is not None else None
-    if not isinstance(issued, int):
+    issued = state_of(request).token_issued if request is not None else None
+    if issued is None:
         issued = int(current)
     margin = min(60, max_age // 4)
     return max(1, issued + max_age - margin - int(current))
@@ -93,7 +92,7 @@ def check_token(
 ) -> bool:
     """Whether ``token`` is a token of ``room`` for the viewer of ``request``, issued at most
     ``max_age`` seconds ago, under the current secret or a fallback one. A genuine token's issue
-    time is noted on the request (``ISSUED_ATTRIBUTE``)."""
+    time is noted on the request's state (``token_issued``)."""
     if not token.isascii() or len(token) > MAX_TOKEN_LENGTH:
         return False
     stamp, dot, mac = token.partition(".")
@@ -112,7 +111,7 @@ def check_token(
     matched = [constant_time_compare(mac, _mac(room, viewer, issued, secret)) for secret in secrets]
     if not any(matched):
         return False
-    setattr(request, ISSUED_ATTRIBUTE, issued)
+    state_of(request).token_issued = issued
     return True
 
 

@@ -36,45 +36,34 @@ from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import flusher as flushing
+from whos_online.recording.state import state_of
 from whos_online.store import epochs
-from whos_online.store.results import Snapshot
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-
-#: The attribute on which the middleware notes when a throttled browser was recorded.
-RECORDED_AT: Final = "_whos_online_recorded_at"
-#: The attribute on which the template tags keep the snapshot of the page they render.
-ON_REQUEST: Final = "_whos_online_snapshot"
+    from whos_online.store.results import Snapshot
 
 
 def note_recorded(request: HttpRequest, second: int) -> None:
-    setattr(request, RECORDED_AT, second)
+    state_of(request).recorded_at = second
 
 
 def recorded_at(request: HttpRequest | None) -> int | None:
     """The Unix second in which the browser making ``request`` was last recorded, if known."""
-    second = getattr(request, RECORDED_AT, None)
-    return second if isinstance(second, int) else None
+    return None if request is None else state_of(request).recorded_at
 
 
 def of_request(request: HttpRequest | None, room: str = "") -> Snapshot | None:
     """The snapshot (of the site, or of ``room``) an earlier tag of the same page, or the widget
     view, read, if any."""
-    kept = getattr(request, ON_REQUEST, None)
-    found = kept.get(room) if isinstance(kept, dict) else None
-    return found if isinstance(found, Snapshot) else None
+    return None if request is None else state_of(request).snapshots.get(room)
 
 
 def keep_on_request(request: HttpRequest, found: Snapshot, room: str = "") -> None:
     """Let every tag rendered for ``request`` show ``found`` instead of reading Redis again."""
-    kept = getattr(request, ON_REQUEST, None)
-    if not isinstance(kept, dict):
-        kept = {}
-        setattr(request, ON_REQUEST, kept)
-    kept[room] = found
+    state_of(request).snapshots[room] = found
 
 
 class SnapshotCache:

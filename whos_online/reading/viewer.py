@@ -24,36 +24,19 @@ its data, which makes the memory's entries from before count for nothing).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from whos_online.decorators import is_not_recorded
-from whos_online.recording import cookie as throttle
 from whos_online.recording import pageviews, rooms
 from whos_online.recording.cookie import recent
-from whos_online.store import epochs, users
+from whos_online.recording.state import state_of
+from whos_online.store import epochs
 
 if TYPE_CHECKING:
-    from django.contrib.auth.base_user import AbstractBaseUser
-    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.recording.state import Visitor
     from whos_online.store.results import Snapshot
-    from whos_online.store.users import UserDetails
-
-#: The attribute on which the viewer, once worked out, is kept for the page's other tags.
-ON_REQUEST: Final = "_whos_online_viewer"
-
-
-class Viewer:
-    """Who reads the page, as the snapshot would count them."""
-
-    def __init__(self, kind: str, remembered: str, details: UserDetails | None = None) -> None:
-        #: "users", "hidden", "guests" or "bots".
-        self.kind = kind
-        #: Their entry in the process's memory (``throttle.recent``).
-        self.remembered = remembered
-        self.details = details
 
 
 def with_viewer(
@@ -63,17 +46,18 @@ def with_viewer(
     does not count them yet (see the module's docstring)."""
     if request is None or not _shows_its_viewer(request, room):
         return found
-    cookie = throttle.on_request(request)
+    state = state_of(request)
+    cookie = state.cookie
     if cookie is not None and epochs.epochs.gone(cookie.epoch, config):
         cookie = None  # from before Redis lost its data: the viewer is not in what it holds
     if cookie is not None and (not room or cookie.room == rooms.room_tag(room)):
         # Online since the visit it speaks of; if they were not online before it, the snapshot
         # was read after it was written (``snapshots``: the middleware notes when).
         return found
-    viewer = _viewer_of(request, config)
+    viewer = state.visitor(config, time.time())
     if viewer is None or _counted(found, viewer, config, room, remembered=cookie is None):
         return found
-    return found.with_one_more(viewer.kind, viewer.details)
+    return found.with_one_more(viewer.kind_of(config), viewer.details(config))
 
 
 def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
@@ -81,7 +65,8 @@ def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
     if it names one: not on an ignored path, not a view left unrecorded, and for a room, a page
     view of that room (a page that lists another room's readers does not make its viewer one).
     """
-    if not throttle.was_read(request) or is_not_recorded(request):
+    state = state_of(request)
+    if not state.seen or state.is_not_recorded():
         return False
     if not room:
         return True
@@ -89,45 +74,18 @@ def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
 
 
 def _counted(
-    found: Snapshot, viewer: Viewer, config: Config, room: str, *, remembered: bool
+    found: Snapshot, viewer: Visitor, config: Config, room: str, *, remembered: bool
 ) -> bool:
     """Whether ``found`` counts ``viewer`` already: a user listed by name, or (with
     ``remembered``, for a client without a cookie) a visitor this process wrote, in ``room``,
     before ``found`` was read."""
-    if viewer.details is not None and any(row.pk == viewer.details.pk for row in found.listed):
+    if viewer.user is not None and any(row.pk == viewer.member for row in found.listed):
         return True
     if not remembered or not config.throttle:
         return False
-    entry = recent.entry(viewer.remembered, time.time(), epochs.generation())
+    entry = recent.entry(viewer.key, time.time(), epochs.generation())
     return (
         entry is not None
         and found.read_at >= entry[0] - config.throttle
         and (not room or entry[1] == rooms.room_tag(room))
     )
-
-
-def _viewer_of(request: HttpRequest, config: Config) -> Viewer | None:
-    """Who makes ``request``, as they are recorded; None for a visitor who is not."""
-    kept = getattr(request, ON_REQUEST, None)
-    if isinstance(kept, Viewer):
-        return kept
-    viewer = _work_out(getattr(request, "user", None), request, config)
-    if viewer is not None:
-        setattr(request, ON_REQUEST, viewer)
-    return viewer
-
-
-def _work_out(
-    user: AbstractBaseUser | AnonymousUser | None, request: HttpRequest, config: Config
-) -> Viewer | None:
-    from whos_online.recording.visits import guest_of
-
-    if user is not None and user.is_authenticated:
-        details = users.details(user, config)
-        kind = "hidden" if details.hidden else "users"
-        return Viewer(kind, f"u:{details.pk}", details)
-    guest = guest_of(request, config, time.time())
-    if guest is None:
-        return None
-    kind, member = guest
-    return Viewer(kind, f"{kind}:{member}")

@@ -38,7 +38,6 @@ from whos_online.config.settings import config_changed
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from django.http import HttpRequest
 
 COOKIE_NAME: Final = "whos_online"
 #: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC, a room's ".r"
@@ -114,32 +113,6 @@ class ThrottleCookie:
 
     def fresh(self, now: float) -> bool:
         return now < self.expiry
-
-
-#: The attribute on which the middleware notes the request's genuine cookie (or None).
-ON_REQUEST: Final = "_whos_online_cookie"
-
-
-def note_on_request(request: HttpRequest, cookie: ThrottleCookie | None) -> None:
-    setattr(request, ON_REQUEST, cookie)
-
-
-def spend(request: HttpRequest) -> None:
-    """Forget the request's cookie: the view logged someone in or out, and the cookie spoke for
-    a session that ended (its binding no longer holds)."""
-    if getattr(request, ON_REQUEST, None) is not None:
-        setattr(request, ON_REQUEST, None)
-
-
-def was_read(request: HttpRequest) -> bool:
-    """Whether the middleware looked for the cookie of ``request``: it records its viewer."""
-    return hasattr(request, ON_REQUEST)
-
-
-def on_request(request: HttpRequest | None) -> ThrottleCookie | None:
-    """The genuine cookie the middleware found on ``request``, if any."""
-    cookie = getattr(request, ON_REQUEST, None)
-    return cookie if isinstance(cookie, ThrottleCookie) else None
 
 
 #: Before the epoch of the visitor's shard.

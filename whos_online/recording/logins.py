@@ -18,6 +18,7 @@ from whos_online.flushing import flusher as flushing
 from whos_online.flushing.jobs import Job
 from whos_online.recording import visits as recording
 from whos_online.recording.cookie import recent
+from whos_online.recording.state import state_of
 from whos_online.store import users
 from whos_online.store.people import former_guest_keys, user_person_key
 
@@ -36,7 +37,7 @@ def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
     recorded request like any other, and waits on Redis no more."""
     config = get_config()
     now = time.time()
-    former = recording.guest_member(request, config, now) if request is not None else ""
+    former = state_of(request).guest_member(config, now) if request is not None else ""
     details = users.details(user, config)
     recording.record_soon(config, recording.user_visit(details, now, former_guest=former))
     if former:
@@ -63,7 +64,7 @@ def user_logged_out(
     flushing.flusher().forget([user_person_key(pk)])
     config = get_config()
     now = time.time()
-    guest = None if request is None else recording.guest_of(request, config, now)
+    guest = None if request is None else state_of(request).guest(config, now)
     if guest is None:
         flushing.flusher().add_job(
             Job(

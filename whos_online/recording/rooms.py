@@ -17,14 +17,14 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
 from django.dispatch import receiver
 
 from whos_online.config.settings import config_changed, get_config
-from whos_online.store.record import GO, KEEP, STAY
+from whos_online.recording.state import state_of
+from whos_online.store.record import STAY, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -32,24 +32,6 @@ if TYPE_CHECKING:
     from whos_online.config.settings import Config
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a recorded visit puts its person (see ``GO``, ``KEEP`` and ``STAY``)."""
-
-    room: str = ""
-    mode: str = GO
-
-
-#: A request that is not a page view: its person stays where they are.
-STAYS_PUT: Final = Placement(mode=KEEP)
-
-#: The attribute on which ``stay_in`` notes the room a page's "still here" asks to stay in.
-STAY_ATTRIBUTE: Final = "_whos_online_stay"
-
-#: The attribute on which ``set_room`` notes the request's room.
-ATTRIBUTE: Final = "_whos_online_room"
-#: The attribute on which ``room_of`` keeps the room ``ROOMS`` gives the request's URL.
-BY_URL: Final = "_whos_online_room_by_url"
 #: Longest room name, in characters: a name becomes part of Redis keys.
 MAX_ROOM_LENGTH: Final = 200
 
@@ -68,19 +50,18 @@ def check_room(name: object) -> str:
 
 def set_room(request: HttpRequest, name: str) -> None:
     """Put the person making ``request`` in room ``name`` (see the module's docstring)."""
-    setattr(request, ATTRIBUTE, check_room(name))
+    state_of(request).room = check_room(name)
     _usage.seen = True
 
 
 def stay_in(request: HttpRequest, room: str) -> None:
     """Record the person making ``request`` in ``room`` unless a later page of theirs put them in
     another: a page's own word that its reader is still on it (``views.presence``)."""
-    setattr(request, STAY_ATTRIBUTE, Placement(check_room(room), STAY))
+    state_of(request).stay = Placement(check_room(room), STAY)
 
 
 def stay_of(request: HttpRequest) -> Placement | None:
-    placement = getattr(request, STAY_ATTRIBUTE, None)
-    return placement if isinstance(placement, Placement) else None
+    return state_of(request).stay
 
 
 class _Usage:
@@ -106,16 +87,14 @@ def reset(**kwargs: object) -> None:
 def room_of(request: HttpRequest) -> str:
     """The room of ``request``, or "" for none: the one its view set, else the one ``ROOMS``
     gives its URL (once the URL is resolved, that is from the view on)."""
-    room = getattr(request, ATTRIBUTE, None)
-    if isinstance(room, str):
-        return room
-    room = getattr(request, BY_URL, None)
-    if isinstance(room, str):
-        return room
+    state = state_of(request)
+    if state.room is not None:
+        return state.room
+    if state.room_by_url is not None:
+        return state.room_by_url
     if getattr(request, "resolver_match", None) is None:
         return ""  # not resolved yet (or no URL matched): not worth keeping
-    room = room_by_url(request, get_config())
-    setattr(request, BY_URL, room)
+    room = state.room_by_url = room_by_url(request, get_config())
     if room:
         _usage.seen = True
     return room

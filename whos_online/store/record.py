@@ -100,6 +100,18 @@ STAY: Final = "stay"
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a recorded visit puts its person (see ``GO``, ``KEEP`` and ``STAY``)."""
+
+    room: str = ""
+    mode: str = GO
+
+
+#: A request that is not a page view: its person stays where they are.
+STAYS_PUT: Final = Placement(mode=KEEP)
+
+
+@dataclass(frozen=True)
 class Visit:
     """One visit to record.
 

@@ -1,0 +1,229 @@
+"""What whos_online knows of one request, worked out once: ``state_of(request)``.
+
+The middleware, the views, the decorators and the template tags all ask the same questions of a
+request: who sent it (the client's address behind the trusted proxies, and the guest's pseudonym
+of the day), what its throttle cookie says, which room it is in, what the page already read.
+Each answer is worked out at most once per request and kept here, on one typed object, as
+django-htmx keeps ``request.htmx``: the facts do not travel between modules as private
+attributes, and none is worked out again by the next module that needs it.
+
+A request the middleware never saw (rendered by a test's ``RequestFactory``, or on an ignored
+path) gets a state too, when first asked, with ``seen`` false: its viewer is not recorded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from whos_online.recording import identity
+from whos_online.store import users
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpRequest
+
+    from whos_online.config.settings import Config
+    from whos_online.recording.cookie import ThrottleCookie
+    from whos_online.store.record import Placement
+    from whos_online.store.results import Snapshot
+    from whos_online.store.users import UserDetails
+
+    AnyUser = AbstractBaseUser | AnonymousUser
+
+#: The attribute of the request that holds its state (``request.whos_online``).
+ATTRIBUTE: Final = "whos_online"
+#: The attribute the middleware looks for on ``request.resolver_match.func`` (``not_recorded``).
+VIEW_ATTRIBUTE: Final = "whos_online_not_recorded"
+
+_UNSET: Final = object()
+
+
+class Visitor:
+    """Who makes a request, as they are recorded: a user, or a guest's or bot's set and member.
+
+    A user's details (display name, profile URL, whether ``HIDE_USER`` hides them) are worked
+    out when first asked, once: only a write or a page that lists its viewer needs them."""
+
+    __slots__ = ("_details", "key", "kind", "member", "user")
+
+    def __init__(
+        self, *, user: AnyUser | None = None, kind: str = "", member: str = "", key: str = ""
+    ) -> None:
+        self.user = user
+        #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
+        self.kind = kind
+        self.member = member
+        #: Their key in the process's queue and memory (``store.people``).
+        self.key = key
+        self._details: UserDetails | None = None
+
+    @classmethod
+    def of_user(cls, user: AnyUser) -> Visitor:
+        from whos_online.store.people import user_person_key
+
+        pk = users.pk_text(user)
+        return cls(user=user, member=pk, key=user_person_key(pk))
+
+    @classmethod
+    def of_guest(cls, kind: str, member: str) -> Visitor:
+        from whos_online.store.people import person_key
+
+        return cls(kind=kind, member=member, key=person_key(kind, member))
+
+    def details(self, config: Config) -> UserDetails | None:
+        """A user's details (None for a guest or a bot)."""
+        if self.user is None:
+            return None
+        if self._details is None:
+            self._details = users.details(self.user, config)
+        return self._details
+
+    def kind_of(self, config: Config) -> str:
+        """The set they are counted in: "users", "hidden", "guests" or "bots"."""
+        details = self.details(config)
+        if details is None:
+            return self.kind
+        return "hidden" if details.hidden else "users"
+
+
+class RequestState:
+    """What whos_online knows of one request (see the module's docstring)."""
+
+    __slots__ = (
+        "_address",
+        "_candidate",
+        "_guest",
+        "_visitor",
+        "cookie",
+        "not_recorded",
+        "recorded_at",
+        "request",
+        "room",
+        "room_by_url",
+        "seen",
+        "snapshots",
+        "stay",
+        "token_issued",
+    )
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.request = request
+        #: Whether the middleware looked at the request (its path is not ignored): its viewer
+        #: is recorded, so the tags may count them in (``reading.viewer``).
+        self.seen = False
+        #: The genuine throttle cookie the browser sent; None without one, or once a login or
+        #: logout made by the view spent it.
+        self.cookie: ThrottleCookie | None = None
+        #: The room the view put the request in (``set_room``, ``in_room``), if any.
+        self.room: str | None = None
+        #: The room ``ROOMS`` gives the request's URL ("" for none), once worked out.
+        self.room_by_url: str | None = None
+        #: A page's own word that its reader is still on it (``views.presence``).
+        self.stay: Placement | None = None
+        #: Whether the view asked that the request record nobody (``mark_not_recorded``).
+        self.not_recorded = False
+        #: The Unix second in which the browser was last recorded, when its cookie says that it
+        #: was not online before (the page must not show a snapshot from before then).
+        self.recorded_at: int | None = None
+        #: The snapshots this page's tags read, by room ("" for the site).
+        self.snapshots: dict[str, Snapshot] = {}
+        #: When the room token the request carried was issued (``reading.room_tokens``).
+        self.token_issued: int | None = None
+        self._candidate: str | None = None
+        self._address: object = _UNSET
+        self._guest: object = _UNSET
+        self._visitor: object = _UNSET
+
+    # The client
+
+    def candidate(self, config: Config) -> str:
+        """The client's address as the trusted proxies (or the socket) give it, unchecked."""
+        if self._candidate is None:
+            self._candidate = identity.forwarded_candidate(self.request, config.trusted_proxy_count)
+        return self._candidate
+
+    def address(self, config: Config) -> str | None:
+        """The client's address, canonical; None when it is not one."""
+        if self._address is _UNSET:
+            self._address = identity.normalize_ip(self.candidate(config))
+        assert self._address is None or isinstance(self._address, str)
+        return self._address
+
+    def bound_address(self, config: Config) -> str:
+        """What the throttle cookie is bound to of the client: its canonical address, or
+        what stands for it (so that a proxy writing a fresh source port still matches)."""
+        return self.address(config) or self.candidate(config)
+
+    def guest(self, config: Config, now: float) -> tuple[str, str] | None:
+        """The set ("guests" or "bots") and member an anonymous request is recorded as, or
+        None when guests are not tracked or the request has no usable client address."""
+        if self._guest is _UNSET:
+            self._guest = self._work_out_guest(config, now)
+        assert self._guest is None or isinstance(self._guest, tuple)
+        return self._guest
+
+    def _work_out_guest(self, config: Config, now: float) -> tuple[str, str] | None:
+        if not config.track_guests:
+            return None
+        address = self.address(config)
+        if address is None:
+            return None
+        kind = "bots" if identity.is_bot(self.request, config) else "guests"
+        return kind, identity.guest_id(address, config, now)
+
+    def guest_member(self, config: Config, now: float) -> str:
+        """The member the request would be recorded as if it were a guest's ("" for none), even
+        while guests are not tracked: what a login takes off the guests."""
+        address = self.address(config)
+        return identity.guest_id(address, config, now) if address else ""
+
+    def visitor(
+        self, config: Config, now: float, user: AnyUser | object | None = _UNSET
+    ) -> Visitor | None:
+        """Who makes the request, as they are recorded (None for someone who is not: a guest
+        while guests are not tracked, or without a usable address). The user is
+        ``request.user`` unless given (the ASGI path loads it with ``auser()``)."""
+        if self._visitor is _UNSET:
+            if user is _UNSET:
+                user = getattr(self.request, "user", None)
+            self._visitor = self._work_out_visitor(config, now, user)
+        assert self._visitor is None or isinstance(self._visitor, Visitor)
+        return self._visitor
+
+    def _work_out_visitor(self, config: Config, now: float, user: object) -> Visitor | None:
+        if user is not None and getattr(user, "is_authenticated", False):
+            return Visitor.of_user(user)  # type: ignore [arg-type]
+        guest = self.guest(config, now)
+        return None if guest is None else Visitor.of_guest(*guest)
+
+    def forget_visitor(self) -> None:
+        """The view logged someone in or out: who makes the request is to be worked out anew."""
+        self._visitor = _UNSET
+
+    # What the view said
+
+    def is_not_recorded(self) -> bool:
+        """Whether the view that served the request was marked ``not_recorded`` (or marked the
+        request itself, with ``mark_not_recorded``). Read after the view, from the URL
+        resolution Django stored on the request: a request that resolved to no view (a 404) is
+        an ordinary visit."""
+        if self.not_recorded:
+            return True
+        match = getattr(self.request, "resolver_match", None)
+        return match is not None and getattr(match.func, VIEW_ATTRIBUTE, False) is True
+
+
+def state_of(request: HttpRequest) -> RequestState:
+    """The state of ``request``, made when first asked."""
+    state = request.__dict__.get(ATTRIBUTE)
+    if isinstance(state, RequestState):
+        return state
+    state = RequestState(request)
+    setattr(request, ATTRIBUTE, state)
+    return state
+
+
+def is_not_recorded(request: HttpRequest) -> bool:
+    """``RequestState.is_not_recorded`` of ``request``."""
+    return state_of(request).is_not_recorded()
