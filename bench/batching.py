@@ -11,7 +11,7 @@ room (of 1 000) and one moves to another room on each visit (``bench.capacity.pe
 of them was recorded once before measuring, so that they are in their room and users have their
 display HASH.
 
-Batches. The same visits are written with ``store.visits.record`` (what a flush sends) in calls of
+Batches. The same visits are written with ``store.record.record`` (what a flush sends) in calls of
 1, 5, 20, 50 and 100 visits, one call at a time; the visits of each kind of room apart, 20 per
 call; one plain ZADD per call (the naive middleware's write); and snapshot reads of 50 names.
 Each repetition runs them all in another order. Per visit it takes the time of the Lua scripts

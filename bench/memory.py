@@ -27,7 +27,7 @@ from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import store
 from whos_online.config import settings as conf
-from whos_online.recording import identity
+from whos_online.recording import clients as identity
 from whos_online.store import counters, users
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def _user_details_bytes(client: redis.Redis, config: Config, now: float) -> floa
 
     def record(pk: int) -> None:
         details = users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        visit = store.visits.Visit(kind="users", member=details.pk, now=now, user=details)
-        store.visits.record(client, config, [visit])
+        visit = store.record.Visit(kind="users", member=details.pk, now=now, user=details)
+        store.record.record(client, config, [visit])
 
     record(0)  # creates the keys every visit shares: the peak, the counters
     before, online_before = _used(client), int(client.memory_usage(online, samples=0) or 0)
@@ -84,10 +84,10 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
     times = [start + minute * 60 for minute in range(WEEK // 60 - 3)]
     times += [end - 180 + second for second in range(181)]
     for index, now in enumerate(times):
-        visit = store.visits.Visit(
+        visit = store.record.Visit(
             kind="guests", member=f"g{index % WEEK_GUESTS}", now=now, visitor=f"v{index % 5000}"
         )
-        store.visits.record(client, config, [visit])
+        store.record.record(client, config, [visit])
         if index % 60 == 0:  # the cleanup command, hourly in simulated time
             counters.clean(client, config, now=now)
     counters.clean(client, config, now=end)

@@ -292,7 +292,7 @@ class Visitors:
     def __init__(self) -> None:
         from django.test import Client
 
-        from whos_online.recording import cookie as throttle
+        from whos_online.recording import throttle
 
         self.client = Client()
         self.cookie = throttle.COOKIE_NAME

@@ -24,7 +24,7 @@ from bench.report import Section, Target
 from bench.variants import NAIVE_MIDDLEWARE, WHOS_ONLINE_MIDDLEWARE
 from tests.support.helpers import CONNECTION_SET_UP, counting_redis_calls
 from whos_online.flushing import flusher as flushing
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -132,7 +132,7 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
                 client.cookies.pop(throttle.COOKIE_NAME, None)
                 throttle.recent.clear()
             # A flush by the flusher's thread is not part of the request.
-            flushing.flusher()._deadline = None
+            flushing.current()._deadline = None
             admin.config_resetstat()
             with counting_redis_calls() as calls:
                 response = visit(number)

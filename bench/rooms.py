@@ -32,8 +32,7 @@ from whos_online import store
 from whos_online.backend import keyspace
 from whos_online.config import settings as conf
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.recording import cookie as throttle
-from whos_online.recording import rooms
+from whos_online.recording import rooms, throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -35,7 +35,7 @@ from bench import servers, stats, wrk
 from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
 from whos_online.config import defaults
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection

@@ -15,8 +15,7 @@ from django.test import AsyncClient
 
 import whos_online
 from tests.support.helpers import configure, guest, log_in_quietly, members
-from whos_online.recording import cookie as throttle
-from whos_online.recording import recorder
+from whos_online.recording import recorder, throttle
 
 COOKIE = throttle.COOKIE_NAME
 

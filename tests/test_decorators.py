@@ -11,8 +11,8 @@ from tests.urls import async_poll, poll
 from whos_online import middleware
 from whos_online.decorators import not_recorded
 from whos_online.flushing import hits
-from whos_online.recording.cookie import COOKIE_NAME
 from whos_online.recording.state import VIEW_ATTRIBUTE as ATTRIBUTE
+from whos_online.recording.throttle import COOKIE_NAME
 
 
 @pytest.fixture

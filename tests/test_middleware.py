@@ -30,7 +30,7 @@ from tests.support.helpers import (
 from tests.support.redis_server import free_port
 from whos_online.flushing import flusher as flushing
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -662,13 +662,13 @@ def test_async_middleware_without_an_interval_writes_in_a_thread_of_its_own(r, m
     """With FLUSH_INTERVAL 0, the request writes its visit before it answers, in a worker
     thread (not the event loop's), which a client that hangs up cannot cut off."""
     threads: dict[str, int] = {}
-    original = flushing.flusher().flush
+    original = flushing.current().flush
 
     def spy() -> frozenset[str]:
         threads["write"] = threading.get_ident()
         return original()
 
-    monkeypatch.setattr(flushing.flusher(), "flush", spy)
+    monkeypatch.setattr(flushing.current(), "flush", spy)
     middleware, request = _async_request("198.51.100.20")
 
     async def run() -> HttpResponseBase:

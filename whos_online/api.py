@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from whos_online import signals, store
 from whos_online.backend import connection
 from whos_online.config.settings import get_config
-from whos_online.flushing import flusher as flushing
+from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import snapshots
 from whos_online.reading.room_tokens import room_token
-from whos_online.recording import identity, rooms
-from whos_online.recording import visits as recording
-from whos_online.recording.cookie import recent
+from whos_online.recording import clients, rooms, visits
 from whos_online.recording.rooms import set_room
+from whos_online.recording.throttle import recent
 from whos_online.store import counters, pruning
 from whos_online.store.people import user_person_key
 from whos_online.store.results import (
@@ -133,7 +132,7 @@ def _read_after_own_visits(
     the answer of their replies), after what this process has queued is written, so that it
     sees its own visits: in the same round trip on one Redis (``Flusher.flush_with``; on a
     cluster, the flush goes first). ``default`` if Redis failed."""
-    return flushing.flusher().flush_with(
+    return flusher.current().flush_with(
         lambda client, config, calls: store.scripts.run_then(
             client, calls, lambda pipe: ask(pipe, config)
         ),
@@ -223,7 +222,7 @@ def record_user(
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
     timestamp = as_timestamp(now)
-    return bool(recording.record_user(user, timestamp, former_guest=former_guest, room=_room(room)))
+    return bool(visits.record_user(user, timestamp, former_guest=former_guest, room=_room(room)))
 
 
 def record_guest(
@@ -231,15 +230,15 @@ def record_guest(
 ) -> bool:
     """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip'),
     in ``room`` if given."""
-    address = identity.normalize_ip(ip)
+    address = clients.normalize_ip(ip)
     if address is None:
         msg = f"record_guest() needs an IPv4 or IPv6 address, not {ip!r}."
         raise ValueError(msg)
     config = get_config()
     timestamp = as_timestamp(now)
-    member = identity.guest_id(address, config, timestamp)
+    member = clients.guest_id(address, config, timestamp)
     kind = "bots" if bot else "guests"
-    return bool(recording.record_member(config, kind, member, timestamp, room=_room(room)))
+    return bool(visits.record_member(config, kind, member, timestamp, room=_room(room)))
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
@@ -250,7 +249,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     """
     pk = pk_text(user)
     recent.forget([user_person_key(pk)])
-    flushing.flusher().forget([user_person_key(pk)])
+    flusher.current().forget([user_person_key(pk)])
     now = time.time()
 
     def erase(client: Client, config: Config) -> bool:
@@ -353,7 +352,7 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         wanted = day
     if get_config().redis_cluster:
         # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
-        flushing.flusher().flush()
+        flusher.current().flush()
         return connection.call(
             0, lambda client, config: store.site.unique_visitors(client, config, wanted)
         )

@@ -19,9 +19,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 
 from whos_online.config.settings import Config, get_config
-from whos_online.recording import cookie as throttle
-from whos_online.recording import pageviews, recorder, rooms
-from whos_online.recording import visits as recording
+from whos_online.recording import pageviews, recorder, rooms, throttle, visits
 from whos_online.recording.state import RequestState, is_not_recorded, state_of
 from whos_online.store import epochs
 from whos_online.store.record import STAYS_PUT, Placement
@@ -142,7 +140,7 @@ def after_view(
     if is_not_recorded(request):
         return None
     if page_view and config.count_hits:
-        recording.count_hit(now)
+        visits.count_hit(now)
     if moved and _binding_after_view(request, state, config) != _binding_before_view(
         request, state, config
     ):

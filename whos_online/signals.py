@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from django.dispatch import Signal
 
-from whos_online.recording.cookie import recent
+from whos_online.recording.throttle import recent
 from whos_online.store.people import USER_KINDS, person_key
 from whos_online.store.users import pk_values
 

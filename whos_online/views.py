@@ -43,8 +43,7 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.reading import dashboard, room_tokens, snapshots
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
-from whos_online.recording import cookie as throttle
-from whos_online.recording import recorder, rooms
+from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:

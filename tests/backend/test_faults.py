@@ -44,7 +44,7 @@ from tests.support.redis_server import RedisServer
 from whos_online.backend import breakers, connection
 from whos_online.config import settings as conf
 from whos_online.config.settings import get_config
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -32,8 +32,7 @@ from whos_online.flushing import jobs as flush_jobs
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import RoomLeave, VisitQueue
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.recording import cookie as throttle
-from whos_online.recording import logins
+from whos_online.recording import logins, throttle
 from whos_online.recording import visits as recording
 from whos_online.store import epochs, users
 from whos_online.store.record import GO, KEEP, STAY
@@ -83,7 +82,7 @@ def test_a_recorded_request_queues_its_visit_and_waits_on_nothing(r, queued, red
     assert response.status_code == 200
     assert COOKIE in response.cookies
     assert redis_calls.trips == []
-    assert len(flushing.flusher().queue) == 1
+    assert len(flushing.current().queue) == 1
 
     assert whos_online.flush() is True
     assert redis_calls.trips == [["EVALSHA"]]
@@ -142,9 +141,9 @@ def test_flush_interval_zero_writes_each_visit_in_its_request(r, redis_calls):
 
 def test_two_visits_of_one_person_become_their_latest(r, queued):
     first, second = time.time() - 30, time.time()
-    assert flushing.flusher().put(recording.member_visit("guests", "m", first, room="topic:1"))
-    assert flushing.flusher().put(recording.member_visit("guests", "m", second, room="topic:2"))
-    assert len(flushing.flusher().queue) == 1
+    assert flushing.current().put(recording.member_visit("guests", "m", first, room="topic:1"))
+    assert flushing.current().put(recording.member_visit("guests", "m", second, room="topic:2"))
+    assert len(flushing.current().queue) == 1
 
     assert whos_online.flush() is True
 
@@ -168,7 +167,7 @@ def test_the_room_of_a_batch_is_the_latest_page_view_s(backend, queued, moves, r
     now = time.time()
     for step, (name, mode) in enumerate(moves):
         visit = recording.member_visit("guests", "m", now + step, room=name, room_mode=mode)
-        flushing.flusher().put(visit)
+        flushing.current().put(visit)
 
     assert whos_online.flush() is True
 
@@ -180,8 +179,8 @@ def test_the_room_of_a_batch_is_the_latest_page_view_s(backend, queued, moves, r
 def test_a_login_and_a_logout_in_one_batch(r, queued, alice):
     now = time.time()
     details = users.details(alice, get_config())
-    flushing.flusher().put(recording.member_visit("guests", "m", now))
-    flushing.flusher().put(recording.user_visit(details, now + 1, former_guest="m"))
+    flushing.current().put(recording.member_visit("guests", "m", now))
+    flushing.current().put(recording.user_visit(details, now + 1, former_guest="m"))
 
     assert whos_online.flush() is True
 
@@ -195,7 +194,7 @@ def test_an_older_visit_sent_late_leaves_the_newer_one_standing(r, queued):
     now = time.time()
     assert whos_online.record_guest("192.0.2.1", now=now, room="b") is True
     member = guest("192.0.2.1")
-    flushing.flusher().put(recording.member_visit("guests", member, now - 10, room="a"))
+    flushing.current().put(recording.member_visit("guests", member, now - 10, room="a"))
 
     assert whos_online.flush() is True
 
@@ -213,9 +212,9 @@ def test_a_logout_without_a_guest_to_record_waits_on_nothing(r, queued, alice, r
     user_logged_out.send(sender=type(alice), request=None, user=alice)
 
     assert redis_calls.trips == []
-    assert len(flushing.flusher().jobs) == 1
+    assert len(flushing.current().jobs) == 1
     assert whos_online.online_counts().users == 0
-    assert len(flushing.flusher().jobs) == 0
+    assert len(flushing.current().jobs) == 0
     assert members(r, "users") == []
 
 
@@ -224,15 +223,15 @@ def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(r, queu
     whos_online.flush()
     outage.begin()
     user_logged_out.send(sender=type(alice), request=None, user=alice)
-    flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     assert whos_online.flush() is False
-    assert len(flushing.flusher().jobs) == 1
+    assert len(flushing.current().jobs) == 1
     assert members(r, "users") == [str(alice.pk)]
 
     outage.end()
     assert whos_online.flush() is True
-    assert len(flushing.flusher().jobs) == 0
+    assert len(flushing.current().jobs) == 0
     assert members(r, "users") == []
     assert members(r, "guests") == ["m"]
 
@@ -257,9 +256,9 @@ def test_a_logout_that_fails_keeps_the_thread_away_for_the_back_off(r, queued, a
     user_logged_out.send(sender=type(alice), request=None, user=alice)
 
     assert whos_online.flush() is False
-    flushing.flusher().schedule(0)
+    flushing.current().schedule(0)
 
-    deadline = flushing.flusher()._deadline
+    deadline = flushing.current()._deadline
     assert deadline is not None
     assert deadline >= time.monotonic() + 0.5
 
@@ -305,15 +304,15 @@ def test_a_read_writes_the_queue_first_in_the_same_round_trip(backend, queued, r
     assert whos_online.online_counts() == OnlineCounts(0, 1, 0, 1)
 
     assert redis_calls.trips == [["EVALSHA", "EVALSHA"]]  # the batch, then the snapshot
-    assert len(flushing.flusher().queue) == 0
+    assert len(flushing.current().queue) == 0
 
 
 def test_the_api_s_other_reads_write_the_queue_first(backend, queued, alice):
     Client(REMOTE_ADDR=GUEST_IP).force_login(alice)  # the login receiver writes at once
-    flushing.flusher().put(recording.member_visit("guests", "late", time.time()))
+    flushing.current().put(recording.member_visit("guests", "late", time.time()))
 
     assert whos_online.is_online(alice) is True
-    assert len(flushing.flusher().queue) == 0
+    assert len(flushing.current().queue) == 0
 
 
 @pytest.mark.parametrize(
@@ -329,14 +328,14 @@ def test_the_api_s_other_reads_write_the_queue_first(backend, queued, alice):
     ids=["is_online", "last_seen", "presence", "online_user_pks", "peak", "unique_visitors"],
 )
 def test_each_api_read_writes_the_queue_in_its_own_round_trip(r, queued, alice, redis_calls, read):
-    flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     read(alice)
 
     (trip,) = redis_calls.trips
     assert trip[0] == "EVALSHA"  # the batch, then the read's commands
     assert len(trip) > 1
-    assert len(flushing.flusher().queue) == 0
+    assert len(flushing.current().queue) == 0
     assert r.zscore("{whos_online}:guests", "m") is not None
 
 
@@ -346,13 +345,13 @@ def test_each_api_read_writes_the_queue_in_its_own_round_trip(r, queued, alice, 
 def test_a_failed_flush_is_sent_again_before_newer_visits(r, queued, outage, caplog) -> None:
     down = outage
     now = time.time()
-    flushing.flusher().put(recording.member_visit("guests", "m", now - 2, room="a"))
+    flushing.current().put(recording.member_visit("guests", "m", now - 2, room="a"))
     with caplog.at_level(logging.WARNING, logger="whos_online"):
         down.begin()
         assert whos_online.flush() is False
         assert whos_online.flush() is False  # within FAILURE_BACKOFF: Redis is not tried
-    flushing.flusher().put(recording.member_visit("guests", "n", now - 1))
-    flushing.flusher().put(recording.member_visit("guests", "m", now, room="b"))
+    flushing.current().put(recording.member_visit("guests", "n", now - 1))
+    flushing.current().put(recording.member_visit("guests", "m", now, room="b"))
 
     down.end()
     assert whos_online.flush() is True
@@ -367,7 +366,7 @@ def flusher_with_a_queue_of(monkeypatch: pytest.MonkeyPatch, size: int) -> flush
     """The process's flusher, for this test, with a queue bounded to ``size`` people."""
     fresh = flushing.Flusher()
     fresh.queue = VisitQueue(size=size)
-    monkeypatch.setattr(flushing, "flusher", lambda: fresh)
+    monkeypatch.setattr(flushing, "current", lambda: fresh)
     return fresh
 
 
@@ -448,16 +447,16 @@ def test_while_redis_is_known_down_a_flush_leaves_the_queue_as_it_is(
 ):
     outage.begin()
     now = time.time()
-    flushing.flusher().put(recording.member_visit("guests", "m", now - 1))
+    flushing.current().put(recording.member_visit("guests", "m", now - 1))
     assert whos_online.flush() is False  # the failure that opens the breaker
     encoded = counting_encodings(monkeypatch)
 
-    flushing.flusher().put(recording.member_visit("guests", "n", now))
+    flushing.current().put(recording.member_visit("guests", "n", now))
     assert whos_online.flush() is False
     assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)  # a read: it fails too
 
     assert encoded == []
-    assert len(flushing.flusher().queue) == 2
+    assert len(flushing.current().queue) == 2
     outage.end()
     assert whos_online.flush() is True
     assert members(r, "guests") == ["m", "n"]
@@ -472,24 +471,24 @@ def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
 
     config = get_config()
     breakers.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
-    flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
     encoded = counting_encodings(monkeypatch)
 
     assert whos_online.online_counts() == OnlineCounts(0, 0, 0, 0)
 
     assert redis_calls.trips == [["EVALSHA"]]  # the snapshot alone
     assert encoded == []
-    assert len(flushing.flusher().queue) == 1
+    assert len(flushing.current().queue) == 1
 
 
 def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(backend, queued, outage):
     outage.begin()
-    flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
     assert whos_online.flush() is False
 
-    flushing.flusher().schedule(0.1)  # what a recorded request asks
+    flushing.current().schedule(0.1)  # what a recorded request asks
 
-    deadline = flushing.flusher()._deadline
+    deadline = flushing.current()._deadline
     assert deadline is not None
     assert deadline - time.monotonic() > get_config().failure_backoff - 1
 
@@ -518,14 +517,14 @@ def test_what_an_outage_dropped_is_logged_once_writes_succeed(
 
 def test_forget_drops_what_is_queued_of_those_persons(r, queued):
     now = time.time()
-    flushing.flusher().put(recording.member_visit("guests", "m", now, room="a"))
-    flushing.flusher().put(RoomLeave("guests", "m", "a", now))
-    flushing.flusher().put(recording.member_visit("guests", "n", now))
-    flushing.flusher().put(recording.member_visit("bots", "b", now))
+    flushing.current().put(recording.member_visit("guests", "m", now, room="a"))
+    flushing.current().put(RoomLeave("guests", "m", "a", now))
+    flushing.current().put(recording.member_visit("guests", "n", now))
+    flushing.current().put(recording.member_visit("bots", "b", now))
 
-    flushing.flusher().forget(["guests:m", "bots:b"])
+    flushing.current().forget(["guests:m", "bots:b"])
 
-    assert len(flushing.flusher().queue) == 1
+    assert len(flushing.current().queue) == 1
     assert whos_online.flush() is True
     assert members(r, "guests") == ["n"]
     assert members(r, "bots") == []
@@ -535,11 +534,11 @@ def test_forget_drops_what_waits_to_be_sent_again(r, queued, outage, alice):
     outage.begin()
     now = time.time()
     details = users.details(alice, get_config())
-    flushing.flusher().put(recording.user_visit(details, now))
-    flushing.flusher().put(recording.member_visit("guests", "n", now))
+    flushing.current().put(recording.user_visit(details, now))
+    flushing.current().put(recording.member_visit("guests", "n", now))
     assert whos_online.flush() is False
 
-    flushing.flusher().forget([f"u:{alice.pk}"])
+    flushing.current().forget([f"u:{alice.pk}"])
 
     outage.end()
     assert whos_online.flush() is True
@@ -553,11 +552,11 @@ def test_forget_during_a_flush_that_fails_keeps_it_from_coming_back(r, queued, m
     from whos_online.store import scripts
 
     now = time.time()
-    flushing.flusher().put(recording.member_visit("guests", "m", now))
-    flushing.flusher().put(recording.member_visit("guests", "n", now))
+    flushing.current().put(recording.member_visit("guests", "m", now))
+    flushing.current().put(recording.member_visit("guests", "n", now))
 
     def forgotten_on_the_way(client: Any, calls: Any) -> Any:
-        flushing.flusher().forget(["guests:m"])  # an erasure, while the batch is on its way
+        flushing.current().forget(["guests:m"])  # an erasure, while the batch is on its way
         raise redis.exceptions.ConnectionError("cut off")
 
     monkeypatch.setattr(scripts, "run", forgotten_on_the_way)
@@ -721,14 +720,14 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
     request's cancellation leaves that write, and the page hits it carries, to finish."""
     configure(settings, COUNT_HITS=True)
     release, started = threading.Event(), threading.Event()
-    original = flushing.flusher().flush
+    original = flushing.current().flush
 
     def slow_flush() -> frozenset[str]:
         started.set()
         release.wait(5)
         return original()
 
-    monkeypatch.setattr(flushing.flusher(), "flush", slow_flush)
+    monkeypatch.setattr(flushing.current(), "flush", slow_flush)
 
     async def get_response(request: HttpRequest) -> HttpResponse:
         return HttpResponse("async")
@@ -754,7 +753,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
     while hits.buffer().total():
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    monkeypatch.setattr(flushing.flusher(), "flush", original)
+    monkeypatch.setattr(flushing.current(), "flush", original)
 
     for _ in range(3):
         recording.count_hit()
@@ -766,7 +765,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
     handler = stopping.on_signal(lambda signum, frame: forwarded.append(signum))
-    flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
 
@@ -810,14 +809,14 @@ def merge(earlier, later):
 
 visit_queue.merge = merge
 now = time.time()
-flushing.flusher().put(recording.member_visit("guests", "m", now - 1))
-flushing.flusher().put(recording.member_visit("guests", "m", now))
+flushing.current().put(recording.member_visit("guests", "m", now - 1))
+flushing.current().put(recording.member_visit("guests", "m", now))
 visit_queue.merge = original
 for thread in threading.enumerate():
     if thread is not threading.current_thread():
         thread.join(10)
 stored = admin_client().zrange("{whos_online}:guests", 0, -1)
-print("done", forwarded, flushing.flusher().immediate, [m.decode() for m in stored])
+print("done", forwarded, flushing.current().immediate, [m.decode() for m in stored])
 """
 
 
@@ -851,10 +850,10 @@ from whos_online.recording import visits as recording
 flushing.Flusher.schedule = lambda self, delay: None
 whos_online.record_guest("192.0.2.9")  # written at once, and a batch of hits with it
 recording.count_hit()
-flushing.flusher().put(recording.member_visit("guests", "queued", __import__("time").time()))
+flushing.current().put(recording.member_visit("guests", "queued", __import__("time").time()))
 for _ in range(4):
     recording.count_hit()
-print(len(flushing.flusher().queue), hits.buffer().total(), hits.buffer().token)
+print(len(flushing.current().queue), hits.buffer().total(), hits.buffer().token)
 """
 
 
@@ -902,12 +901,12 @@ def test_the_queue_is_process_state_a_forked_child_starts_without(queued):
 
     if not hasattr(os, "fork"):
         pytest.skip("needs os.fork")
-    flushing.flusher().put(recording.member_visit("guests", "parent's", time.time()))
+    flushing.current().put(recording.member_visit("guests", "parent's", time.time()))
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            os.write(write_end, str(len(flushing.flusher().queue)).encode())
+            os.write(write_end, str(len(flushing.current().queue)).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -916,4 +915,4 @@ def test_the_queue_is_process_state_a_forked_child_starts_without(queued):
     os.waitpid(pid, 0)
 
     assert report == "0"
-    assert len(flushing.flusher().queue) == 1
+    assert len(flushing.current().queue) == 1

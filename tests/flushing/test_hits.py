@@ -26,7 +26,7 @@ from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing import hits
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 from whos_online.store import counters
 
@@ -46,7 +46,7 @@ def flusher_threads() -> list[threading.Thread]:
 
 def pending() -> bool:
     """Whether a flush is scheduled (a call, so that mypy does not narrow it between reads)."""
-    return flushing.flusher()._deadline is not None
+    return flushing.current()._deadline is not None
 
 
 def total(precision: int) -> int:
@@ -343,14 +343,14 @@ def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings
     assert hits.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
     started = time.monotonic()
     recording.count_hit()
-    deadline = flushing.flusher()._deadline
+    deadline = flushing.current()._deadline
     assert deadline is not None
     assert deadline - started == pytest.approx(3600, abs=5)
 
     configure(settings, COUNT_HITS=True, FLUSH_INTERVAL=0.25)
     started = time.monotonic()
     recording.count_hit()
-    deadline = flushing.flusher()._deadline
+    deadline = flushing.current()._deadline
     assert deadline is not None
     assert deadline - started == pytest.approx(0.25, abs=0.2)
 
@@ -358,7 +358,7 @@ def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings
 def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
     monkeypatch.setattr(hits, "LONGEST_WAIT", 0.05)
     flushed = threading.Event()
-    original = flushing.flusher().flush
+    original = flushing.current().flush
 
     def flush() -> frozenset[str]:
         try:
@@ -366,7 +366,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
         finally:
             flushed.set()
 
-    monkeypatch.setattr(flushing.flusher(), "flush", flush)
+    monkeypatch.setattr(flushing.current(), "flush", flush)
 
     recording.count_hit(T0)
     recording.count_hit(T0)

@@ -11,7 +11,7 @@ import whos_online
 from tests.support.helpers import BreakerClock, configure, render, widget_text
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots
-from whos_online.recording import cookie as throttle
+from whos_online.recording import throttle
 
 TAG = "{% load whos_online %}{% whos_online %}"
 

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 import whos_online
 from whos_online.config import settings as conf
-from whos_online.recording import cookie as throttle
-from whos_online.recording.cookie import (
+from whos_online.recording import throttle
+from whos_online.recording.throttle import (
     ARRIVED_SUFFIX,
     MAX_COOKIE_LENGTH,
     MEMORY_SIZE,
     ROOM_MARK,
-    RecentIdentities,
+    RecentVisitors,
     binding,
     is_fresh,
     make_cookie,
@@ -230,17 +230,17 @@ def test_binding_with_any_unicode_round_trips():
     assert is_fresh(value, BINDING, NOW, THROTTLE) is False
 
 
-# --- RecentIdentities ---------------------------------------------------------------------------
+# --- RecentVisitors ---------------------------------------------------------------------------
 
 
 def test_unknown_identity_is_not_seen():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     assert memory.seen_recently("guests:abc", 0.0) is False
     assert len(memory) == 0
 
 
 def test_seen_recently_until_the_given_time():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     memory.remember("guests:abc", 1000.0)
     assert memory.seen_recently("guests:abc", 880.0) is True
     assert memory.seen_recently("guests:abc", 999.999) is True
@@ -250,7 +250,7 @@ def test_seen_recently_until_the_given_time():
 
 
 def test_remember_again_extends():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     memory.remember("u:1", 1000.0)
     memory.remember("u:1", 1100.0)
     assert memory.seen_recently("u:1", 1050.0) is True
@@ -258,7 +258,7 @@ def test_remember_again_extends():
 
 
 def test_size_is_bounded_and_oldest_is_evicted():
-    memory = RecentIdentities(size=3)
+    memory = RecentVisitors(size=3)
     for name in ("a", "b", "c", "d"):
         memory.remember(name, 1000.0)
     assert len(memory) == 3
@@ -266,7 +266,7 @@ def test_size_is_bounded_and_oldest_is_evicted():
 
 
 def test_remembering_again_makes_an_entry_the_newest():
-    memory = RecentIdentities(size=3)
+    memory = RecentVisitors(size=3)
     for name in ("a", "b", "c"):
         memory.remember(name, 1000.0)
     memory.remember("a", 1000.0)
@@ -275,7 +275,7 @@ def test_remembering_again_makes_an_entry_the_newest():
 
 
 def test_default_size():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     for index in range(MEMORY_SIZE + 5):
         memory.remember(f"guests:{index}", 1000.0)
     assert len(memory) == MEMORY_SIZE
@@ -284,7 +284,7 @@ def test_default_size():
 
 
 def test_forget():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     for name in ("u:1", "u:2", "guests:x"):
         memory.remember(name, 1000.0)
     memory.forget(name for name in ["u:1", "guests:x", "never-seen"])
@@ -295,7 +295,7 @@ def test_forget():
 
 
 def test_clear():
-    memory = RecentIdentities()
+    memory = RecentVisitors()
     memory.remember("u:1", 1000.0)
     memory.remember("u:2", 1000.0)
     memory.clear()
@@ -313,7 +313,7 @@ def test_process_memory_is_cleared_by_reset_and_settings_change(settings):
 
 
 def test_concurrent_remembering_stays_bounded():
-    memory = RecentIdentities(size=100)
+    memory = RecentVisitors(size=100)
     threads_count, per_thread = 8, 2000
     barrier = threading.Barrier(threads_count)
     errors: list[BaseException] = []
@@ -455,9 +455,9 @@ def test_a_cookie_read_again_is_neither_parsed_nor_hashed_again_but_still_expire
 
 
 def test_an_entry_from_before_the_latest_failure_no_longer_counts():
-    memory = RecentIdentities()
-    memory.remember("guests:abc", 1000.0, epoch=3)
-    assert memory.seen_recently("guests:abc", 900.0, epoch=3) is True
-    assert memory.seen_recently("guests:abc", 900.0, epoch=4) is False
-    memory.remember("guests:abc", 1000.0, epoch=4)
-    assert memory.seen_recently("guests:abc", 900.0, epoch=4) is True
+    memory = RecentVisitors()
+    memory.remember("guests:abc", 1000.0, generation=3)
+    assert memory.seen_recently("guests:abc", 900.0, generation=3) is True
+    assert memory.seen_recently("guests:abc", 900.0, generation=4) is False
+    memory.remember("guests:abc", 1000.0, generation=4)
+    assert memory.seen_recently("guests:abc", 900.0, generation=4) is True

@@ -25,10 +25,9 @@ from whos_online.backend.connection import admin_client
 from whos_online.checks import check_room_urls, check_settings
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots, viewer
-from whos_online.recording import cookie as throttle
-from whos_online.recording import recorder
+from whos_online.recording import recorder, throttle
 from whos_online.recording import visits as recording
-from whos_online.recording.cookie import RecentIdentities
+from whos_online.recording.throttle import RecentVisitors
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -380,7 +379,7 @@ def test_room_access_decides_instead_of_tokens(backend, settings):
 
 
 @contextlib.contextmanager
-def process(monkeypatch: pytest.MonkeyPatch, memory: RecentIdentities) -> Iterator[None]:
+def process(monkeypatch: pytest.MonkeyPatch, memory: RecentVisitors) -> Iterator[None]:
     """Serve the block as another process would: with its own memory of recent visitors and no
     kept snapshots of this one."""
     with monkeypatch.context() as patch:
@@ -392,7 +391,7 @@ def process(monkeypatch: pytest.MonkeyPatch, memory: RecentIdentities) -> Iterat
 
 @pytest.mark.parametrize("cookies", [True, False], ids=["with-cookies", "without-cookies"])
 def test_the_latest_page_view_wins_whichever_process_served_it(backend, monkeypatch, cookies):
-    first, second = RecentIdentities(), RecentIdentities()
+    first, second = RecentVisitors(), RecentVisitors()
     browser = client_of()
     for memory, pk in ((first, 1), (second, 2), (first, 1)):
         with process(monkeypatch, memory):

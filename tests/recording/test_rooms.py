@@ -23,8 +23,7 @@ from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing
-from whos_online.recording import cookie as throttle
-from whos_online.recording import logins, rooms
+from whos_online.recording import logins, rooms, throttle
 from whos_online.recording import visits as recording
 from whos_online.store import pruning
 
@@ -257,8 +256,8 @@ def test_the_index_of_rooms_holds_the_latest_visit_of_a_batch_in_each_room(backe
     configure(settings, FLUSH_INTERVAL=10)
     now = time.time()
     for member, at in (("a", now - 10), ("b", now), ("c", now - 5)):
-        flushing.flusher().put(recording.member_visit("guests", member, at, room=TOPIC_1))
-    flushing.flusher().put(recording.member_visit("guests", "d", now - 7, room=TOPIC_2))
+        flushing.current().put(recording.member_visit("guests", member, at, room=TOPIC_1))
+    flushing.current().put(recording.member_visit("guests", "d", now - 7, room=TOPIC_2))
 
     assert whos_online.flush() is True
 

@@ -32,7 +32,7 @@ def queued(settings) -> None:
 
 def written_by_another_process(r, *visits: Visit) -> None:
     """What another process's flush does: its batch reaches Redis first."""
-    store.visits.record(r, get_config(), list(visits))
+    store.record.record(r, get_config(), list(visits))
 
 
 def room_score(r, room: str, member: str) -> float | None:
@@ -62,7 +62,7 @@ def test_a_login_that_arrives_late_still_takes_the_guest_off(r, queued, alice):
     member = guest(GUEST_IP)
     written_by_another_process(r, recording.member_visit("guests", member, now - 1))
     details = users.details(alice, get_config())
-    flushing.flusher().put(recording.user_visit(details, now, former_guest=member))
+    flushing.current().put(recording.user_visit(details, now, former_guest=member))
     written_by_another_process(r, recording.user_visit(details, now + 0.05))  # their next page
 
     assert whos_online.flush() is True
@@ -76,7 +76,7 @@ def test_a_former_identity_seen_after_the_visit_stays(r, queued, alice):
     now = time.time()
     member = guest(GUEST_IP)
     details = users.details(alice, get_config())
-    flushing.flusher().put(recording.user_visit(details, now, former_guest=member))
+    flushing.current().put(recording.user_visit(details, now, former_guest=member))
     written_by_another_process(r, recording.member_visit("guests", member, now + 1))
 
     assert whos_online.flush() is True
@@ -156,7 +156,7 @@ def test_what_marks_a_user_gone_lives_a_window_after_a_logout_and_days_after_an_
 def test_a_stale_visit_from_before_a_user_turned_hidden_does_not_name_them(r, queued, alice):
     now = time.time()
     visible = users.details(alice, get_config())
-    flushing.flusher().put(recording.user_visit(visible, now))
+    flushing.current().put(recording.user_visit(visible, now))
     written_by_another_process(
         r, recording.user_visit(dataclasses.replace(visible, hidden=True), now + 1)
     )
@@ -173,7 +173,7 @@ def test_a_stale_visit_from_before_a_user_turned_hidden_does_not_name_them(r, qu
 def test_a_leaving_word_that_arrives_after_the_next_page_of_the_room_leaves_it_standing(r, queued):
     now = time.time()
     written_by_another_process(r, recording.member_visit("guests", "m", now - 10, room="a"))
-    flushing.flusher().put(RoomLeave("guests", "m", "a", at=now))
+    flushing.current().put(RoomLeave("guests", "m", "a", at=now))
     written_by_another_process(r, recording.member_visit("guests", "m", now + 0.2, room="a"))
 
     assert whos_online.flush() is True
@@ -184,7 +184,7 @@ def test_a_leaving_word_that_arrives_after_the_next_page_of_the_room_leaves_it_s
 def test_a_leaving_word_keeps_its_reader_in_the_room_a_few_seconds(r, queued):
     now = time.time()
     written_by_another_process(r, recording.member_visit("guests", "m", now - 10, room="a"))
-    flushing.flusher().put(RoomLeave("guests", "m", "a", at=now))
+    flushing.current().put(RoomLeave("guests", "m", "a", at=now))
 
     assert whos_online.flush() is True
 

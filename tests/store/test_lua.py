@@ -53,13 +53,13 @@ def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     named = re.findall(r"^    ARGV\[(\d+)\]\s+(\w+):", header, re.MULTILINE)
     entry = re.findall(r"^ {16}(\w+)(?:, (\w+))? {2,}", header, re.MULTILINE)
 
-    assert [name for _, name in named] == list(store.visits.HEADER_ARGUMENTS)
+    assert [name for _, name in named] == list(store.record.HEADER_ARGUMENTS)
     assert [int(index) for index, _ in named] == list(
-        range(1, len(store.visits.HEADER_ARGUMENTS) + 1)
+        range(1, len(store.record.HEADER_ARGUMENTS) + 1)
     )
-    assert [name for pair in entry for name in pair if name] == list(store.visits.ENTRY_ARGUMENTS)
-    assert f"\nlocal FIELDS = {store.visits.ENTRY_FIELDS}\n" in source
-    assert f"\nlocal first = {len(store.visits.HEADER_ARGUMENTS) + 1}\n" in source
+    assert [name for pair in entry for name in pair if name] == list(store.record.ENTRY_ARGUMENTS)
+    assert f"\nlocal FIELDS = {store.record.ENTRY_FIELDS}\n" in source
+    assert f"\nlocal first = {len(store.record.HEADER_ARGUMENTS) + 1}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

@@ -18,8 +18,8 @@ from redis.cluster import RedisCluster
 from redis.connection import AbstractConnection
 
 from whos_online.config.settings import get_config
-from whos_online.recording import cookie as throttle
-from whos_online.recording.identity import guest_id
+from whos_online.recording import throttle
+from whos_online.recording.clients import guest_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

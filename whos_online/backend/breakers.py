@@ -163,5 +163,5 @@ class Attempt:
 
 def failures() -> int:
     """How many calls have failed in this process, or been refused: a visit stored before the
-    latest one may have been lost since (see ``throttle.RecentIdentities``)."""
+    latest one may have been lost since (see ``throttle.RecentVisitors``)."""
     return breaker.failures + refusals.failures

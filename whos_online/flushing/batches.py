@@ -1,7 +1,7 @@
 """What one flush sends: the queue's visits and the page hits, made into script calls shard by
 shard, and the replies handed back group by group.
 
-Each shard's entries go in one call of its record script (``store.visits.batch_calls``), which
+Each shard's entries go in one call of its record script (``store.record.batch_calls``), which
 loops over them. The base shard's call, the one whose slot holds the site-wide keys, also carries
 the page hits and the layout the process registers: never a call of its own.
 """
@@ -83,7 +83,7 @@ def prepare(
         batch=(batch.token, batch.number) if batch is not None else None,
     )
     for tag, group in groups.items():
-        group.calls = store.visits.batch_calls(
+        group.calls = store.record.batch_calls(
             config,
             group.shard,
             group.entries,

@@ -276,7 +276,7 @@ class Flusher:
                 failed.add(group.shard.tag)
                 continue
             for raw in replies:
-                reply = store.visits.parse_reply(raw)
+                reply = store.record.parse_reply(raw)
                 epochs.epochs.learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:
                     self.layouts_in_use = reply.layouts > 0
@@ -335,7 +335,7 @@ class Flusher:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
         queued or waiting to be sent again, and what comes back of them from a write under way
         that fails: so that nothing of theirs the process held is written later (an erasure, a
-        logout). Persons as the queue names them (``store.visits.person``: ``u:<pk>``,
+        logout). Persons as the queue names them (``store.record.person``: ``u:<pk>``,
         ``guests:<member>``, ``bots:<member>``). A write under way that succeeds still lands."""
         for who in persons:
             self.queue.forget(who)
@@ -379,7 +379,7 @@ def _register_exit(made: Flusher) -> None:
 _flushers: Final = PerProcess(Flusher, started=_register_exit)
 
 
-def flusher() -> Flusher:
+def current() -> Flusher:
     """This process's flusher, made at its first use here (``per_process``)."""
     return _flushers.get()
 
@@ -395,32 +395,32 @@ def write_at_exit() -> None:
 def flush() -> bool:
     """Write what this process has queued (visits and page hits) now, rather than at most
     ``FLUSH_INTERVAL`` later; False if Redis could not be written (it is kept, and sent again)."""
-    return not flusher().flush()
+    return not current().flush()
 
 
 def flush_now() -> frozenset[str]:
     """``flush``, returning the tags of the shards that could not be written."""
-    return flusher().flush()
+    return current().flush()
 
 
 def writes_at_once(config: Config) -> bool:
     """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or while
     an ASGI server stops."""
-    return not config.flush_interval or flusher().immediate
+    return not config.flush_interval or current().immediate
 
 
 def after_recording(config: Config) -> frozenset[str]:
     """What a recorded request does once it has queued its visit: wake the thread, or write the
     queue now (``writes_at_once``); returns the tags of the shards that could not be written."""
     if writes_at_once(config):
-        return flusher().flush()
-    flusher().schedule(config.flush_interval)
+        return current().flush()
+    current().schedule(config.flush_interval)
     return frozenset()
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:
     """Queue a page's reader leaving ``room`` at ``at``."""
-    queued = flusher().put(RoomLeave(kind, member, room, at))
+    queued = current().put(RoomLeave(kind, member, room, at))
     after_recording(get_config())
     return queued
 

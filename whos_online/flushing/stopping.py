@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from whos_online.flushing import flusher as flushing
+from whos_online.flushing import flusher
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 
 def flush_at_exit() -> None:
-    """Write what the process holds as it exits (see ``flushing.Flusher.close``)."""
-    flushing.write_at_exit()
+    """Write what the process holds as it exits (see ``flusher.Flusher.close``)."""
+    flusher.write_at_exit()
 
 
 _signals_installed = False
@@ -50,17 +50,17 @@ def on_signal(previous: Any) -> Callable[[int, FrameType | None], Any]:
     A handler runs on the main thread, between two of its steps; under an ASGI server that is
     the event loop, which may be inside the queue's lock or the page hits' (queueing a visit,
     counting a hit), and would wait on itself for ever if it wrote from here. So the write runs
-    in a thread of its own, which the handler waits for at most ``flushing.EXIT_WAIT`` seconds:
+    in a thread of its own, which the handler waits for at most ``flusher.EXIT_WAIT`` seconds:
     mostly it is done by then; if the main thread held a lock, it is done once the handler has
     returned and the lock is let go. The flusher is ``flushing``'s when the signal comes (a
     change of settings replaces it)."""
 
     def handle(signum: int, frame: FrameType | None) -> Any:
-        current = flushing.flusher()
+        current = flusher.current()
         current.immediate = True
         writer = threading.Thread(target=current.flush, name="whos_online exit flush", daemon=True)
         writer.start()
-        writer.join(flushing.EXIT_WAIT)
+        writer.join(flusher.EXIT_WAIT)
         if callable(previous):
             return previous(signum, frame)
         if previous != signal.SIG_IGN:  # the default action, as if nothing had been here

@@ -35,7 +35,7 @@ from django.dispatch import receiver
 from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import flusher as flushing
+from whos_online.flushing import flusher
 from whos_online.recording.state import state_of
 from whos_online.store import epochs
 
@@ -169,11 +169,11 @@ def read(
     now = time.time()
     config = get_config()
     if config.redis_cluster and config.shards > 1:
-        flushing.flusher().flush()
+        flusher.current().flush()
         found = _read_by_shard(config, limit, now, room)
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
-        found = flushing.flusher().flush_with(
+        found = flusher.current().flush_with(
             lambda client, config, before: store.reading.snapshot_after(
                 client, config, before, limit=limit, now=now, room=room
             ),

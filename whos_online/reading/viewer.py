@@ -27,8 +27,8 @@ import time
 from typing import TYPE_CHECKING
 
 from whos_online.recording import pageviews, rooms
-from whos_online.recording.cookie import recent
 from whos_online.recording.state import state_of
+from whos_online.recording.throttle import recent
 from whos_online.store import epochs
 
 if TYPE_CHECKING:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from whos_online import store
 from whos_online.config.settings import get_config
-from whos_online.flushing import flusher as flushing
+from whos_online.flushing import flusher
 from whos_online.flushing.jobs import Job
-from whos_online.recording import visits as recording
-from whos_online.recording.cookie import recent
+from whos_online.recording import visits
 from whos_online.recording.state import state_of
+from whos_online.recording.throttle import recent
 from whos_online.store import users
 from whos_online.store.people import former_guest_keys, user_person_key
 
@@ -39,7 +39,7 @@ def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
     now = time.time()
     former = state_of(request).guest_member(config, now) if request is not None else ""
     details = users.details(user, config)
-    recording.record_soon(config, recording.user_visit(details, now, former_guest=former))
+    visits.record_soon(config, visits.user_visit(details, now, former_guest=former))
     if former:
         recent.forget(former_guest_keys(former))
 
@@ -61,26 +61,26 @@ def user_logged_out(
         return
     pk = users.pk_text(user)
     recent.forget([user_person_key(pk)])
-    flushing.flusher().forget([user_person_key(pk)])
+    flusher.current().forget([user_person_key(pk)])
     config = get_config()
     now = time.time()
     guest = None if request is None else state_of(request).guest(config, now)
     if guest is None:
-        flushing.flusher().add_job(
+        flusher.current().add_job(
             Job(
                 lambda client, config: store.presence.remove_user(client, config, pk, now=now),
                 store.keys.user_shard(config, pk),
             )
         )
-    if config.shards != 1 or flushing.flusher().may_hold_other_layouts():
-        flushing.flusher().add_job(
+    if config.shards != 1 or flusher.current().may_hold_other_layouts():
+        flusher.current().add_job(
             Job(lambda client, config: _leave_other_layouts(client, config, pk, now))
         )
     if guest is None:
-        flushing.after_recording(config)
+        flusher.after_recording(config)
     else:
         kind, member = guest
-        recording.record_soon(config, recording.member_visit(kind, member, now, former_user=pk))
+        visits.record_soon(config, visits.member_visit(kind, member, now, former_user=pk))
 
 
 def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) -> None:

@@ -19,12 +19,10 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import store
-from whos_online.flushing import flusher as flushing
-from whos_online.flushing import stopping
-from whos_online.recording import cookie as throttle
-from whos_online.recording import rooms
-from whos_online.recording.cookie import recent
+from whos_online.flushing import flusher, stopping
+from whos_online.recording import rooms, throttle
 from whos_online.recording.state import state_of
+from whos_online.recording.throttle import recent
 from whos_online.recording.visits import member_visit, queue, remember, user_visit
 from whos_online.store import epochs
 from whos_online.store.record import GO, STAY
@@ -77,7 +75,7 @@ def record_request(
     assert visitor is not None
     visit = _visit_of(visitor, config, now, placement)
     queued = queue(config, visit, room_tag=found.room_tag)
-    failed = flushing.after_recording(config)
+    failed = flusher.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
 
 
@@ -103,10 +101,10 @@ async def arecord_request(
         await sync_to_async(visitor.details)(config)
         visit = _visit_of(visitor, config, now, placement)
     queued = queue(config, visit, room_tag=found.room_tag)
-    if flushing.writes_at_once(config):
-        failed = await sync_to_async(flushing.flusher().flush, thread_sensitive=False)()
+    if flusher.writes_at_once(config):
+        failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
     else:
-        failed = flushing.after_recording(config)
+        failed = flusher.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
 
 
@@ -131,7 +129,7 @@ def _recorded(
     shard = store.keys.member_shard(config, visit.joined, visit.member)
     if not queued or shard.tag in failed:
         return Recorded(FAILED, found.at, found.room_tag)
-    if flushing.writes_at_once(config):
+    if flusher.writes_at_once(config):
         remember(config, visit, found.room_tag)
     cookie = state_of(request).cookie
     arriving = cookie is None or epochs.epochs.gone(cookie.epoch, config)
@@ -226,5 +224,5 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
             return False
     recent.forget([visitor.key])
     kind = visitor.kind if visitor.user is None else "users"
-    flushing.leave_room(kind, visitor.member, room, now)
+    flusher.leave_room(kind, visitor.member, room, now)
     return True

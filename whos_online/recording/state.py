@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from whos_online.recording import identity
+from whos_online.recording import clients
 from whos_online.store import users
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-    from whos_online.recording.cookie import ThrottleCookie
+    from whos_online.recording.throttle import ThrottleCookie
     from whos_online.store.record import Placement
     from whos_online.store.results import Snapshot
     from whos_online.store.users import UserDetails
@@ -140,13 +140,13 @@ class RequestState:
     def candidate(self, config: Config) -> str:
         """The client's address as the trusted proxies (or the socket) give it, unchecked."""
         if self._candidate is None:
-            self._candidate = identity.forwarded_candidate(self.request, config.trusted_proxy_count)
+            self._candidate = clients.forwarded_candidate(self.request, config.trusted_proxy_count)
         return self._candidate
 
     def address(self, config: Config) -> str | None:
         """The client's address, canonical; None when it is not one."""
         if self._address is _UNSET:
-            self._address = identity.normalize_ip(self.candidate(config))
+            self._address = clients.normalize_ip(self.candidate(config))
         assert self._address is None or isinstance(self._address, str)
         return self._address
 
@@ -169,14 +169,14 @@ class RequestState:
         address = self.address(config)
         if address is None:
             return None
-        kind = "bots" if identity.is_bot(self.request, config) else "guests"
-        return kind, identity.guest_id(address, config, now)
+        kind = "bots" if clients.is_bot(self.request, config) else "guests"
+        return kind, clients.guest_id(address, config, now)
 
     def guest_member(self, config: Config, now: float) -> str:
         """The member the request would be recorded as if it were a guest's ("" for none), even
         while guests are not tracked: what a login takes off the guests."""
         address = self.address(config)
-        return identity.guest_id(address, config, now) if address else ""
+        return clients.guest_id(address, config, now) if address else ""
 
     def visitor(
         self, config: Config, now: float, user: AnyUser | object | None = _UNSET

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 from whos_online import store
 from whos_online.backend import breakers
 from whos_online.config.settings import Config, get_config
-from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits
-from whos_online.recording import identity, rooms
-from whos_online.recording.cookie import recent
+from whos_online.flushing import flusher, hits
+from whos_online.recording import clients, rooms
+from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
 from whos_online.store.people import former_guest_keys, user_person_key
 from whos_online.store.record import GO, Visit
@@ -46,7 +45,7 @@ def user_visit(
         now=timestamp,
         user=details,
         former=former_guest,
-        visitor=identity.visitor_id(user_person_key(pk), timestamp),
+        visitor=clients.visitor_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
     )
@@ -62,7 +61,7 @@ def member_visit(
     room_mode: str = GO,
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
-    visitor = "" if kind == "bots" else identity.visitor_id(f"g:{member}", timestamp)
+    visitor = "" if kind == "bots" else clients.visitor_id(f"g:{member}", timestamp)
     return Visit(
         kind=kind,
         member=member,
@@ -78,15 +77,15 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
     """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
     known to be down for its shard (it is queued, then, and written once Redis answers again).
 
-    Unless the queue is written at once (``flushing.writes_at_once``), the visit is remembered
+    Unless the queue is written at once (``flusher.writes_at_once``), the visit is remembered
     in the process's memory from now: if its flush fails, the memory's generation changes, and
     with it what the memory vouches for."""
-    if not flushing.flusher().put(visit):
+    if not flusher.current().put(visit):
         return False
     shard = store.keys.member_shard(config, visit.joined, visit.member)
     if not breakers.Attempt(config, shard, writes=True).allowed:
         return False
-    if not flushing.writes_at_once(config):
+    if not flusher.writes_at_once(config):
         remember(config, visit, room_tag)
     return True
 
@@ -107,11 +106,9 @@ def record_soon(config: Config, visit: Visit) -> None:
     (remembering it once written), as a recorded request does."""
     if not queue(config, visit):
         return
-    if not flushing.writes_at_once(config):
-        flushing.flusher().schedule(config.flush_interval)
-    elif (
-        store.keys.member_shard(config, visit.joined, visit.member).tag not in flushing.flush_now()
-    ):
+    if not flusher.writes_at_once(config):
+        flusher.current().schedule(config.flush_interval)
+    elif store.keys.member_shard(config, visit.joined, visit.member).tag not in flusher.flush_now():
         remember(config, visit)
 
 
@@ -120,7 +117,7 @@ def _written(config: Config, visit: Visit) -> bool:
     it was written."""
     if not queue(config, visit):
         return False
-    if store.keys.member_shard(config, visit.joined, visit.member).tag in flushing.flush_now():
+    if store.keys.member_shard(config, visit.joined, visit.member).tag in flusher.flush_now():
         return False
     remember(config, visit)
     return True
@@ -161,10 +158,10 @@ def count_hit(now: float | datetime | None = None) -> None:
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
     hits.buffer().add(as_timestamp(now))
-    flushing.flusher().schedule(get_config().flush_interval or hits.LONGEST_WAIT)
+    flusher.current().schedule(get_config().flush_interval or hits.LONGEST_WAIT)
 
 
 def flush_hits() -> bool:
     """Write the buffered page hits (and queued visits) now; False (and all of it kept) if
     Redis failed."""
-    return flushing.flush()
+    return flusher.flush()

@@ -4,7 +4,7 @@ One module per concern, each importing only those listed before it:
 
 - ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
 - ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
-- ``visits``: recording a visit (the one call on the request path);
+- ``record``: the record script's batches of visits (the one call a flush makes per shard);
 - ``presence``: whether given users are online, and taking one off;
 - ``reading``: one read of the site or a room, combined over the shards;
 - ``site``: the all-time peak and the day's unique visitors;
@@ -22,7 +22,6 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, keys, presence, reading, scripts, site
-from whos_online.store import record as visits
+from whos_online.store import cleanup, keys, presence, reading, record, scripts, site
 
-__all__ = ["cleanup", "keys", "presence", "reading", "scripts", "site", "visits"]
+__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site"]

@@ -124,7 +124,7 @@ epochs: Final = Epochs()
 def generation() -> int:
     """A number that changes whenever what this process stored may have been lost: a Redis call
     failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
-    current generation only (``throttle.RecentIdentities``)."""
+    current generation only (``throttle.RecentVisitors``)."""
     return breakers.failures() + epochs.changes
 
 

@@ -48,7 +48,7 @@ def _expand(name: str, folder: Traversable, included: set[str]) -> str:
     return INCLUDE.sub(include, text)
 
 
-#: One recorded visit (see ``store.visits``).
+#: One recorded visit (see ``store.record``).
 RECORD: Final = load("record")
 #: A person leaving two sets and their rooms: a former identity in another shard, a logout.
 LEAVE: Final = load("leave")

@@ -101,7 +101,7 @@ local window = tonumber(ARGV[14])
 local leave_grace = tonumber(ARGV[15])
 local gone_prefix = ARGV[16]
 local count = tonumber(ARGV[17])
--- The entries' arguments, each as ``store.visits.ENTRY_ARGUMENTS`` lists them.
+-- The entries' arguments, each as ``store.record.ENTRY_ARGUMENTS`` lists them.
 local FIELDS = 12
 local first = 18
 local where, index = KEYS[5], KEYS[6]

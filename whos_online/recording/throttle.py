@@ -238,14 +238,15 @@ def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
 _remembered_genuine = functools.lru_cache(maxsize=MEMORY_SIZE)(_genuine)
 
 
-class RecentIdentities:
-    """A bounded, thread-safe map of identity -> time until which it needs no new write.
+class RecentVisitors:
+    """A bounded, thread-safe map of a person's key (``store.people``) -> time until which they
+    need no new write.
 
-    Each entry also keeps the *epoch* it was written in: a number the caller takes to change
-    whenever Redis fails (``breakers.breaker.failures``). An entry from before the latest
-    failure no longer counts, so that a visitor this process stored before an outage is written
-    again, rather than handed a new cookie for a visit Redis may have lost (a Redis that comes
-    back empty has forgotten them).
+    Each entry also keeps the *generation* it was written in: a number the caller takes to change
+    whenever what the process stored may have been lost (``store.epochs.generation``). An entry from
+    before the latest failure no longer counts, so that a visitor this process stored before an
+    outage is written again, rather than handed a new cookie for a visit Redis may have lost (a
+    Redis that comes back empty has forgotten them).
     """
 
     def __init__(self, size: int = MEMORY_SIZE) -> None:
@@ -253,30 +254,30 @@ class RecentIdentities:
         self._until: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def seen_recently(self, identity: str, now: float, epoch: int = 0, room: str = "") -> bool:
-        """Whether ``identity`` was written, in ``room`` (a room tag), within its throttle."""
-        found = self.entry(identity, now, epoch)
+    def seen_recently(self, key: str, now: float, generation: int = 0, room: str = "") -> bool:
+        """Whether ``key`` was written, in ``room`` (a room tag), within its throttle."""
+        found = self.entry(key, now, generation)
         return found is not None and found[1] == room
 
-    def entry(self, identity: str, now: float, epoch: int = 0) -> tuple[float, str] | None:
-        """Until when ``identity`` needs no new write, and the tag of the room it was written
+    def entry(self, key: str, now: float, generation: int = 0) -> tuple[float, str] | None:
+        """Until when ``key`` needs no new write, and the tag of the room it was written
         in, if it was written within its throttle and since Redis last failed."""
-        entry = self._until.get(identity)
-        if entry is None or not now < entry[0] or entry[1] != epoch:
+        entry = self._until.get(key)
+        if entry is None or not now < entry[0] or entry[1] != generation:
             return None
         return entry[0], entry[2]
 
-    def remember(self, identity: str, until: float, epoch: int = 0, room: str = "") -> None:
+    def remember(self, key: str, until: float, generation: int = 0, room: str = "") -> None:
         with self._lock:
-            self._until[identity] = (until, epoch, room)
-            self._until.move_to_end(identity)
+            self._until[key] = (until, generation, room)
+            self._until.move_to_end(key)
             while len(self._until) > self._size:
                 self._until.popitem(last=False)
 
-    def forget(self, identities: Iterable[str]) -> None:
+    def forget(self, keys: Iterable[str]) -> None:
         with self._lock:
-            for identity in identities:
-                self._until.pop(identity, None)
+            for key in keys:
+                self._until.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
@@ -286,10 +287,10 @@ class RecentIdentities:
         return len(self._until)
 
 
-recent: Final = RecentIdentities()
+recent: Final = RecentVisitors()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.recording.cookie.reset")
+@receiver(config_changed, dispatch_uid="whos_online.recording.throttle.reset")
 def reset(**kwargs: object) -> None:
     _cookie_key.cache_clear()
     _remembered_mac.cache_clear()
