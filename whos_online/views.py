@@ -22,9 +22,7 @@ import functools
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
@@ -43,13 +41,14 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.reading import dashboard, room_tokens, snapshots
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
+from whos_online.reading.widget import page_language, widget_arguments
 from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from django.http import HttpRequest, QueryDict
+    from django.http import HttpRequest
 
     from whos_online.config.settings import Config
 
@@ -149,88 +148,16 @@ def counts(request: HttpRequest) -> HttpResponse:
 #: The header of the widget view saying whether Redis was read ("1") or not ("0", the widget
 #: then shows zeros, which live.js does not swap in).
 OK_HEADER: Final = "Whos-Online-Ok"
-#: The longest refresh= a widget URL may ask for: a day.
-MAX_REFRESH: Final = 86_400
 _WIDGET_SOURCE: Final = (
     "{% load whos_online %}"
     "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room %}"
 )
-_FLAGS: Final = {"0": False, "1": True}
 
 
 @functools.lru_cache(maxsize=4)
 def _widget_template(engine: Engine) -> Template:
     """Compiled once per template engine (a change of TEMPLATES makes a new default engine)."""
     return Template(_WIDGET_SOURCE, engine=engine)
-
-
-def widget_query(
-    request: HttpRequest | None,
-    *,
-    peak: bool,
-    visitors: bool,
-    refresh: int,
-    room: str | None = None,
-) -> str:
-    """The query string of the widget view for these tag arguments, in the current language;
-    a room's carries its token for the viewer of ``request``."""
-    query: dict[str, str | int] = {
-        "peak": int(peak),
-        "visitors": int(visitors),
-        "refresh": refresh,
-        "lang": translation.get_language() or settings.LANGUAGE_CODE,
-    }
-    if room is not None:
-        query["room"] = room
-        query["token"] = room_tokens.room_token(room, request)
-    return urlencode(query)
-
-
-def presence_query(request: HttpRequest | None, room: str) -> str:
-    """The query string of the presence view for ``room``, for the viewer of ``request``."""
-    return urlencode({"room": room, "token": room_tokens.room_token(room, request)})
-
-
-def _widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
-    """The tag's arguments from ``widget_query``'s query string; ValueError says what is wrong."""
-    arguments: dict[str, Any] = {}
-    for name, default in (("peak", True), ("visitors", False)):
-        raw = query.get(name)
-        if raw is not None and raw not in _FLAGS:
-            msg = f"{name} must be 0 or 1."
-            raise ValueError(msg)
-        arguments[name] = default if raw is None else _FLAGS[raw]
-    raw = query.get("refresh")
-    if raw is None:
-        arguments["refresh"] = config.refresh_interval
-    elif raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_REFRESH:
-        arguments["refresh"] = int(raw)
-    else:
-        msg = f"refresh must be a whole number of seconds from 1 to {MAX_REFRESH}."
-        raise ValueError(msg)
-    room = query.get("room")
-    arguments["room"] = None if room is None else rooms.check_room(room)
-    return arguments
-
-
-def _page_language(query: QueryDict) -> str | None:
-    """The language of the page that carries the widget, if this site still offers it.
-
-    It is taken as the page had it (``en-us``, not the ``en`` it falls back to), so that the
-    refresh carries the page's own URL. A language the site no longer offers (a page left open
-    across a deploy) is not an error: the widget is then rendered in the language of the
-    request, as any page would be.
-    """
-    raw = query.get("lang")
-    if not raw or not translation.check_for_language(raw):
-        return None
-    if raw == settings.LANGUAGE_CODE:
-        return raw
-    try:
-        translation.get_supported_language_variant(raw)
-    except LookupError:
-        return None
-    return raw
 
 
 @not_recorded
@@ -243,7 +170,7 @@ def widget(request: HttpRequest) -> HttpResponse:
     """
     config = get_config()
     try:
-        arguments = _widget_arguments(request.GET, config)
+        arguments = widget_arguments(request.GET, config)
     except ValueError as error:
         return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
     room = arguments["room"] or ""
@@ -255,7 +182,7 @@ def widget(request: HttpRequest) -> HttpResponse:
     # The tag reads the snapshot kept on the request: one read, with or without names, as here.
     snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found, room)
     engine = Engine.get_default()
-    language = _page_language(request.GET) or translation.get_language()
+    language = page_language(request.GET) or translation.get_language()
     with translation.override(language):
         context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
         body = _widget_template(engine).render(context)

@@ -8,14 +8,16 @@ the page hits and the layout the process registers: never a call of its own.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.flushing import hits
 from whos_online.store import epochs
-from whos_online.store.record import Entry, Extras, Visit, entries_of, leave_room_entry
+from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry
+from whos_online.store.visit import Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -119,3 +121,35 @@ def split(prepared: Prepared, replies: list[Any] | None) -> list[list[Any] | Non
 
 def hit_amounts(counts: dict[int, int]) -> dict[tuple[str, int], int]:
     return {(hits.COUNTER_NAME, second): count for second, count in counts.items()}
+
+
+#: Seconds between two registrations of the process's layout (see ``lua/record.lua``), so that a
+#: record lost with the data (a Redis restarted empty) comes back.
+REGISTER_EVERY: Final = 60.0
+
+
+class Registration:
+    """When this process last registered the layout it writes in (``SHARDS``), which rides along
+    with the base shard's call, never a call of its own."""
+
+    def __init__(self) -> None:
+        #: What was last registered (generation, layout), and when (monotonic).
+        self._registered: tuple[int, str] | None = None
+        self._at = float("-inf")
+
+    def due(self, config: Config) -> str:
+        """The layout the next flush registers, or "" for none: a site that never left the
+        one-shard layout keeps no record, and a layout registered this generation, within
+        ``REGISTER_EVERY``, needs none."""
+        layout = str(config.shards)
+        if config.shards == 1 or (
+            self._registered == (epochs.generation(), layout)
+            and time.monotonic() - self._at < REGISTER_EVERY
+        ):
+            return ""
+        return layout
+
+    def done(self, layout: str) -> None:
+        """``layout`` was registered by a batch just written."""
+        self._registered = (epochs.generation(), layout)
+        self._at = time.monotonic()

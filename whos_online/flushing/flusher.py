@@ -63,9 +63,6 @@ EXIT_WAIT: Final = 2.0
 #: while a failed batch of them waited, visits queued meanwhile); more would let a busy process
 #: keep its flushing thread, and a caller of ``flush``, writing for ever.
 FLUSH_PASSES: Final = 2
-#: Seconds between two registrations of the process's layout (see ``lua/record.lua``), so that a
-#: record lost with the data (a Redis restarted empty) comes back.
-REGISTER_EVERY: Final = 60.0
 
 
 class Flusher:
@@ -82,34 +79,19 @@ class Flusher:
         #: Until when (monotonic) the thread leaves Redis alone after a flush failed, or was
         #: held back by a breaker: the pages that queue visits meanwhile do not bring it forward.
         self._retry_at = float("-inf")
-        #: What was last registered (generation, layout), and when (monotonic).
-        self._registered: tuple[int, str] | None = None
-        self._registered_at = float("-inf")
+        #: When the process's layout was last registered with a batch.
+        self.registration = batches.Registration()
         #: Whether the site has kept data in another layout of shards, as the base shard's last
         #: batch said (until one has, assumed so: a logout then reads which).
         self.layouts_in_use = True
         #: From the first SIGTERM (or SIGINT) of an ASGI server on, visits are written at once.
         self.immediate = False
-        #: Whether the queue has been full since writes last succeeded, and how many visits it
-        #: had dropped before then.
-        self._dropping = False
-        self._dropped_before = 0
 
     # The request path
 
     def put(self, item: Item) -> bool:
         """Queue ``item``; False when the queue is full (it is dropped, and counted)."""
-        if self.queue.put(item):
-            return True
-        if not self._dropping:
-            self._dropping = True
-            self._dropped_before = self.queue.dropped - 1
-            logger.warning(
-                "whos_online's queue is full (%d visits waiting while Redis could not be "
-                "written): visits are dropped and counted until a write succeeds.",
-                self.queue.size,
-            )
-        return False
+        return self.queue.put(item)
 
     def schedule(self, delay: float) -> None:
         """Flush at most ``delay`` seconds from now, from the process's flushing thread; after
@@ -252,7 +234,7 @@ class Flusher:
         if not items and batch is None:
             return None
         # The layout rides along with the base shard's call, never a call of its own.
-        return batches.prepare(config, items, batch, self._layout_to_register(config), now)
+        return batches.prepare(config, items, batch, self.registration.due(config), now)
 
     def _write(self, prepared: batches.Prepared) -> frozenset[str]:
         config = get_config()
@@ -286,37 +268,14 @@ class Flusher:
         if prepared.hits is not None:
             hits.buffer().settle(prepared.hits, added=base_written)
         if prepared.layout and base_written:
-            self._registered = (epochs.generation(), prepared.layout)
-            self._registered_at = time.monotonic()
+            self.registration.done(prepared.layout)
         self.queue.settle([item for item, tags in prepared.items if not tags.isdisjoint(failed)])
         if failed:
             self._back_off(get_config())
         else:
             self._retry_at = float("-inf")
-            self._report_drops()
+            self.queue.report_drops()
         return frozenset(failed)
-
-    def _report_drops(self) -> None:
-        """Once writes succeed again after the queue was full: how many visits it dropped."""
-        if not self._dropping:
-            return
-        self._dropping = False
-        logger.warning(
-            "whos_online writes to Redis again; it dropped %d visits while its queue was full.",
-            self.queue.dropped - self._dropped_before,
-        )
-
-    def _layout_to_register(self, config: Config) -> str:
-        """The layout the next flush registers, or "" for none: a site that never left the
-        one-shard layout keeps no record, and a layout registered this generation, within
-        ``REGISTER_EVERY``, needs none."""
-        layout = str(config.shards)
-        if config.shards == 1 or (
-            self._registered == (epochs.generation(), layout)
-            and time.monotonic() - self._registered_at < REGISTER_EVERY
-        ):
-            return ""
-        return layout
 
     def pending(self) -> bool:
         return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))

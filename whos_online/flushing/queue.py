@@ -14,16 +14,19 @@ counts against the bound until it is settled, so that what comes back always fit
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from whos_online.store.people import person_key
-from whos_online.store.record import GO, KEEP, STAY, Visit
+from whos_online.store.visit import GO, KEEP, STAY, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+logger = logging.getLogger("whos_online")
 
 #: Items a process holds at most (one visit per person, and readers leaving rooms), to be written
 #: or waiting to be written again: a few megabytes, and at a thousand people arriving a second, a
@@ -81,17 +84,40 @@ class VisitQueue:
         self._forgotten: set[str] = set()
         #: Items dropped because the queue was full, since the process started.
         self.dropped = 0
+        #: How many had been dropped when the queue last filled up, while it still is (it is
+        #: once writes succeed again: ``report_drops``); None while it is not.
+        self._dropped_before: int | None = None
 
     def put(self, item: Item) -> bool:
-        """Queue ``item`` after everything queued; False if the queue is full."""
+        """Queue ``item`` after everything queued; False if the queue is full (it is dropped,
+        counted, and the log says so once until writes succeed again)."""
         key = _key(item)
         with self._lock:
             earlier = self._items.pop(key, None)
             if earlier is None and len(self._items) + self._taken >= self.size:
                 self.dropped += 1
-                return False
-            self._items[key] = _merged(earlier, item)
-        return True
+                filling_up = self._dropped_before is None
+                if filling_up:
+                    self._dropped_before = self.dropped - 1
+            else:
+                self._items[key] = _merged(earlier, item)
+                return True
+        if filling_up:
+            logger.warning(
+                "whos_online's queue is full (%d visits waiting while Redis could not be "
+                "written): visits are dropped and counted until a write succeeds.",
+                self.size,
+            )
+        return False
+
+    def report_drops(self) -> None:
+        """Once writes succeed again after the queue was full: say how many visits it dropped."""
+        before, self._dropped_before = self._dropped_before, None
+        if before is not None:
+            logger.warning(
+                "whos_online writes to Redis again; it dropped %d visits while its queue was full.",
+                self.dropped - before,
+            )
 
     def take(self) -> list[Item]:
         """Everything queued, in order; the queue is empty afterwards. Hand what could not be

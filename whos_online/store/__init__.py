@@ -4,6 +4,7 @@ One module per concern, each importing only those listed before it:
 
 - ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
 - ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
+- ``visit``: a visit to record, and how it places its person among the rooms;
 - ``record``: the record script's batches of visits (the one call a flush makes per shard);
 - ``presence``: whether given users are online, and taking one off;
 - ``reading``: one read of the site or a room, combined over the shards;
@@ -13,8 +14,12 @@ One module per concern, each importing only those listed before it:
 Writes that belong together go out in one round trip: a Lua script where the work must be atomic
 or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
 ``cleanup.prune_chunk``, which is bounded by its chunk size, and ``reading.snapshot(limit=None)``,
-which the API documents as a full listing. The counters have their own module,
-``whos_online.store.counters``.
+which the API documents as a full listing.
+
+Beside them: ``people`` (a person, and the keys naming them), ``users`` (a user's display data),
+``text`` (what a name may carry onto a page), ``results`` (what reads return), ``epochs`` (the
+word a shard keeps while its data lasts), ``counters`` (counters at several precisions),
+``pruning`` (the cleanup's chunks) and ``lua`` (the scripts, one file each).
 
 Functions take the client explicitly: the request path passes its short-timeout client and lets
 the caller fail open; the cleanup command passes a patient one and lets errors surface.
@@ -22,6 +27,6 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, keys, presence, reading, record, scripts, site
+from whos_online.store import cleanup, keys, presence, reading, record, scripts, site, visit
 
-__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site"]
+__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site", "visit"]

@@ -32,9 +32,9 @@ from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
 from whos_online.reading import room_tokens, snapshots, viewer
 from whos_online.reading.visibility import may_see_names
+from whos_online.reading.widget import presence_query, widget_query
 from whos_online.recording import rooms
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
-from whos_online.views import presence_query, widget_query
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -1,0 +1,69 @@
+"""A visit to record, and how it places its person among the rooms.
+
+What the recording side makes (``recording.visits``), the process queues (``flushing.queue``),
+and the record script's codec (``store.record``) turns into the entries of a batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from whos_online.store.people import person_key
+
+if TYPE_CHECKING:
+    from whos_online.store.users import UserDetails
+
+#: How a visit places its person (``Visit.room_mode``): into its room (out of theirs for a
+#: visit in none), a page view's; wherever they are, any other request's; into its room unless
+#: they are in another, a page's own "still here" (``views.presence``).
+GO: Final = "go"
+KEEP: Final = "keep"
+STAY: Final = "stay"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a recorded visit puts its person (see ``GO``, ``KEEP`` and ``STAY``)."""
+
+    room: str = ""
+    mode: str = GO
+
+
+#: A request that is not a page view: its person stays where they are.
+STAYS_PUT: Final = Placement(mode=KEEP)
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One visit to record.
+
+    ``kind`` is the set the visitor joins ("users", "guests" or "bots"; a user also gives
+    ``user``, whose ``hidden`` moves them to "hidden"). ``former`` is who the visitor was until
+    this visit, taken off the online sets in the same step: the guest's (or bot's) member when a
+    user logs in, the user's pk when they log out ("" for none). ``visitor`` is what the day's
+    unique-visitor HyperLogLog receives ("" adds nothing).
+    """
+
+    kind: str
+    member: str
+    now: float
+    user: UserDetails | None = None
+    former: str = ""
+    visitor: str = ""
+    #: The room the visit is in ("" for none: the visitor leaves the room they were in).
+    room: str = ""
+    #: How the visit places the visitor (``GO``, ``KEEP`` or ``STAY``).
+    room_mode: str = GO
+
+    @property
+    def joined(self) -> str:
+        """The set the visitor joins: a user's depends on whether they are hidden."""
+        if self.user is None:
+            return self.kind
+        return "hidden" if self.user.hidden else "users"
+
+    @property
+    def person(self) -> str:
+        """Who the visit is of, the same whichever set a user is in (``u:<pk>``)."""
+        return person_key(self.kind, self.member)
