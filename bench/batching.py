@@ -404,7 +404,7 @@ def model_batch(model: capacity.Model, people: float) -> int:
     """The visits per call the model's site flushes with ``people`` online, at the default
     ``FLUSH_INTERVAL``, rounded down to a size measured: each of its processes records people /
     THROTTLE / processes visits a second, and a flush carries those of an interval and one."""
-    from whos_online.config.defaults import DEFAULTS
+    from whos_online.config.settings import DEFAULTS
 
     per_flush = 1 + people / model.throttle / model.processes * DEFAULTS["FLUSH_INTERVAL"]
     return max(size for size in BATCHES if size <= per_flush)

@@ -229,7 +229,7 @@ def in_calls(
     people of ``who`` at once, as a flush does (a call per shard, in one round trip where the
     client allows), and returns the calls it made."""
     from whos_online import store
-    from whos_online.config.defaults import DEFAULTS
+    from whos_online.config.settings import DEFAULTS
 
     interval = DEFAULTS["FLUSH_INTERVAL"]
 
@@ -472,7 +472,7 @@ class Model:
 def site_model(page_every: float = 30.0, processes: int = 100, stay: float = 900.0) -> Model:
     """The site of the capacity table, at whos_online's default ``THROTTLE`` and
     ``SNAPSHOT_MAX_AGE``."""
-    from whos_online.config.defaults import DEFAULTS
+    from whos_online.config.settings import DEFAULTS
 
     return Model(
         throttle=DEFAULTS["THROTTLE"],

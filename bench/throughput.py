@@ -34,7 +34,7 @@ import redis
 from bench import servers, stats, wrk
 from bench.report import Section, Target
 from bench.variants import BARE, VARIANTS, Variant
-from whos_online.config import defaults
+from whos_online.config.settings import DEFAULTS
 from whos_online.recording import throttle
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def settle(site: Site, longest: float = 10.0) -> None:
     """Wait for the site's Redis to fall idle: its flushers write the visits that handed out
     the cookies up to FLUSH_INTERVAL later (longer on a busy machine), and the cell that sends
     the cookies must find no command but its own."""
-    pause = 2 * defaults.DEFAULTS["FLUSH_INTERVAL"]
+    pause = 2 * DEFAULTS["FLUSH_INTERVAL"]
     deadline = time.monotonic() + longest
     count = site.commands()
     while time.monotonic() < deadline:

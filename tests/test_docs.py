@@ -17,7 +17,7 @@ from django.dispatch import Signal
 
 import whos_online
 from whos_online import signals
-from whos_online.config.defaults import DEFAULTS
+from whos_online.config.settings import DEFAULTS
 from whos_online.templatetags.whos_online import register
 
 ROOT = Path(__file__).resolve().parent.parent

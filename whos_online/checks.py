@@ -2,9 +2,9 @@
 names of ``ROOMS``, and (on ``check --deploy``) whether the cleanup command runs, whether
 whos_online has a Redis database of its own, and whether Redis can be reached.
 
-The settings are checked by ``validation.validate`` (each key by its row of ``key_rules.RULES``,
-then the keys that depend on each other); ``get_config`` runs the same function, and refuses to
-build a ``Config`` from settings with errors.
+The settings are checked by ``config.settings.validate`` (each key by its row of the table, the
+fields of ``Config``, then the keys that depend on each other); ``get_config`` runs the same
+function, and refuses to build a ``Config`` from settings with errors.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from whos_online.config.defaults import DEFAULTS
 from whos_online.config.rules import room_pattern_fields, rooms_problems
-from whos_online.config.settings import user_settings
-from whos_online.config.validation import is_django_redis, validate
+from whos_online.config.settings import DEFAULTS, user_settings, validate
+from whos_online.config.validation import is_django_redis
 
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
 AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"

@@ -11,8 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
 from whos_online.config.audiences import is_authenticated, is_staff
-from whos_online.config.defaults import DEFAULT_BOT_USER_AGENTS, DEFAULTS
-from whos_online.config.settings import get_config
+from whos_online.config.rules import DEFAULT_BOT_USER_AGENTS
+from whos_online.config.settings import DEFAULTS, get_config
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:

@@ -1,13 +1,15 @@
-"""What each ``WHOS_ONLINE`` key may hold: one ``Rule`` per key, with its check id and hint.
+"""What a ``WHOS_ONLINE`` value may hold and what it becomes: the parts of the table of settings
+(``settings.Config``), a row of which ``setting`` makes.
 
-Each rule's ``problems`` returns what is wrong with a value (nothing, or the phrases that finish
-"WHOS_ONLINE['KEY'] …"), so that ``validation.validate`` can report every problem at once. A rule
-looks at its own key only; the checks that weigh two settings against each other are in
+Each returns what is wrong with a value (nothing, or the phrases that finish
+"WHOS_ONLINE['KEY'] …"), so that ``settings.validate`` can report every problem at once. A check
+looks at its own value only; those that weigh two settings against each other are in
 ``validation``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -15,27 +17,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.utils.module_loading import import_string
 
 from whos_online.config.audiences import NAME_AUDIENCES
-from whos_online.config.defaults import DEFAULTS, MAX_SHARDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 GUEST_IDENTITIES: Final = ("hashed-ip", "ip")
 REDIS_URL_SCHEMES: Final = ("redis", "rediss", "unix")
-
-
-@dataclass(frozen=True)
-class Rule:
-    """How one key is checked: ``problems`` returns what is wrong with its value, if anything,
-    each as the end of a sentence that starts with the key."""
-
-    key: str
-    id: str
-    problems: Callable[[Any], list[str]]
-    hint: str
 
 
 def _is_int(value: object) -> bool:
@@ -46,7 +37,7 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _whole(
+def whole(
     minimum: int, maximum: int | None = None, *, wanted: str = ""
 ) -> Callable[[Any], list[str]]:
     """An integer from ``minimum`` (to ``maximum``); ``wanted`` says so in the setting's terms."""
@@ -69,23 +60,23 @@ def _whole(
 MAX_FLUSH_INTERVAL: Final = 10
 
 
-def _flush_interval(value: Any) -> list[str]:
+def flush_interval(value: Any) -> list[str]:
     if _is_number(value) and 0 <= value <= MAX_FLUSH_INTERVAL:
         return []
     return [f"must be a number of seconds from 0 to {MAX_FLUSH_INTERVAL}, not {value!r}"]
 
 
-def _seconds(value: Any) -> list[str]:
+def seconds(value: Any) -> list[str]:
     if _is_number(value) and value >= 0:
         return []
     return [f"must be a non-negative number of seconds, not {value!r}"]
 
 
-def _boolean(value: Any) -> list[str]:
+def boolean(value: Any) -> list[str]:
     return [] if isinstance(value, bool) else [f"must be True or False, not {value!r}"]
 
 
-def _redis_url(value: Any) -> list[str]:
+def redis_url(value: Any) -> list[str]:
     # "" counts as unset, like get_config() reads it, for settings built from the environment.
     if value in (None, ""):
         return []
@@ -94,13 +85,13 @@ def _redis_url(value: Any) -> list[str]:
     return [f"must be a redis://, rediss:// or unix:// URL, not {value!r}"]
 
 
-def _key_prefix(value: Any) -> list[str]:
+def key_prefix(value: Any) -> list[str]:
     if isinstance(value, str) and value and not any(c in value for c in "{} \r\n"):
         return []
     return [f"must be a non-empty string without braces or spaces, not {value!r}"]
 
 
-def _guest_identity(value: Any) -> list[str]:
+def guest_identity(value: Any) -> list[str]:
     if value in GUEST_IDENTITIES:
         return []
     return [f"must be 'hashed-ip' or 'ip', not {value!r}"]
@@ -116,7 +107,7 @@ def _regex_problem(pattern: object) -> str | None:
     return None
 
 
-def _ignore_paths(value: Any) -> list[str]:
+def ignore_paths(value: Any) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str) or not isinstance(value, Sequence):
@@ -128,7 +119,7 @@ def _ignore_paths(value: Any) -> list[str]:
     ]
 
 
-def _optional_regex(value: Any) -> list[str]:
+def optional_regex(value: Any) -> list[str]:
     problem = None if value is None else _regex_problem(value)
     return [f"must be a valid regular expression or None: {problem}"] if problem else []
 
@@ -147,20 +138,20 @@ def _callable_problem(value: object) -> str | None:
     return None
 
 
-def _optional_callable(value: Any) -> list[str]:
+def optional_callable(value: Any) -> list[str]:
     problem = _callable_problem(value)
     return [problem] if problem else []
 
 
-def _audience(value: Any) -> list[str]:
+def audience(value: Any) -> list[str]:
     if value is None:
         return ["must not be None"]
     if isinstance(value, str) and "." not in value:
         return [] if value in NAME_AUDIENCES else [f"is not a known audience: {value!r}"]
-    return _optional_callable(value)
+    return optional_callable(value)
 
 
-def _precisions(value: Any) -> list[str]:
+def precisions(value: Any) -> list[str]:
     if (
         isinstance(value, (str, bytes))
         or not isinstance(value, Sequence)
@@ -172,11 +163,7 @@ def _precisions(value: Any) -> list[str]:
     return []
 
 
-def _default(key: str) -> str:
-    return f"The default is {DEFAULTS[key]}."
-
-
-_CALLABLE_HINT: Final = (
+CALLABLE_HINT: Final = (
     "Give the dotted path of a function that takes the user, such as 'myapp.online.hide_user'."
 )
 
@@ -218,134 +205,87 @@ def rooms_problems(value: Any) -> list[str]:
     return problems
 
 
-RULES: Final = (
-    Rule(
-        "REDIS_URL",
-        "whos_online.E003",
-        _redis_url,
-        "For example 'redis://127.0.0.1:6379/0', or leave it unset to use the django-redis cache "
-        "named by REDIS_ALIAS.",
-    ),
-    Rule(
-        "REDIS_CLUSTER",
-        "whos_online.E025",
-        _boolean,
-        "True when REDIS_URL names a node of a Redis Cluster.",
-    ),
-    Rule(
-        "KEY_PREFIX",
-        "whos_online.E004",
-        _key_prefix,
-        "The prefix becomes a Redis Cluster hash tag, {prefix}, so it cannot hold braces.",
-    ),
-    Rule(
-        "WINDOW",
-        "whos_online.E005",
-        _whole(1, wanted="a positive integer of seconds"),
-        "The default is 600 (ten minutes).",
-    ),
-    Rule(
-        "THROTTLE",
-        "whos_online.E006",
-        _whole(0, wanted="a non-negative integer of seconds"),
-        "The default is 120; 0 records every request.",
-    ),
-    Rule("TRACK_GUESTS", "whos_online.E007", _boolean, _default("TRACK_GUESTS")),
-    Rule(
-        "GUEST_IDENTITY",
-        "whos_online.E008",
-        _guest_identity,
-        "'hashed-ip' (the default) stores no IP address in Redis.",
-    ),
-    Rule(
-        "TRUSTED_PROXY_COUNT",
-        "whos_online.E009",
-        _whole(0, 20),
-        "Count the reverse proxies in front of Django that append to X-Forwarded-For; 0 uses "
-        "REMOTE_ADDR only.",
-    ),
-    Rule(
-        "IGNORE_PATHS",
-        "whos_online.E010",
-        _ignore_paths,
-        "A list such as [r'^/static/', r'^/healthz$']: each entry is matched with re.search "
-        "against request.path.",
-    ),
-    Rule(
-        "BOT_USER_AGENTS",
-        "whos_online.E011",
-        _optional_regex,
-        "It is matched with re.search against the User-Agent header.",
-    ),
-    Rule("HIDE_USER", "whos_online.E012", _optional_callable, _CALLABLE_HINT),
-    Rule("DISPLAY_NAME", "whos_online.E013", _optional_callable, _CALLABLE_HINT),
-    Rule("DISPLAY_LIMIT", "whos_online.E014", _whole(0), _default("DISPLAY_LIMIT")),
-    Rule("COUNTER_PRECISIONS", "whos_online.E015", _precisions, _default("COUNTER_PRECISIONS")),
-    Rule("COUNTER_SAMPLES", "whos_online.E016", _whole(1), _default("COUNTER_SAMPLES")),
-    Rule(
-        "FAILURE_BACKOFF",
-        "whos_online.E017",
-        _seconds,
-        "The default is 10; 0 retries Redis on every request after a failure.",
-    ),
-    Rule("LAST_SEEN_DAYS", "whos_online.E018", _whole(1), _default("LAST_SEEN_DAYS")),
-    Rule("COUNT_HITS", "whos_online.E019", _boolean, _default("COUNT_HITS")),
-    Rule(
-        "SHOW_NAMES_TO",
-        "whos_online.E022",
-        _audience,
-        "Who may see names in the JSON view and the live widget: 'staff' (the default), "
-        "'authenticated', 'everyone', or (the dotted path of) a function (user) -> bool.",
-    ),
-    Rule("REFRESH_INTERVAL", "whos_online.E023", _whole(1), _default("REFRESH_INTERVAL")),
-    Rule("JSON_MAX_AGE", "whos_online.E024", _whole(0), _default("JSON_MAX_AGE")),
-    Rule(
-        "SHARDS",
-        "whos_online.E026",
-        _whole(1, MAX_SHARDS),
-        "1 keeps every key in one slot; on a Redis Cluster, a few shards per master spread the "
-        "people online over the masters.",
-    ),
-    Rule(
-        "SNAPSHOT_MAX_AGE",
-        "whos_online.E027",
-        _seconds,
-        "The default is 2; 0 reads Redis for every render.",
-    ),
-    Rule(
-        "FLUSH_INTERVAL",
-        "whos_online.E033",
-        _flush_interval,
-        "The default is 0.1; 0 writes each recorded visit in its own request, for platforms that "
-        "freeze a process between requests.",
-    ),
-    Rule(
-        "GUEST_IPV6_PREFIX",
-        "whos_online.E028",
-        _whole(1, 128),
-        "64 counts each IPv6 network of a household or device as one guest, since devices "
-        "rotate their addresses inside it; 128 uses the whole address.",
-    ),
-    Rule(
-        "ROOMS",
-        "whos_online.E029",
-        rooms_problems,
-        "For example {'forum:topic': 'topic:{pk}'}: keys are URL names as reverse() takes "
-        "them, values are formatted with the URL's keyword arguments.",
-    ),
-    Rule(
-        "ROOM_ACCESS",
-        "whos_online.E030",
-        _optional_callable,
-        "Give the dotted path of a function (request, room) -> bool, such as "
-        "'forum.online.may_read_room', or leave it unset to let the signed URLs that the tags "
-        "render decide.",
-    ),
-    Rule(
-        "ROOM_TOKEN_MAX_AGE",
-        "whos_online.E034",
-        _whole(60),
-        "Seconds a room's token lets its viewer read the room after the page was rendered; a page "
-        "left open fetches a new one as its token runs out.",
-    ),
+#: Crawlers, monitors and HTTP libraries that are counted as bots rather than guests.
+DEFAULT_BOT_USER_AGENTS: Final = (
+    r"(?i)bot\b|crawl|spider|slurp|bingpreview|facebookexternalhit|embedly|quora link preview"
+    r"|pinterestbot|whatsapp|telegrambot|discord|slack|skype|vkshare|w3c_validator|lighthouse"
+    r"|headlesschrome|phantomjs|python-requests|python-urllib|aiohttp|httpx|curl/|wget/"
+    r"|go-http-client|java/|okhttp|libwww|apache-httpclient|uptime|pingdom|statuscake"
+    r"|monitor|scrapy|feedfetcher|feedly|ahrefs|semrush|mj12|dotbot|petalbot|yandex|baidu"
 )
+
+#: Most shards a layout may have: choosing their hash tags costs about a millisecond per shard,
+#: once per process.
+MAX_SHARDS: Final = 128
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table: a key of ``WHOS_ONLINE`` and all that is known of it."""
+
+    key: str
+    default: Any
+    #: The system check that reports a value ``problems`` finds wrong (None: checked elsewhere).
+    check_id: str | None
+    problems: Callable[[Any], list[str]] | None
+    #: Said with each problem; ``{default}`` stands for the default.
+    hint: str
+    #: The field's value made of the site's value.
+    build: Callable[[Any], Any]
+
+    @property
+    def hint_text(self) -> str:
+        return self.hint.replace("{default}", repr(self.default))
+
+
+def setting(
+    key: str,
+    default: Any,
+    check_id: str | None = None,
+    problems: Callable[[Any], list[str]] | None = None,
+    *,
+    hint: str = "The default is {default}.",
+    build: Callable[[Any], Any] = lambda value: value,
+) -> Any:
+    """A field of ``Config`` that is the setting ``key`` (see the module's docstring)."""
+    row = Setting(key, default, check_id, problems, hint, build)
+    return dataclasses.field(metadata={"setting": row})
+
+
+def text_or_none(value: Any) -> Any:
+    # "" counts as unset, for settings built from the environment.
+    return value or None
+
+
+def patterns(value: Sequence[str] | None) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in (default_ignore_paths() if value is None else value))
+
+
+def pattern_or_none(value: str | None) -> re.Pattern[str] | None:
+    return re.compile(value) if value else None
+
+
+def sorted_tuple(value: Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(value))
+
+
+def import_callable(value: str | Callable[..., Any] | None) -> Any:
+    """A setting's callable, given as itself or as its dotted path."""
+    if value is None or callable(value):
+        return value
+    return import_string(value)
+
+
+def default_ignore_paths() -> list[str]:
+    patterns = []
+    for url in (
+        getattr(settings, "STATIC_URL", None),
+        getattr(settings, "MEDIA_URL", None),
+    ):
+        # Only local prefixes can match request.path; a CDN URL ("https://…") never reaches Django.
+        if isinstance(url, str) and url and "://" not in url:
+            prefix = url if url.startswith("/") else f"/{url}"
+            if prefix != "/":
+                patterns.append("^" + re.escape(prefix))
+    patterns.append(r"^/favicon\.ico$")
+    return patterns

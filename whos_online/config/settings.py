@@ -1,4 +1,11 @@
-"""The one place that reads ``settings.WHOS_ONLINE``.
+"""The one place that reads ``settings.WHOS_ONLINE``, and the table of its keys.
+
+Each key is one field of ``Config``, declared with ``rules.setting(...)``: its name in
+``WHOS_ONLINE``, its default, the check its value must pass (``rules``) with its id and hint,
+and how the value becomes the field's (a dotted path imported, a pattern compiled). The
+defaults, the system checks of each value and the ``Config`` are all made from that table, so
+that a new setting is one edit here; a hint that mentions the default takes it from the table
+(``{default}``) rather than writing it out again.
 
 Settings are merged over ``DEFAULTS`` and turned into a frozen ``Config`` once per process, so
 that the request path pays for no dict look-ups or regex compilation. The cache is dropped when a
@@ -7,30 +14,32 @@ test (or anything else) changes ``WHOS_ONLINE``, ``CACHES`` or ``SECRET_KEY`` th
 
 Modules that cache what they derive from settings (clients, keys, hashes) clear it on
 ``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
-settings as the system checks do (``validation.validate``), so that bad settings fail at startup
-even where nobody runs ``manage.py check``.
+settings as the system checks do (``validate``), so that bad settings fail at startup even where
+nobody runs ``manage.py check``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
-from django.utils.module_loading import import_string
 
+from whos_online.config import rules
 from whos_online.config.audiences import name_audience
-from whos_online.config.defaults import DEFAULTS
-from whos_online.config.validation import validate
+from whos_online.config.validation import across_keys
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
@@ -41,43 +50,197 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Config:
-    redis_alias: str
-    redis_url: str | None
-    redis_cluster: bool
-    key_prefix: str
-    window: int
-    throttle: int
-    track_guests: bool
-    guest_identity: str
-    guest_ipv6_prefix: int
-    trusted_proxy_count: int
-    ignore_paths: tuple[re.Pattern[str], ...]
-    bot_user_agents: re.Pattern[str] | None
-    hide_user: Callable[[AnyUser], bool] | None
-    display_name: Callable[[AnyUser], str] | None
-    display_limit: int
-    counter_precisions: tuple[int, ...]
-    counter_samples: int
-    failure_backoff: float
-    last_seen_days: int
-    count_hits: bool
+    """The settings as the code reads them: one field per key of ``WHOS_ONLINE``."""
+
+    redis_alias: str = rules.setting("REDIS_ALIAS", "default")
+    redis_url: str | None = rules.setting(
+        "REDIS_URL",
+        None,
+        "whos_online.E003",
+        rules.redis_url,
+        hint="For example 'redis://127.0.0.1:6379/0', or leave it unset to use the django-redis "
+        "cache named by REDIS_ALIAS.",
+        build=rules.text_or_none,
+    )
+    redis_cluster: bool = rules.setting(
+        "REDIS_CLUSTER",
+        False,
+        "whos_online.E025",
+        rules.boolean,
+        hint="True when REDIS_URL names a node of a Redis Cluster.",
+    )
+    key_prefix: str = rules.setting(
+        "KEY_PREFIX",
+        "whos_online",
+        "whos_online.E004",
+        rules.key_prefix,
+        hint="The prefix becomes a Redis Cluster hash tag, {prefix}, so it cannot hold braces.",
+    )
+    window: int = rules.setting(
+        "WINDOW",
+        600,
+        "whos_online.E005",
+        rules.whole(1, wanted="a positive integer of seconds"),
+        hint="The default is {default} (ten minutes).",
+    )
+    throttle: int = rules.setting(
+        "THROTTLE",
+        120,
+        "whos_online.E006",
+        rules.whole(0, wanted="a non-negative integer of seconds"),
+        hint="The default is {default}; 0 records every request.",
+    )
+    track_guests: bool = rules.setting("TRACK_GUESTS", True, "whos_online.E007", rules.boolean)
+    guest_identity: str = rules.setting(
+        "GUEST_IDENTITY",
+        "hashed-ip",
+        "whos_online.E008",
+        rules.guest_identity,
+        hint="{default} (the default) stores no IP address in Redis.",
+    )
+    guest_ipv6_prefix: int = rules.setting(
+        "GUEST_IPV6_PREFIX",
+        64,
+        "whos_online.E028",
+        rules.whole(1, 128),
+        hint="The default, {default}, counts each IPv6 network of a household or device as one "
+        "guest, since devices rotate their addresses inside it; 128 uses the whole address.",
+    )
+    trusted_proxy_count: int = rules.setting(
+        "TRUSTED_PROXY_COUNT",
+        0,
+        "whos_online.E009",
+        rules.whole(0, 20),
+        hint="Count the reverse proxies in front of Django that append to X-Forwarded-For; 0 uses "
+        "REMOTE_ADDR only.",
+    )
+    #: None (the default) means "STATIC_URL and MEDIA_URL", read when the config is built.
+    ignore_paths: tuple[re.Pattern[str], ...] = rules.setting(
+        "IGNORE_PATHS",
+        None,
+        "whos_online.E010",
+        rules.ignore_paths,
+        hint="A list such as [r'^/static/', r'^/healthz$']: each entry is matched with re.search "
+        "against request.path.",
+        build=rules.patterns,
+    )
+    bot_user_agents: re.Pattern[str] | None = rules.setting(
+        "BOT_USER_AGENTS",
+        rules.DEFAULT_BOT_USER_AGENTS,
+        "whos_online.E011",
+        rules.optional_regex,
+        hint="It is matched with re.search against the User-Agent header.",
+        build=rules.pattern_or_none,
+    )
+    hide_user: Callable[[AnyUser], bool] | None = rules.setting(
+        "HIDE_USER",
+        None,
+        "whos_online.E012",
+        rules.optional_callable,
+        hint=rules.CALLABLE_HINT,
+        build=rules.import_callable,
+    )
+    display_name: Callable[[AnyUser], str] | None = rules.setting(
+        "DISPLAY_NAME",
+        None,
+        "whos_online.E013",
+        rules.optional_callable,
+        hint=rules.CALLABLE_HINT,
+        build=rules.import_callable,
+    )
+    display_limit: int = rules.setting("DISPLAY_LIMIT", 50, "whos_online.E014", rules.whole(0))
+    counter_precisions: tuple[int, ...] = rules.setting(
+        "COUNTER_PRECISIONS",
+        [1, 5, 60, 300, 3600, 18000, 86400],
+        "whos_online.E015",
+        rules.precisions,
+        build=rules.sorted_tuple,
+    )
+    counter_samples: int = rules.setting("COUNTER_SAMPLES", 120, "whos_online.E016", rules.whole(1))
+    failure_backoff: float = rules.setting(
+        "FAILURE_BACKOFF",
+        10,
+        "whos_online.E017",
+        rules.seconds,
+        hint="The default is {default}; 0 retries Redis on every request after a failure.",
+        build=float,
+    )
+    last_seen_days: int = rules.setting("LAST_SEEN_DAYS", 90, "whos_online.E018", rules.whole(1))
+    count_hits: bool = rules.setting("COUNT_HITS", False, "whos_online.E019", rules.boolean)
     #: Who may see names in the JSON view and the live widget; None means everyone, so that the
     #: user need not be loaded to decide.
-    show_names_to: Callable[[AnyUser], bool] | None
-    refresh_interval: int
-    json_max_age: int
-    shards: int
+    show_names_to: Callable[[AnyUser], bool] | None = rules.setting(
+        "SHOW_NAMES_TO",
+        "staff",
+        "whos_online.E022",
+        rules.audience,
+        hint="Who may see names in the JSON view and the live widget: {default} (the "
+        "default), 'authenticated', 'everyone', or (the dotted path of) a function "
+        "(user) -> bool.",
+        build=name_audience,
+    )
+    refresh_interval: int = rules.setting(
+        "REFRESH_INTERVAL", 30, "whos_online.E023", rules.whole(1)
+    )
+    json_max_age: int = rules.setting("JSON_MAX_AGE", 10, "whos_online.E024", rules.whole(0))
+    shards: int = rules.setting(
+        "SHARDS",
+        1,
+        "whos_online.E026",
+        rules.whole(1, rules.MAX_SHARDS),
+        hint="1 keeps every key in one slot; on a Redis Cluster, a few shards per master spread "
+        "the people online over the masters.",
+    )
     #: Seconds a process may show the snapshot it last read; 0 reads Redis for every render.
-    snapshot_max_age: float
+    snapshot_max_age: float = rules.setting(
+        "SNAPSHOT_MAX_AGE",
+        2,
+        "whos_online.E027",
+        rules.seconds,
+        hint="The default is {default}; 0 reads Redis for every render.",
+        build=float,
+    )
     #: Seconds a process may hold recorded visits before writing them; 0 writes in the request.
-    flush_interval: float
+    flush_interval: float = rules.setting(
+        "FLUSH_INTERVAL",
+        0.1,
+        "whos_online.E033",
+        rules.flush_interval,
+        hint="The default is {default}; 0 writes each recorded visit in its own request, for "
+        "platforms that freeze a process between requests.",
+        build=float,
+    )
     #: Room patterns by URL name (``ROOMS``): the middleware puts a page view of that URL in the
     #: room its pattern names, formatted with the URL's keyword arguments.
-    rooms: Mapping[str, str]
+    rooms: Mapping[str, str] = rules.setting(
+        "ROOMS",
+        {},
+        "whos_online.E029",
+        rules.rooms_problems,
+        hint="For example {'forum:topic': 'topic:{pk}'}: keys are URL names as reverse() takes "
+        "them, values are formatted with the URL's keyword arguments.",
+        build=dict,
+    )
     #: Who may read a room through the JSON and widget views; None: whoever holds its token.
-    room_access: Callable[[HttpRequest, str], bool] | None
+    room_access: Callable[[HttpRequest, str], bool] | None = rules.setting(
+        "ROOM_ACCESS",
+        None,
+        "whos_online.E030",
+        rules.optional_callable,
+        hint="Give the dotted path of a function (request, room) -> bool, such as "
+        "'forum.online.may_read_room', or leave it unset to let the signed URLs that the tags "
+        "render decide.",
+        build=rules.import_callable,
+    )
     #: Seconds a room's token is good for after it was issued (``room_tokens``).
-    room_token_max_age: int
+    room_token_max_age: int = rules.setting(
+        "ROOM_TOKEN_MAX_AGE",
+        3600,
+        "whos_online.E034",
+        rules.whole(60),
+        hint="Seconds a room's token lets its viewer read the room after the page was rendered "
+        "(the default is {default}); a page left open fetches a new one as its token runs out.",
+    )
 
     @functools.cached_property
     def redis_target(self) -> str:
@@ -106,6 +269,48 @@ def user_settings() -> Mapping[str, Any]:
     return raw if raw is not None else {}
 
 
+#: The table: every setting, in the order ``Config`` declares them.
+SETTINGS: Final = tuple(
+    (field.name, field.metadata["setting"]) for field in dataclasses.fields(Config)
+)
+#: The default of every key.
+DEFAULTS: Final[Mapping[str, Any]] = {row.key: row.default for _, row in SETTINGS}
+
+
+def validate(raw: object) -> list[CheckMessage]:
+    """Check every key of ``WHOS_ONLINE`` and report all problems, each with a hint: pure, so
+    that ``manage.py check`` reports every problem at once and ``get_config`` refuses settings
+    with errors even where nobody runs the checks."""
+    if not isinstance(raw, Mapping):
+        return [
+            Error(
+                f"WHOS_ONLINE must be a dict, not {type(raw).__name__}.",
+                hint="Set WHOS_ONLINE = {} or leave it out to use the defaults.",
+                id="whos_online.E001",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
+    if unknown:
+        messages.append(
+            Warning(
+                f"WHOS_ONLINE has unknown keys: {', '.join(map(str, unknown))}.",
+                hint=f"Known keys: {', '.join(DEFAULTS)}.",
+                id="whos_online.W001",
+            )
+        )
+    merged = {**DEFAULTS, **raw}
+    wrong = set()
+    for _, row in SETTINGS:
+        for problem in row.problems(merged[row.key]) if row.problems else ():
+            wrong.add(row.key)
+            messages.append(
+                Error(f"WHOS_ONLINE[{row.key!r}] {problem}.", hint=row.hint_text, id=row.check_id)
+            )
+    messages.extend(across_keys(merged, wrong))
+    return messages
+
+
 @functools.cache
 def get_config() -> Config:
     """Build the process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings."""
@@ -115,65 +320,7 @@ def get_config() -> Config:
         details = "; ".join(f"{message.id}: {message.msg}" for message in errors)
         raise ImproperlyConfigured(f"Invalid WHOS_ONLINE setting. {details}")
     merged = {**DEFAULTS, **raw}
-    return Config(
-        redis_alias=merged["REDIS_ALIAS"],
-        redis_url=merged["REDIS_URL"] or None,
-        redis_cluster=merged["REDIS_CLUSTER"],
-        key_prefix=merged["KEY_PREFIX"],
-        window=merged["WINDOW"],
-        throttle=merged["THROTTLE"],
-        track_guests=merged["TRACK_GUESTS"],
-        guest_identity=merged["GUEST_IDENTITY"],
-        guest_ipv6_prefix=merged["GUEST_IPV6_PREFIX"],
-        trusted_proxy_count=merged["TRUSTED_PROXY_COUNT"],
-        ignore_paths=tuple(re.compile(p) for p in _ignore_paths(merged["IGNORE_PATHS"])),
-        bot_user_agents=re.compile(merged["BOT_USER_AGENTS"])
-        if merged["BOT_USER_AGENTS"]
-        else None,
-        hide_user=import_callable(merged["HIDE_USER"]),
-        display_name=import_callable(merged["DISPLAY_NAME"]),
-        display_limit=merged["DISPLAY_LIMIT"],
-        counter_precisions=tuple(sorted(merged["COUNTER_PRECISIONS"])),
-        counter_samples=merged["COUNTER_SAMPLES"],
-        failure_backoff=float(merged["FAILURE_BACKOFF"]),
-        last_seen_days=merged["LAST_SEEN_DAYS"],
-        count_hits=merged["COUNT_HITS"],
-        show_names_to=name_audience(merged["SHOW_NAMES_TO"]),
-        refresh_interval=merged["REFRESH_INTERVAL"],
-        json_max_age=merged["JSON_MAX_AGE"],
-        shards=merged["SHARDS"],
-        snapshot_max_age=float(merged["SNAPSHOT_MAX_AGE"]),
-        flush_interval=float(merged["FLUSH_INTERVAL"]),
-        rooms=dict(merged["ROOMS"]),
-        room_access=import_callable(merged["ROOM_ACCESS"]),
-        room_token_max_age=merged["ROOM_TOKEN_MAX_AGE"],
-    )
-
-
-def _default_ignore_paths() -> list[str]:
-    patterns = []
-    for url in (
-        getattr(settings, "STATIC_URL", None),
-        getattr(settings, "MEDIA_URL", None),
-    ):
-        # Only local prefixes can match request.path; a CDN URL ("https://…") never reaches Django.
-        if isinstance(url, str) and url and "://" not in url:
-            prefix = url if url.startswith("/") else f"/{url}"
-            if prefix != "/":
-                patterns.append("^" + re.escape(prefix))
-    patterns.append(r"^/favicon\.ico$")
-    return patterns
-
-
-def _ignore_paths(value: Sequence[str] | None) -> list[str]:
-    return _default_ignore_paths() if value is None else list(value)
-
-
-def import_callable(value: str | Callable[..., Any] | None) -> Any:
-    """A setting's callable, given as itself or as its dotted path."""
-    if value is None or callable(value):
-        return value
-    return import_string(value)
+    return Config(**{name: row.build(merged[row.key]) for name, row in SETTINGS})
 
 
 #: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``): every module

@@ -1,13 +1,11 @@
-"""Validating ``settings.WHOS_ONLINE`` as a whole: every key by its rule, then the pairs of keys.
+"""Settings weighed against each other: THROTTLE below WINDOW, a cluster's URL, the cache alias.
 
-``validate`` is pure: it never builds a ``Config``, so that ``manage.py check`` reports every
-problem at once, and ``conf.get_config`` can run it at the top of building one, refusing settings
-with errors even where nobody runs the checks. Both import this module; it imports neither.
+``settings.validate`` checks each key by its row of the table, then asks ``across_keys`` about
+the pairs; this module knows no table, so that the settings module can import it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -15,47 +13,17 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from whos_online.config.defaults import DEFAULTS
-from whos_online.config.rules import RULES
-
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 CLUSTER_URL_SCHEMES: Final = ("redis", "rediss")
 CACHE_BACKEND: Final = "django_redis.cache.RedisCache"
 
 
-def validate(raw: object) -> list[CheckMessage]:
-    """Check every key of ``WHOS_ONLINE`` and report all problems, each with a hint."""
-    if not isinstance(raw, Mapping):
-        return [
-            Error(
-                f"WHOS_ONLINE must be a dict, not {type(raw).__name__}.",
-                hint="Set WHOS_ONLINE = {} or leave it out to use the defaults.",
-                id="whos_online.E001",
-            )
-        ]
-    messages: list[CheckMessage] = []
-    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
-    if unknown:
-        messages.append(
-            Warning(
-                f"WHOS_ONLINE has unknown keys: {', '.join(map(str, unknown))}.",
-                hint=f"Known keys: {', '.join(DEFAULTS)}.",
-                id="whos_online.W001",
-            )
-        )
-    merged = {**DEFAULTS, **raw}
-    wrong = set()
-    for rule in RULES:
-        for problem in rule.problems(merged[rule.key]):
-            wrong.add(rule.key)
-            messages.append(
-                Error(f"WHOS_ONLINE[{rule.key!r}] {problem}.", hint=rule.hint, id=rule.id)
-            )
-    for check in _ACROSS_KEYS:
-        messages.extend(check(merged, wrong))
-    return messages
+def across_keys(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
+    """What is wrong with two settings together, in ``merged`` (the site's over the
+    defaults); a pair with a key in ``wrong`` (whose own value is wrong) is not weighed."""
+    return [message for check in _ACROSS_KEYS for message in check(merged, wrong)]
 
 
 def _alias(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
