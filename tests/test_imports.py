@@ -29,17 +29,18 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def imports_in(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements that can run: anywhere in the tree but a TYPE_CHECKING block."""
+def imports_in(tree: ast.AST, *, type_checking: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that can run: anywhere in the tree but a TYPE_CHECKING block
+    (those too, with ``type_checking``: what the type checker reads)."""
     found: list[ast.Import | ast.ImportFrom] = []
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and _is_type_checking(node):
+        elif isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for branch in node.orelse:
                 found += imports_in(ast.Module(body=[branch], type_ignores=[]))
         else:
-            found += imports_in(node)
+            found += imports_in(node, type_checking=type_checking)
     return found
 
 
@@ -56,7 +57,7 @@ def imported(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -
     return [f"{base}.{alias.name}" for alias in node.names] + [base]
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
+def import_graph(package: Path, *, type_checking: bool = False) -> dict[str, set[str]]:
     """Which modules of the package each module loads when it runs.
 
     Loading ``a.b.c`` also runs the packages ``a`` and ``a.b`` first, unless the importer is
@@ -67,7 +68,8 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     for module, path in found.items():
         is_package = path.name == "__init__.py"
         edges: set[str] = set()
-        for node in imports_in(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in imports_in(tree, type_checking=type_checking):
             for name in imported(module, is_package, node):
                 parts = name.split(".")
                 for end in range(1, len(parts) + 1):
@@ -107,6 +109,51 @@ def test_the_package_has_no_import_cycle():
     found = cycles(import_graph(PACKAGE))
 
     assert found == [], "import cycles: " + "; ".join(" → ".join(cycle) for cycle in found)
+
+
+def test_not_even_the_type_checker_sees_an_import_cycle():
+    found = cycles(import_graph(PACKAGE, type_checking=True))
+
+    assert found == [], "import cycles: " + "; ".join(" → ".join(cycle) for cycle in found)
+
+
+#: The engine, in the order a visit travels; everything else of the package is its Django face
+#: (what a site touches: the middleware, the views, the tags, the API…), which uses the engine.
+ENGINE = ("config", "backend", "store", "flushing", "recording", "reading")
+
+
+def test_the_engine_never_imports_the_django_face():
+    graph = import_graph(PACKAGE, type_checking=True)
+    engine = tuple(f"whos_online.{package}" for package in ENGINE)
+
+    def in_engine(module: str) -> bool:
+        return any(module == name or module.startswith(f"{name}.") for name in engine)
+
+    upward = sorted(
+        f"{module} → {target}"
+        for module, targets in graph.items()
+        if in_engine(module)
+        for target in targets
+        if target != "whos_online" and not in_engine(target)
+    )
+    assert upward == []
+
+
+def test_each_part_of_the_engine_imports_only_those_before_it():
+    graph = import_graph(PACKAGE, type_checking=True)
+
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        return ENGINE.index(parts[1]) if len(parts) > 1 and parts[1] in ENGINE else None
+
+    upward = sorted(
+        f"{module} → {target}"
+        for module, targets in graph.items()
+        if (here := layer(module)) is not None
+        for target in targets
+        if (there := layer(target)) is not None and there > here
+    )
+    assert upward == []
 
 
 def test_the_graph_sees_imports_at_call_time_and_skips_type_checking_ones(tmp_path):
