@@ -130,14 +130,16 @@ def test_the_rooms_line_says_who_was_taken_out_and_which_rooms_went(backend, r):
 
     dry, _ = run("--dry-run")
 
-    # topic:1 and topic:3 have nobody left; topic:2 keeps its fresh guest.
-    expected = "Rooms: would take 2 people out, and delete 2 rooms that would have nobody left."
+    # topic:1 and topic:3 have nobody left; topic:2 keeps its fresh guest. The guest who left
+    # topic:3 is still a member there, out of its count, with the mark that they left it.
+    expected = "Rooms: would take 3 people out, and delete 2 rooms that would have nobody left."
     assert f"\n{expected}\n" in dry
     assert room_keys(r) == before
 
     out, _ = run()
 
-    assert "\nRooms: took 2 people out, and deleted 2 rooms that had nobody left.\n" in out
+    assert "\nRooms: took 3 people out, and deleted 2 rooms that had nobody left.\n" in out
+    assert r.hlen("{whos_online}:rooms:where") == 1  # the fresh guest of topic:2, no mark left
     assert [room.decode() for room in r.zrange("{whos_online}:rooms", 0, -1)] == ["topic:2"]
     assert f"\n{NO_ROOMS}" in run()[0]
 

@@ -295,6 +295,28 @@ def test_the_viewer_is_counted_once_on_every_later_page(backend, monkeypatch):
     assert shown(reader.get("/forum/", **PAGE_VIEW)) == "index Who's online: 1 guest count=1"
 
 
+@pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "another-process"])
+def test_the_viewer_is_listed_on_their_own_page_right_after_a_move(
+    backend, settings, monkeypatch, same_process
+):
+    """A reload of the room a reader just moved to: the process may keep a snapshot of that
+    room read before the move was written (SNAPSHOT_MAX_AGE), which must not be shown."""
+    configure(settings, ROOMS=ROOMS, SNAPSHOT_MAX_AGE=60)
+    reader = client_of()
+    reader.get("/forum/topic/1/", **PAGE_VIEW)
+    other = Client(REMOTE_ADDR="192.0.2.77")
+    assert shown(other.get("/forum/topic/2/", **PAGE_VIEW)) == "topic 2 Here now: 1 guest count=1"
+    # The process now keeps topic 2's snapshot, read before the reader moves there.
+    assert shown(reader.get("/forum/topic/2/", **PAGE_VIEW)).endswith("count=2")  # the move
+
+    with contextlib.ExitStack() as stack:
+        if not same_process:
+            stack.enter_context(process(monkeypatch, RecentVisitors()))
+        assert shown(reader.get("/forum/topic/2/", **PAGE_VIEW)) == (
+            "topic 2 Here now: 2 guests count=2"
+        )
+
+
 def test_a_page_s_own_fragment_does_not_count_its_viewer_in_a_room(backend):
     reader = client_of()
     reader.get("/forum/", **PAGE_VIEW)
@@ -513,6 +535,51 @@ def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(bac
 
     assert counts_at(TOPIC_1, now + store.presence.LEAVE_GRACE + 1) == NOBODY
     assert counts() == GUEST  # still on the site
+
+
+def test_a_reader_who_left_is_not_put_back_by_a_request_that_is_no_page_view(backend):
+    """The leave is final: the reader's next background request (another tab's fetch, a 404, a
+    script's POST) keeps them online, and out of the room."""
+    reader = client_of()
+    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    now = time.time()
+    assert leave(reader, presence).status_code == 204
+
+    reader.post("/forum/bookmark/1/", **FETCH)  # recorded: the leave spent the cookie
+    reader.get("/forum/topic/99/", **PAGE_VIEW)  # a 404
+    reader.cookies.pop(throttle.COOKIE_NAME)
+    reader.post("/forum/bookmark/1/", **FETCH)  # recorded again
+
+    assert counts_at(TOPIC_1, now + store.presence.LEAVE_GRACE + 1) == NOBODY
+    assert counts() == GUEST  # still on the site
+
+
+def test_a_still_here_after_the_grace_does_not_put_the_reader_back(backend, monkeypatch):
+    reader = client_of()
+    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    now = time.time()
+    assert leave(reader, presence).status_code == 204
+    later = now + store.presence.LEAVE_GRACE + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+
+    assert stay(reader, presence) == 204  # a page of the room left open in another tab
+
+    assert counts_at(TOPIC_1, later + 1) == NOBODY
+    reader.get("/forum/live/1/", **PAGE_VIEW)  # only a page view of the room brings them back
+    assert counts_at(TOPIC_1, later + 1) == GUEST
+
+
+def test_a_reader_who_moved_out_is_not_put_back_by_an_old_tab(backend, monkeypatch):
+    reader = client_of()
+    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    reader.get("/forum/", **PAGE_VIEW)  # a page in no room, in another tab
+    reader.cookies.pop(throttle.COOKIE_NAME)
+
+    with process(monkeypatch, RecentVisitors()):  # served where nothing spares its write
+        assert stay(reader, presence) == 204  # the first tab, still open and shown
+
+    assert counts(TOPIC_1) == NOBODY
+    assert counts() == GUEST
 
 
 def test_leaving_twice_or_leaving_another_room_does_nothing(backend, redis_calls: RedisCalls):

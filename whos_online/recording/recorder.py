@@ -25,7 +25,7 @@ from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.recording.visits import member_visit, queue, remember, user_visit
 from whos_online.store import epochs
-from whos_online.store.visit import GO, STAY
+from whos_online.store.visit import GO
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -65,8 +65,9 @@ def record_request(
 
     The outcome is FAILED when the visit may not be stored (see ``queue``), so that the caller
     hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie (or
-    one from before Redis lost its data), or this process recorded them moments ago (a login
-    records the user at once), so that their next page reads afresh; WRITTEN otherwise.
+    one from before Redis lost its data), or the visit moved them to another room, or this
+    process recorded them moments ago (a login records the user at once), so that their next
+    page reads afresh, whichever process serves it; WRITTEN otherwise.
     """
     visitor = state_of(request).visitor(config, now)
     found = _spared(visitor, request, config, now, placement)
@@ -132,7 +133,13 @@ def _recorded(
     if flusher.writes_at_once(config):
         remember(config, visit, found.room_tag)
     cookie = state_of(request).cookie
-    arriving = cookie is None or epochs.epochs.gone(cookie.epoch, config)
+    # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
+    # another room. Either way the next page must not show a snapshot read before this visit.
+    arriving = (
+        cookie is None
+        or epochs.epochs.gone(cookie.epoch, config)
+        or cookie.room != found.room_tag
+    )
     return Recorded(
         ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)
     )
@@ -168,10 +175,9 @@ def _spared(
     elif cookie is not None:
         # Not a page view: the visitor stays where their browser's latest page view put them.
         tag = cookie.room
-    elif placement.mode == STAY:
-        # Where they most likely end up; leaving it again is checked against Redis anyway.
-        tag = rooms.room_tag(placement.room)
     else:
+        # Not known here: a page's "still here" may find that its reader left the room for good
+        # (see lua/record.lua), so their next page view of it is written whatever it is.
         tag = throttle.UNKNOWN_ROOM
     if visitor is None:
         return Recorded(WRITTEN, now, tag)

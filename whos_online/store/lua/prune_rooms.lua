@@ -1,7 +1,8 @@
 --[[
   Prunes one page of a shard's rooms: reads the next page of the shard's index of rooms from a
   ZSCAN cursor and, for each room, takes the members last seen before a time out of the room's
-  four sets, and out of the HASH of who is where when it still names this room for them. A room
+  four sets, and out of the HASH of who is where when it still names this room for them (or
+  says they left it: see includes/rooms). A room
   left with no member leaves the index, so that no key of it is left and the cleanup stops
   visiting it. A room with nobody in it costs an EXISTS and a ZREM, so a page of them is cheap:
   a flood of empty rooms is walked a page per call, not a call per room.
@@ -29,6 +30,8 @@
     to its end else 0}
 ]]
 
+--- @include "includes/rooms"
+
 local index, where = KEYS[1], KEYS[2]
 local room_prefix, cutoff, budget = ARGV[1], '(' .. ARGV[2], tonumber(ARGV[5])
 local kinds = {'users', 'hidden', 'guests', 'bots'}
@@ -47,7 +50,7 @@ local function prune_sets(room, sets, most)
     if #stale > 0 then
       redis.call('ZREM', set, unpack(stale))
       for _, member in ipairs(stale) do
-        if redis.call('HGET', where, fields[i] .. member) == room then
+        if room_in(redis.call('HGET', where, fields[i] .. member)) == room then
           redis.call('HDEL', where, fields[i] .. member)
         end
       end

@@ -73,9 +73,10 @@
                 former     the identity the visitor had until now, in this shard ('' for none)
                 room       the room ('' for none)
                 mode       how a visit places its person: 'go' into ``room`` (out of theirs
-                           when it is ''), a page view; 'keep' wherever they are, any other
-                           request; 'stay' into ``room`` unless they are in another, a page's
-                           word that its reader is still on it
+                           when it is ''), a page view; 'keep' wherever they are (in no room
+                           if they left theirs), any other request; 'stay' into ``room``
+                           unless they are in another, or left it and no longer count there,
+                           a page's word that its reader is still on it
     ARGV[…]   on the base shard, the page-hit batch and its increments (see includes/counters,
               ``add_batch``), after the entries
 
@@ -182,6 +183,33 @@ local function touch_room(room, score)
   end
 end
 
+-- Whether ``member`` still counts in ``room`` (in one of its sets of ``kinds``) at ``score``.
+local function counted_in(room, kinds, member, score)
+  for _, set_kind in ipairs(kinds) do
+    local seen = rcall('ZSCORE', room_prefix .. room .. ':' .. set_kind, member)
+    if seen and tonumber(seen) > tonumber(score) - window then
+      return true
+    end
+  end
+  return false
+end
+
+-- Marks that ``member`` left ``room`` at ``left``: they count there ``grace`` seconds more (their
+-- score is set so that the window ends then, unless it is from after they left; -1 ends it at
+-- once), and stay a member of its sets until the cleanup takes them, and the mark, away.
+local function mark_left(room, kinds, member, left, grace)
+  left = tonumber(left)
+  local edge = left - window + grace
+  for _, set_kind in ipairs(kinds) do
+    local set = room_prefix .. room .. ':' .. set_kind
+    local seen = rcall('ZSCORE', set, member)
+    if seen and tonumber(seen) > edge and tonumber(seen) <= left then
+      rcall('ZADD', set, 'XX', edge, member)
+    end
+  end
+  rcall('HSET', where, place(kinds[1], member), LEFT .. room)
+end
+
 -- Whether the shard's hidden set exists: without it, a user's visit skips looking there.
 local hidden_exists = rcall('EXISTS', KEYS[2]) == 1
 
@@ -229,27 +257,39 @@ local function visit(i)
     rcall('HSET', hash, 'name', ARGV[i + 7], 'url', ARGV[i + 8], 'seen', score)
     rcall('EXPIRE', hash, seen_ttl)
   end
-  -- Rooms: the shard's HASH says which room each person is in; their member sits in that room's
-  -- set of their kind. A page view in another room (or in none) takes them out of theirs.
+  -- Rooms: the shard's HASH says which room each person is in (or which they left); their
+  -- member sits in that room's set of their kind. A page view in another room (or in none)
+  -- takes them out of theirs; only a page view puts back someone who left (see includes/rooms).
   local field = place(kind, member)
   local room = ARGV[i + 10]
-  local was = rcall('HGET', where, field)
-  if mode == 'keep' or (mode == 'stay' and was and was ~= room) then
-    room = was or ''
-  end
-  if was and was ~= room then
-    -- A user may still be in the room's set of the other kind, out of date: a cleanup that
-    -- pruned the shard's sets has not pruned the rooms yet.
-    local kinds = other and {'users', 'hidden'} or {kind}
-    for _, set_kind in ipairs(kinds) do
-      rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
+  local was, left = room_in(rcall('HGET', where, field))
+  local kinds = other and {'users', 'hidden'} or {kind}
+  if mode == 'keep' then
+    room = left and '' or (was or '')
+  elseif mode == 'stay' and left then
+    -- Back only into the room they left, while they still count there: the page's word after a
+    -- reload, whose leaving word came first. Otherwise only a page view puts them back.
+    if was ~= room or not counted_in(was, kinds, member, score) then
+      room = ''
     end
-    if room == '' then
-      rcall('HDEL', where, field)
+  elseif mode == 'stay' and was and was ~= room then
+    room = was -- a later page of theirs (another tab) put them in another room
+  end
+  if was and (was ~= room or left) then
+    if room ~= '' then
+      -- Out of the room they were in (or left). A user may still be in its set of the other
+      -- kind, out of date: a cleanup that pruned the shard's sets has not pruned the rooms yet.
+      for _, set_kind in ipairs(kinds) do
+        rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
+      end
+    elseif not left then
+      -- A page view in no room: out at once, with the mark that they left, so that a page of
+      -- the room still open in another tab does not put them back.
+      mark_left(was, kinds, member, score, -1)
     end
   end
   if room ~= '' then
-    if was ~= room then
+    if was ~= room or left then
       rcall('HSET', where, field, room)
     end
     rcall('ZADD', room_prefix .. room .. ':' .. kind, score, member)
@@ -266,20 +306,15 @@ end
 
 local function leave_room_by(i)
   local kind, member, left, room = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 10]
-  if rcall('HGET', where, place(kind, member)) ~= room then
+  local field = place(kind, member)
+  local was, gone = room_in(rcall('HGET', where, field))
+  if was ~= room or gone then
     return
   end
   -- Counted in the room until ``leave_grace`` after they left: their score there is set so that
   -- the window ends then. A score from after they left (the reload, recorded first) stands.
-  local edge = left - window + leave_grace
   local kinds = OTHER_USER_SET[kind] and {'users', 'hidden'} or {kind}
-  for _, set_kind in ipairs(kinds) do
-    local set = room_prefix .. room .. ':' .. set_kind
-    local seen = rcall('ZSCORE', set, member)
-    if seen and tonumber(seen) > edge and tonumber(seen) <= left then
-      rcall('ZADD', set, 'XX', edge, member)
-    end
-  end
+  mark_left(room, kinds, member, left, leave_grace)
 end
 
 local arrived = {}
