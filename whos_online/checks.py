@@ -18,7 +18,8 @@ from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from whos_online.config.rules import room_pattern_fields, rooms_problems
+from whos_online.config.room_rules import entry_fields
+from whos_online.config.rules import rooms_problems
 from whos_online.config.settings import DEFAULTS, user_settings, validate
 from whos_online.config.validation import is_django_redis
 
@@ -34,15 +35,15 @@ def check_room_urls(**kwargs: Any) -> list[CheckMessage]:
     """Each key of ``ROOMS`` names a URL of the site's URLconf, and each field of its pattern is
     a keyword argument that every URL of that name captures. Says nothing of a ``ROOMS`` that
     ``check_settings`` reports as malformed."""
-    from whos_online.recording.urlnames import url_keywords
+    from whos_online.recording.urlnames import url_captures
 
     raw: object = user_settings()
     rooms = raw.get("ROOMS") if isinstance(raw, Mapping) else None
     if not isinstance(rooms, Mapping) or rooms_problems(rooms):
         return []
-    known = url_keywords()
+    known = url_captures()
     messages: list[CheckMessage] = []
-    for name, pattern in rooms.items():
+    for name, entry in rooms.items():
         if name not in known:
             messages.append(
                 Error(
@@ -54,15 +55,17 @@ def check_room_urls(**kwargs: Any) -> list[CheckMessage]:
                 )
             )
             continue
-        missing = sorted(set(room_pattern_fields(pattern)) - known[name])
+        missing = sorted(set(entry_fields(entry)) - known[name].fields())
         if missing:
-            captured = ", ".join(sorted(known[name])) or "none"
+            captured = ", ".join(sorted(known[name].fields())) or "none"
             messages.append(
                 Error(
-                    f"WHOS_ONLINE['ROOMS'][{name!r}] is {pattern!r}, but the URL {name!r} does "
+                    f"WHOS_ONLINE['ROOMS'][{name!r}] is {entry!r}, but the URL {name!r} does "
                     f"not capture {', '.join(missing)} (it captures: {captured}).",
                     hint="A room pattern is formatted with the keyword arguments the URL passes "
-                    "to its view.",
+                    "to its view, or with its positional captures by number ('{0}') when it "
+                    "has no keyword; a function ({'call': ...}) can work out what a pattern "
+                    "cannot.",
                     id="whos_online.E032",
                 )
             )

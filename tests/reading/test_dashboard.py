@@ -422,7 +422,7 @@ def test_the_busiest_rooms_now_fullest_first(backend, staff):
     whos_online.record_guest("192.0.2.4")  # left that room: it is not shown
 
     shown = dashboard.collect(60, now=time.time()).rooms
-    assert [(name, counts.total, counts.bots) for name, counts in shown] == [
+    assert [(room.name, room.counts.total, room.counts.bots) for room in shown] == [
         ("topic:2", 2, 0),
         ("topic:1", 1, 0),
         (HOSTILE, 0, 1),

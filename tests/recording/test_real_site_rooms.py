@@ -632,8 +632,32 @@ def ids(messages: list[Any]) -> list[str]:
 
 @pytest.mark.parametrize(
     "value",
-    [["forum:topic"], {"forum:topic": 1}, {"forum:topic": "topic:{0}"}, {"": "x"}, {"a": "{"}],
-    ids=["list", "not-text", "positional", "empty-name", "broken-format"],
+    [
+        ["forum:topic"],
+        {"forum:topic": 1},
+        {"forum:topic": "topic:{-1}"},
+        {"": "x"},
+        {"a": "{"},
+        {"a": {"room": "x", "call": "tests.urls.page"}},
+        {"a": {"title": "x"}},
+        {"a": {"room": "x", "colour": "red"}},
+        {"a": {"call": "tests.recording.test_real_site_rooms.nothing_here"}},
+        {"a": {"call": "tests.recording.test_real_site_rooms.TOPIC_1"}},
+        {"a": {"call": "tests.urls.page", "title": "x"}},
+    ],
+    ids=[
+        "list",
+        "not-text",
+        "odd-field",
+        "empty-name",
+        "broken-format",
+        "room-and-call",
+        "neither",
+        "unknown-key",
+        "not-importable",
+        "not-callable",
+        "title-with-call",
+    ],
 )
 def test_a_malformed_rooms_is_an_error(settings, value):
     settings.WHOS_ONLINE = {"ROOMS": value}
@@ -653,6 +677,14 @@ def test_a_room_pattern_may_only_use_what_every_url_of_its_name_captures(setting
     messages = check_room_urls()
     assert ids(messages) == ["whos_online.E032"]
     assert "slug" in messages[0].msg
+
+
+def test_a_positional_capture_is_for_urls_that_capture_no_keyword(settings):
+    settings.WHOS_ONLINE = {"ROOMS": {"forum:topic": "topic:{0}"}}
+    messages = check_room_urls()
+    assert ids(messages) == ["whos_online.E032"]
+    assert "'0'" not in messages[0].msg
+    assert "not capture 0" in messages[0].msg
 
 
 def test_room_access_must_be_a_callable(settings):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -21,6 +20,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from whos_online.config.audiences import NAME_AUDIENCES
+from whos_online.config.room_rules import entry_problems
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -168,40 +168,17 @@ CALLABLE_HINT: Final = (
 )
 
 
-def room_pattern_fields(pattern: str) -> list[str]:
-    """The argument names a room pattern is formatted with (``"topic:{pk}"``: ``["pk"]``);
-    ValueError if it is no format string."""
-    return [
-        field.split(".", 1)[0].split("[", 1)[0]
-        for _, field, _, _ in string.Formatter().parse(pattern)
-        if field is not None
-    ]
-
-
-def _room_pattern_problem(pattern: object) -> str | None:
-    """What is wrong with one room pattern: it is formatted with keyword arguments only."""
-    if not isinstance(pattern, str) or not pattern:
-        return f"is not a non-empty string: {pattern!r}"
-    try:
-        fields = room_pattern_fields(pattern)
-    except ValueError as exc:
-        return f"{pattern!r} is not a format string: {exc}"
-    positional = [field for field in fields if not field.isidentifier()]
-    if positional:
-        return f"{pattern!r} names {positional[0]!r}, which is not a keyword argument's name"
-    return None
-
-
 def rooms_problems(value: Any) -> list[str]:
-    """What is wrong with a value of ``ROOMS``: a dict of URL names to room patterns."""
+    """What is wrong with a value of ``ROOMS``: a dict of URL names to entries
+    (``room_rules``)."""
     if not isinstance(value, Mapping):
         return [f"must be a dict of URL names to room patterns, not {value!r}"]
     problems = []
-    for name, pattern in value.items():
+    for name, entry in value.items():
         if not isinstance(name, str) or not name:
             problems.append(f"has a key that is not a URL name: {name!r}")
-        elif problem := _room_pattern_problem(pattern):
-            problems.append(f"[{name!r}] {problem}")
+        else:
+            problems.extend(f"[{name!r}] {problem}" for problem in entry_problems(entry))
     return problems
 
 

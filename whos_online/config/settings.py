@@ -36,6 +36,7 @@ from django.dispatch import Signal, receiver
 
 from whos_online.config import rules
 from whos_online.config.audiences import name_audience
+from whos_online.config.room_rules import RoomRule, rules_of
 from whos_online.config.validation import across_keys
 
 if TYPE_CHECKING:
@@ -210,16 +211,18 @@ class Config:
         "platforms that freeze a process between requests.",
         build=float,
     )
-    #: Room patterns by URL name (``ROOMS``): the middleware puts a page view of that URL in the
-    #: room its pattern names, formatted with the URL's keyword arguments.
-    rooms: Mapping[str, str] = rules.setting(
+    #: Rooms by URL name (``ROOMS``): the middleware puts a page view of that URL in the room
+    #: its rule gives (``room_rules``).
+    rooms: Mapping[str, RoomRule] = rules.setting(
         "ROOMS",
         {},
         "whos_online.E029",
         rules.rooms_problems,
         hint="For example {'forum:topic': 'topic:{pk}'}: keys are URL names as reverse() takes "
-        "them, values are formatted with the URL's keyword arguments.",
-        build=dict,
+        "them; values are patterns formatted with the URL's keyword arguments (or positional "
+        "captures, '{0}'), {'room': pattern, 'title': pattern}, or {'call': 'dotted.path'} of "
+        "a function (request) -> room.",
+        build=rules_of,
     )
     #: Who may read a room through the JSON and widget views; None: whoever holds its token.
     room_access: Callable[[HttpRequest, str], bool] | None = rules.setting(

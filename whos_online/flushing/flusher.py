@@ -44,6 +44,7 @@ from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, hits
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
+from whos_online.flushing.titles import RoomTitles
 from whos_online.store import counters, epochs
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class Flusher:
         self.queue = VisitQueue()
         #: Writes a flush makes before the queue's: a logout's (``flush_jobs``).
         self.jobs = FlushJobs()
+        #: Rooms' titles new to this process, written before the queue.
+        self.titles = RoomTitles()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
         self._wake = threading.Condition()
@@ -137,6 +140,8 @@ class Flusher:
             return self._flush(get_config())
 
     def _flush(self, config: Config) -> frozenset[str]:
+        if self.titles.pending():
+            self.titles.write()  # seldom: rooms' titles new to this process (``titles``)
         return self._run_jobs(config) | self._write_queue(config)
 
     def _run_jobs(self, config: Config) -> frozenset[str]:
@@ -301,16 +306,20 @@ class Flusher:
 
     # Stopping
 
-    def close(self) -> None:
-        """Write what the process holds as it exits: first let a flush the thread has started
-        finish (the exit would cut it off), then flush; and once the page hits are all written,
-        forget the key that remembered this process's batches of them."""
+    def stop_thread(self) -> None:
+        """Stop the flushing thread, letting a flush it has started finish (a little while)."""
         with self._wake:
             self._stopping = True
             self._wake.notify()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(EXIT_WAIT)
+
+    def close(self) -> None:
+        """Write what the process holds as it exits: first let a flush the thread has started
+        finish (the exit would cut it off), then flush; and once the page hits are all written,
+        forget the key that remembered this process's batches of them."""
+        self.stop_thread()
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
@@ -357,11 +366,6 @@ def flush() -> bool:
     return not current().flush()
 
 
-def flush_now() -> frozenset[str]:
-    """``flush``, returning the tags of the shards that could not be written."""
-    return current().flush()
-
-
 def writes_at_once(config: Config) -> bool:
     """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or while
     an ASGI server stops."""
@@ -389,11 +393,5 @@ def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
     it to end, so that it does not outlive the settings it was started under."""
     old = _flushers.replace()
-    if old is None:
-        return
-    with old._wake:
-        old._stopping = True
-        old._wake.notify()
-    thread = old._thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(EXIT_WAIT)
+    if old is not None:
+        old.stop_thread()

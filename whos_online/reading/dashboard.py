@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from django.utils import dateformat
 from django.utils import timezone as django_timezone
@@ -113,7 +113,7 @@ class Dashboard:
     #: ``cleanup_late_since``): the cleanup command is not running.
     cleanup_late_since: datetime | None = None
     #: The busiest rooms now, with who is in each, the fullest first (``busiest_rooms``).
-    rooms: Sequence[tuple[str, OnlineCounts]] = ()
+    rooms: Sequence[ShownRoom] = ()
 
     @property
     def users(self) -> list[OnlineUser]:
@@ -187,7 +187,17 @@ def slice_starts(now: float, precision: int, count: int) -> list[int]:
 #: What ``collect`` reads besides the snapshot: the counters charted, how many were left out, the
 #: samples of each, when the longest-unseen member of the online sets was last seen, and the
 #: rooms most recently active with who is in each.
-_Read = tuple[list[str], int, list[list[int | None]], float | None, dict[str, OnlineCounts]]
+class ShownRoom(NamedTuple):
+    """A room on the dashboard: its name (its identity), who is in it, and its title, if any."""
+
+    name: str
+    counts: OnlineCounts
+    title: str = ""
+
+
+_Read = tuple[
+    list[str], int, list[list[int | None]], float | None, dict[str, OnlineCounts], dict[str, str]
+]
 
 #: Windows past which someone still in the online sets shows that the cleanup command is not
 #: running (it removes them within a window when cron runs it every minute).
@@ -211,11 +221,13 @@ def collect(precision: int, *, now: float) -> Dashboard:
         wanted = [*standard, *own]
         samples = counters.samples(client, config, wanted, precision, starts)
         rooms = store.reading.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
-        return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms
+        shown = [room for room, _counts in busiest_rooms(rooms)]
+        titles = store.titles.read(client, config, shown)
+        return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms, titles
 
     # While Redis cannot be read, the standard charts are drawn empty.
-    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None, {})
-    wanted, left_out, values, oldest, rooms = connection.call(unknown, read)
+    unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None, {}, {})
+    wanted, left_out, values, oldest, rooms, titles = connection.call(unknown, read)
     return Dashboard(
         ok=found is not None,
         snapshot=EMPTY_SNAPSHOT if found is None else found,
@@ -226,7 +238,9 @@ def collect(precision: int, *, now: float) -> Dashboard:
         ],
         left_out=left_out,
         cleanup_late_since=cleanup_late_since(oldest, config, now=now),
-        rooms=busiest_rooms(rooms),
+        rooms=[
+            ShownRoom(name, counts, titles.get(name, "")) for name, counts in busiest_rooms(rooms)
+        ],
     )
 
 

@@ -75,6 +75,7 @@ def record_request(
         return found
     assert visitor is not None
     visit = _visit_of(visitor, config, now, placement)
+    _note_title(request, placement)
     queued = queue(config, visit, room_tag=found.room_tag)
     failed = flusher.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
@@ -101,12 +102,20 @@ async def arecord_request(
         # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
         await sync_to_async(visitor.details)(config)
         visit = _visit_of(visitor, config, now, placement)
+    _note_title(request, placement)
     queued = queue(config, visit, room_tag=found.room_tag)
     if flusher.writes_at_once(config):
         failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
     else:
         failed = flusher.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
+
+
+def _note_title(request: HttpRequest, placement: Placement) -> None:
+    """A visit into a room with a title: the process writes the title with its next flush."""
+    title = state_of(request).room_title
+    if placement.mode == GO and placement.room and title:
+        flusher.current().titles.note(placement.room, title)
 
 
 def _visit_of(visitor: Visitor, config: Config, now: float, placement: Placement) -> Visit:
@@ -136,9 +145,7 @@ def _recorded(
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
-        cookie is None
-        or epochs.epochs.gone(cookie.epoch, config)
-        or cookie.room != found.room_tag
+        cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
     )
     return Recorded(
         ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import logging
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
     from whos_online.config.settings import Config
 
+
+logger = logging.getLogger("whos_online")
 
 #: Longest room name, in characters: a name becomes part of Redis keys.
 MAX_ROOM_LENGTH: Final = 200
@@ -48,9 +51,19 @@ def check_room(name: object) -> str:
     return name.encode("utf-8", "replace").decode()
 
 
-def set_room(request: HttpRequest, name: str) -> None:
-    """Put the person making ``request`` in room ``name`` (see the module's docstring)."""
-    state_of(request).room = check_room(name)
+def set_room(request: HttpRequest, name: str | None, *, title: str = "") -> None:
+    """Put the person making ``request`` in room ``name`` (see the module's docstring), which
+    ``title`` names for people (the dashboard shows it; the name stays the room's identity).
+
+    ``None`` puts the request in no room, whatever ``ROOMS`` says: for a response that is not
+    the page's content, such as a login or password form shown in its place, whose viewer must
+    not be counted among the page's readers."""
+    state = state_of(request)
+    if name is None:
+        state.room, state.room_title = "", ""
+        return
+    state.room = check_room(name)
+    state.room_title = check_title(title)
     _usage.seen = True
 
 
@@ -94,29 +107,48 @@ def room_of(request: HttpRequest) -> str:
         return state.room_by_url
     if getattr(request, "resolver_match", None) is None:
         return ""  # not resolved yet (or no URL matched): not worth keeping
-    room = state.room_by_url = room_by_url(request, get_config())
+    room, title = room_by_url(request, get_config())
+    state.room_by_url, state.room_title = room, title
     if room:
         _usage.seen = True
     return room
 
 
-def room_by_url(request: HttpRequest, config: Config) -> str:
-    """The room ``ROOMS`` names for the URL ``request`` resolved to, or "".
+def room_by_url(request: HttpRequest, config: Config) -> tuple[str, str]:
+    """The room ``ROOMS`` names for the URL ``request`` resolved to, and its title ("" for
+    none of either).
 
-    A pattern that cannot be formatted with what the URL captured, or that makes no room name
-    (too long, say, from a long slug), puts the request in no room rather than failing it: the
-    system checks report patterns that name arguments the URL does not capture.
+    An entry that makes no room name (a capture too long, a function that fails or returns
+    something else) puts the request in no room rather than failing it: the system checks
+    report entries that name captures the URL does not have, and a function's failure is
+    logged.
     """
     match = request.resolver_match
     if not config.rooms or match is None:
-        return ""
-    pattern = config.rooms.get(match.view_name)
-    if pattern is None:
-        return ""
+        return "", ""
+    rule = config.rooms.get(match.view_name)
+    if rule is None:
+        return "", ""
     try:
-        return check_room(pattern.format(**match.kwargs))
-    except (KeyError, IndexError, ValueError, AttributeError):
-        return ""
+        room, title = rule.room(request, match)
+        return (check_room(room), check_title(title)) if room else ("", "")
+    except (ValueError, TypeError):
+        return "", ""
+    except Exception:
+        logger.exception("whos_online: the ROOMS function for %r failed", match.view_name)
+        return "", ""
+
+
+#: Longest room title, in characters.
+MAX_TITLE_LENGTH: Final = 200
+
+
+def check_title(title: object) -> str:
+    """``title`` as a room's title: text, cut to ``MAX_TITLE_LENGTH`` characters."""
+    if not isinstance(title, str):
+        msg = f"A room title is text, not {type(title).__name__}."
+        raise TypeError(msg)
+    return title[:MAX_TITLE_LENGTH].encode("utf-8", "replace").decode()
 
 
 def room_tag(room: str) -> str:

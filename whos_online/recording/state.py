@@ -101,6 +101,7 @@ class RequestState:
         "request",
         "room",
         "room_by_url",
+        "room_title",
         "seen",
         "snapshots",
         "stay",
@@ -119,6 +120,8 @@ class RequestState:
         self.room: str | None = None
         #: The room ``ROOMS`` gives the request's URL ("" for none), once worked out.
         self.room_by_url: str | None = None
+        #: The title of the request's room, for people ("" for none).
+        self.room_title = ""
         #: A page's own word that its reader is still on it (``views.presence``).
         self.stay: Placement | None = None
         #: Whether the view asked that the request record nobody (``mark_not_recorded``).

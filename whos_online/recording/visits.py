@@ -108,7 +108,10 @@ def record_soon(config: Config, visit: Visit) -> None:
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif store.keys.member_shard(config, visit.joined, visit.member).tag not in flusher.flush_now():
+    elif (
+        store.keys.member_shard(config, visit.joined, visit.member).tag
+        not in flusher.current().flush()
+    ):
         remember(config, visit)
 
 
@@ -117,7 +120,7 @@ def _written(config: Config, visit: Visit) -> bool:
     it was written."""
     if not queue(config, visit):
         return False
-    if store.keys.member_shard(config, visit.joined, visit.member).tag in flusher.flush_now():
+    if store.keys.member_shard(config, visit.joined, visit.member).tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True

@@ -9,6 +9,7 @@ One module per concern, each importing only those listed before it:
 - ``presence``: whether given users are online, and taking one off;
 - ``reading``: one read of the site or a room, combined over the shards;
 - ``site``: the all-time peak and the day's unique visitors;
+- ``titles``: rooms' titles for people;
 - ``cleanup``: removing the people gone, a chunk at a time.
 
 Writes that belong together go out in one round trip: a Lua script where the work must be atomic
@@ -27,6 +28,6 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, keys, presence, reading, record, scripts, site, visit
+from whos_online.store import cleanup, keys, presence, reading, record, scripts, site, titles, visit
 
-__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site", "visit"]
+__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site", "titles", "visit"]

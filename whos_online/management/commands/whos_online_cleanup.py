@@ -161,6 +161,10 @@ class Command(BaseCommand):
                     self.report(left, now, "Removed from layouts of another SHARDS")
                 gone, emptied = pruning.prune_rooms(client, config, now=now, between_chunks=between)
                 self.report_rooms(gone, emptied, dry_run=False)
+                # A title can only lose its room when a room leaves an index.
+                untitled = store.titles.prune(client, config) if emptied else 0
+                if untitled:
+                    self.log(f"Forgot the titles of {_plural(untitled, 'room')} gone.", level=2)
                 found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
                     users = _plural(found.visible + found.hidden, "user")
