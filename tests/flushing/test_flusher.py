@@ -587,6 +587,41 @@ def test_a_redis_that_lost_its_data_is_noticed_at_the_next_read(r, settings):
     assert r.get("{whos_online}:epoch") is not None
 
 
+def test_a_fresh_process_s_first_cookies_cost_no_second_write(r, settings, redis_calls):
+    """A process that does not know its shard's epoch yet hands out a cookie without one; once
+    it learns the epoch, which began before that visit, the cookie still spares writes."""
+    whos_online.record_guest("192.0.2.50")
+    r.set("{whos_online}:epoch", epochs.new_epoch(time.time() - 3600))  # begun an hour ago
+    configure(settings, FLUSH_INTERVAL=10)  # a new process: it knows no epoch
+    assert epochs.epochs.of(keyspace.layout(get_config())[0]) == ""
+    reader = Client(REMOTE_ADDR="192.0.2.1")
+    reader.get("/plain/")  # queued; its cookie is handed out before any flush
+    assert throttle.EPOCH_MARK not in reader.cookies[COOKIE].value
+    assert whos_online.flush() is True  # the process learns the epoch
+    redis_calls.clear()
+
+    reader.get("/plain/")
+
+    assert redis_calls.trips == []
+    assert flushing.current().pending() is False  # nothing queued for a second write
+
+
+def test_a_cookie_without_an_epoch_from_before_redis_lost_its_data_spares_nothing(r, settings):
+    configure(settings, FLUSH_INTERVAL=10)
+    reader = Client(REMOTE_ADDR="192.0.2.1")
+    reader.get("/plain/")  # a cookie without an epoch
+    assert whos_online.flush() is True
+    r.flushdb()
+    later = time.time() + epochs.CLOCK_SKEW + 1
+    whos_online.record_guest("192.0.2.50", now=later)  # the next epoch begins after that visit
+    epochs.epochs.learn(keyspace.layout(get_config())[0].tag, epochs.new_epoch(later))
+
+    reader.get("/plain/")
+    assert whos_online.flush() is True
+
+    assert guest("192.0.2.1") in members(r, "guests")
+
+
 def test_the_memory_of_recent_clients_forgets_what_redis_lost(r, settings):
     """A client without cookies, remembered by the process, is written again once an epoch it
     knew changes."""

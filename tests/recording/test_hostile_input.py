@@ -153,9 +153,9 @@ def assert_no_garbage(r: redis.Redis) -> None:
             float(text(r.get(raw_key) or b""))
             assert r.ttl(raw_key) > 0, key
         elif suffix == "epoch":
-            # A random word, kept while the data lasts.
+            # When it began and a random word, kept while the data lasts.
             assert kind == "string", key
-            assert re.fullmatch(r"[\w-]{6}", text(r.get(raw_key) or b"")), key
+            assert re.fullmatch(r"[0-9a-f]+-[\w-]{6}", text(r.get(raw_key) or b"")), key
         elif suffix.startswith("hits-applied:"):
             # The highest batch of page hits a process added, forgotten a day later.
             assert kind == "string", key

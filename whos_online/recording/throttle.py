@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 COOKIE_NAME: Final = "whos_online"
 #: Longest cookie value that can be genuine (10-digit expiry, dot, 22-char MAC, a room's ".r"
-#: and 8-character tag, an epoch's ".e" and 6 characters, ".n"), with room to spare.
-MAX_COOKIE_LENGTH: Final = 64
+#: and 8-character tag, an epoch's ".e" and 15 characters, ".n"), with room to spare.
+MAX_COOKIE_LENGTH: Final = 72
 #: Identities the in-process memory holds; the oldest is forgotten first beyond this.
 MEMORY_SIZE: Final = 10_000
 #: Longest binding whose MAC is remembered: a session key (32 characters with Django's database

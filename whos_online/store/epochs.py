@@ -15,15 +15,19 @@ dropped whenever an epoch it knew changes.
 
 Until a process knows the epoch of every shard (it learns them with its first read of the site, or
 its first batches), it takes every cookie at its word. A cookie handed out meanwhile carries no
-epoch; once the process knows them all, such a cookie no longer spares a write either, so that
-its visitor is written once more and handed a cookie that does carry one (a cookie from a release
-before epochs existed costs the same single write).
+epoch, only the time of its visit. An epoch says when it began (in hexadecimal seconds, before
+its random part), so that once the process knows every shard's, such a cookie still spares its
+writes if every epoch began before its visit: the data it speaks of has lasted since. A freshly
+started process therefore hands out no cookie that costs a second write later. Only a cookie
+whose visit came within ``CLOCK_SKEW`` of an epoch's beginning, or an epoch of a release that did
+not say when it began, costs its visitor that single write.
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
@@ -36,13 +40,29 @@ if TYPE_CHECKING:
 
     from whos_online.config.settings import Config
 
-#: Bytes of randomness in an epoch: its text is 6 characters.
+#: Bytes of randomness in an epoch: 6 characters of its text, after when it began.
 EPOCH_BYTES: Final = 4
+#: Seconds by which the clocks of a site's processes may differ, and a visit be written after
+#: its cookie was handed out (``FLUSH_INTERVAL``, retries): a cookie without an epoch whose visit
+#: came this close to an epoch's beginning does not vouch for it.
+CLOCK_SKEW: Final = 10.0
 
 
-def new_epoch() -> str:
-    """A candidate epoch: the word a shard that has none takes."""
-    return secrets.token_urlsafe(EPOCH_BYTES)
+def new_epoch(now: float | None = None) -> str:
+    """A candidate epoch: the word a shard that has none takes, saying when it began."""
+    began = int(time.time() if now is None else now)
+    return f"{began:x}-{secrets.token_urlsafe(EPOCH_BYTES)}"
+
+
+def began(epoch: str) -> float | None:
+    """When ``epoch`` began, if it says (an epoch of an older release does not)."""
+    stamp, dash, _random = epoch.partition("-")
+    if not dash or not stamp:
+        return None
+    try:
+        return float(int(stamp, 16))
+    except ValueError:
+        return None
 
 
 class Epochs:
@@ -85,15 +105,22 @@ class Epochs:
             return False
         return epoch not in current if epoch else "" in current
 
-    def outdated(self, epoch: str, config: Config) -> bool:
+    def outdated(self, epoch: str, config: Config, visited: float | None = None) -> bool:
         """Whether a cookie carrying ``epoch`` should no longer spare a write: gone, or issued
         without an epoch (by a process that did not know it yet, or before epochs existed)
-        where every shard has one now. Its visitor is written once more and handed a cookie
-        that carries their shard's epoch, so that a later loss is noticed for them too."""
+        where every shard has one now, unless every shard's epoch began before its visit, at
+        ``visited`` (see the module's docstring). Its visitor is written once more and handed
+        a cookie that carries their shard's epoch, so that a later loss is noticed for them
+        too."""
         current = self._current(config)
         if current is None:
             return False
-        return epoch not in current or epoch == ""
+        if epoch:
+            return epoch not in current
+        if visited is None:
+            return True
+        starts = [began(known) for known in current]
+        return any(start is None or start > visited - CLOCK_SKEW for start in starts)
 
     def _current(self, config: Config) -> frozenset[str] | None:
         """The epochs of the configured layout's shards, or None while one is not known."""
