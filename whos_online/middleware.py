@@ -64,6 +64,8 @@ class WhosOnlineMiddleware:
             if placement is not None:
                 recorded = recording.record_request(request, config, now, placement)
                 hand_out_cookie(request, response, config, recorded)
+            else:
+                recording.flush_if_stopping()
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -78,6 +80,8 @@ class WhosOnlineMiddleware:
             if placement is not None:
                 recorded = await recording.arecord_request(request, config, now, placement)
                 hand_out_cookie(request, result, config, recorded)
+            else:
+                await recording.aflush_if_stopping()
         return result
 
 

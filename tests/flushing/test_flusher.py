@@ -765,7 +765,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
-    handler = stopping.on_signal(lambda signum, frame: forwarded.append(signum))
+    handler = stopping.WriteThenHandOn(lambda signum, frame: forwarded.append(signum))
     flushing.flusher().put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
@@ -787,17 +787,16 @@ import time
 import django
 from django.conf import settings
 
+forwarded = []
+signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
 settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
-django.setup()
+django.setup()  # whos_online's handler goes over the server's
 
-from whos_online.flushing import flusher as flushing, stopping, queue as visit_queue
+from whos_online.flushing import flusher as flushing, queue as visit_queue
 from whos_online.recording import visits as recording
 from whos_online.backend.connection import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
-forwarded = []
-signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
-stopping.install_signal_handlers()
 if sys.argv[1] == "replaced":
     flushing.reset()  # settings changed since: another flusher
 original = visit_queue.merge
@@ -817,7 +816,7 @@ for thread in threading.enumerate():
     if thread is not threading.current_thread():
         thread.join(10)
 stored = admin_client().zrange("{whos_online}:guests", 0, -1)
-print("done", forwarded, flushing.flusher().immediate, [m.decode() for m in stored])
+print("done", forwarded, flushing.is_stopping(), [m.decode() for m in stored])
 """
 
 

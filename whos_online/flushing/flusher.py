@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing.util
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -88,8 +89,6 @@ class Flusher:
         #: Whether the site has kept data in another layout of shards, as the base shard's last
         #: batch said (until one has, assumed so: a logout then reads which).
         self.layouts_in_use = True
-        #: From the first SIGTERM (or SIGINT) of an ASGI server on, visits are written at once.
-        self.immediate = False
         #: Whether the queue has been full since writes last succeeded, and how many visits it
         #: had dropped before then.
         self._dropping = False
@@ -321,6 +320,12 @@ class Flusher:
     def pending(self) -> bool:
         return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))
 
+    def idle(self) -> bool:
+        """Whether no visit or job waits, none is being queued, and no flush is under way, as
+        far as can be told without taking a lock: for a signal handler, which may have stopped
+        the holder of one (``holds_anything``)."""
+        return not (len(self.queue) or self.queue.busy() or len(self.jobs) or self._lock.locked())
+
     def add_job(self, job: Job) -> bool:
         """Hold ``job`` for the next flush, which runs it before the queue (``jobs``); False when
         too many wait already (it is dropped, and the log says so once)."""
@@ -387,6 +392,8 @@ def flusher() -> Flusher:
 def write_at_exit() -> None:
     """Write what this process holds as it exits (see ``Flusher.close``); nothing if it never
     made a flusher, which it does for its first visit or page hit."""
+    global _exiting_in  # noqa: PLW0603 - one flag per process
+    _exiting_in = os.getpid()
     made = _flushers.peek()
     if made is not None:
         made.close()
@@ -403,10 +410,44 @@ def flush_now() -> frozenset[str]:
     return flusher().flush()
 
 
+#: The process (by id) that a SIGTERM has reached: from then on it writes what it records at
+#: once (``stopping``). By id, so that a child forked afterwards does not inherit it.
+_stopping_in: int | None = None
+#: The process (by id) that is writing what it holds as it exits (``write_at_exit``).
+_exiting_in: int | None = None
+
+
+def stop_soon() -> None:
+    """Have this process write each visit and page hit as it comes from now on: it has been
+    asked to stop, and may end without running its exit handlers (``stopping``)."""
+    global _stopping_in  # noqa: PLW0603 - one flag per process
+    _stopping_in = os.getpid()
+
+
+def is_stopping() -> bool:
+    """Whether this process has been asked to stop (``stop_soon``): on the throttled path, a
+    look at a global but for the moments of a stop."""
+    return _stopping_in is not None and _stopping_in == os.getpid()
+
+
+def is_exiting() -> bool:
+    """Whether this process is writing what it holds as it exits, after which it ends."""
+    return _exiting_in == os.getpid()
+
+
+def holds_anything() -> bool:
+    """Whether this process holds visits, page hits or a logout's jobs not written yet, or is
+    writing some now, as far as can be told without making the flusher or the hit buffer, and
+    without taking a lock (for a signal handler: see ``Flusher.idle``)."""
+    made = _flushers.peek()
+    buffered = hits.held()
+    return (made is not None and not made.idle()) or (buffered is not None and buffered.holds())
+
+
 def writes_at_once(config: Config) -> bool:
-    """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or while
-    an ASGI server stops."""
-    return not config.flush_interval or flusher().immediate
+    """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or once
+    the process has been asked to stop."""
+    return not config.flush_interval or is_stopping()
 
 
 def after_recording(config: Config) -> frozenset[str]:
@@ -416,6 +457,15 @@ def after_recording(config: Config) -> frozenset[str]:
         return flusher().flush()
     flusher().schedule(config.flush_interval)
     return frozenset()
+
+
+def after_hit(config: Config) -> None:
+    """What counting a page hit does: wake the thread within ``FLUSH_INTERVAL`` (within
+    ``hits.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
+    if is_stopping():
+        flusher().schedule(0)
+    else:
+        flusher().schedule(config.flush_interval or hits.LONGEST_WAIT)
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:
@@ -428,7 +478,10 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
 @receiver(config_changed, dispatch_uid="whos_online.flushing.flusher.reset")
 def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
-    it to end, so that it does not outlive the settings it was started under."""
+    it to end, so that it does not outlive the settings it was started under; and forget that
+    the process was asked to stop, or wrote as it exited (tests do both)."""
+    global _stopping_in, _exiting_in  # noqa: PLW0603 - one flag per process
+    _stopping_in = _exiting_in = None
     old = _flushers.replace()
     if old is None:
         return

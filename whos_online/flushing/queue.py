@@ -130,6 +130,11 @@ class VisitQueue:
     def __len__(self) -> int:
         return len(self._items)
 
+    def busy(self) -> bool:
+        """Whether a thread is changing the queue now (it may hold what ``len`` does not count
+        yet): for a signal handler, which must not wait for the lock."""
+        return self._lock.locked()
+
 
 def _merged(earlier: Item | None, later: Item) -> Item:
     if isinstance(earlier, Visit) and isinstance(later, Visit):

@@ -23,7 +23,7 @@ from whos_online import store
 from whos_online.backend import breakers
 from whos_online.config.settings import Config, get_config
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, stopping
+from whos_online.flushing import hits
 from whos_online.recording import cookie as throttle
 from whos_online.recording import identity, rooms
 from whos_online.recording.cookie import recent
@@ -233,7 +233,6 @@ async def arecord_request(
     visit queued from the event loop, which never waits on Redis for it. With ``FLUSH_INTERVAL``
     0 the queue is written in a thread of its own, which a client that hangs up cannot cut off.
     """
-    stopping.install_signal_handlers()
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
     visitor = _visitor_of(user, request, config, now)
@@ -405,7 +404,21 @@ def count_hit(now: float | datetime | None = None) -> None:
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
     hits.buffer().add(as_timestamp(now))
-    flushing.flusher().schedule(get_config().flush_interval or hits.LONGEST_WAIT)
+    flushing.after_hit(get_config())
+
+
+def flush_if_stopping() -> None:
+    """Once the process has been asked to stop, write what a request that recorded no visit
+    holds (its page hit) before it answers, as a recorded request writes its visit: the process
+    may end without running its exit handlers (``flushing.stopping``)."""
+    if flushing.is_stopping():
+        flushing.flush_now()
+
+
+async def aflush_if_stopping() -> None:
+    """``flush_if_stopping`` from an event loop, which never waits on Redis itself."""
+    if flushing.is_stopping():
+        await sync_to_async(flushing.flush_now, thread_sensitive=False)()
 
 
 def flush_hits() -> bool:
