@@ -23,7 +23,10 @@ SCRIPT = ROOT / "tests" / "support" / "pool_children.py"
 FORMS = ("Process", "Pool", "with-Pool")
 CHILDREN, PAGES = 4, 5
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork and forkserver are Unix's")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sys.platform == "win32", reason="fork and forkserver are Unix's"),
+]
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
