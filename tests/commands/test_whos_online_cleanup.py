@@ -381,9 +381,7 @@ def samples_at_1_and_5_s(r) -> int:
     return sum(len(r.hkeys(key)) for key in r.scan_iter("{whos_online}:counter:[15]:*"))
 
 
-def test_a_stop_signal_while_cleaning_counters_says_how_many_samples_went(
-    backend, r, monkeypatch
-):
+def test_a_stop_signal_while_cleaning_counters_says_how_many_samples_went(backend, r, monkeypatch):
     monkeypatch.setattr(counters, "CLEAN_PAGE_SIZE", 2)
     for number in range(6):
         api.update_counter(f"n{number}", now=time.time() - 1000)  # stale at 1 s and 5 s
