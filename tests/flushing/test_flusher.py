@@ -23,7 +23,7 @@ from django.test import AsyncRequestFactory, Client
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
 from whos_online.api import OnlineCounts
-from whos_online.backend import breakers, keyspace
+from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, hits, stopping
@@ -405,6 +405,36 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, outage):
     down.end()
     assert whos_online.flush() is True
     assert len(members(r, "guests")) == 2  # both written once Redis answered
+
+
+@pytest.mark.parametrize("fault", ["down", "refusing writes"])
+def test_no_throttle_cookie_after_the_back_off_until_a_write_succeeds(
+    r, queued, outage, breaker_clock, monkeypatch, fault
+):
+    """Once the back-off has passed, the next flush tries Redis again; until one succeeds,
+    Redis is no more known to be up than during the back-off, and no cookie is handed out."""
+    config = get_config()
+    if fault == "down":
+        outage.begin()
+        Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
+        assert whos_online.flush() is False  # the failure that opens the breaker
+    else:
+        breakers.refusals.failed(config.redis_target, redis.ResponseError("OOM full"), 10)
+        Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
+    breaker_clock.advance(config.failure_backoff + 1)  # a write may be tried again
+
+    during = Client(REMOTE_ADDR="192.0.2.2").get("/plain/")
+
+    assert COOKIE not in during.cookies
+    if fault == "down":
+        assert whos_online.flush() is False  # still down: the retry fails
+        assert COOKIE not in Client(REMOTE_ADDR="192.0.2.3").get("/plain/").cookies
+        monkeypatch.setattr(connection, "request_client", outage.live)
+        breaker_clock.advance(config.failure_backoff + 1)
+    assert whos_online.flush() is True  # it answers again
+    after = Client(REMOTE_ADDR="192.0.2.4").get("/plain/")
+    assert COOKIE in after.cookies
+    assert len(members(r, "guests")) == (4 if fault == "down" else 3)
 
 
 def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(

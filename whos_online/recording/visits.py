@@ -5,9 +5,9 @@ A visit is queued in the process and written with the others of the next flush
 ``FLUSH_INTERVAL`` is 0. What a recorded request learns at once is what its throttle cookie needs:
 whether the visitor was online before (a browser with no genuine cookie, or one from before Redis
 lost its data, is taken to be arriving), which room the visit left them in, and Redis's epoch in
-their shard. While Redis is known to be down (a breaker open), the visit is still queued, but the
-caller learns that it was not stored (``FAILED``), so that no throttle cookie spares the next
-request its write.
+their shard. While Redis is known to be down (from a failed call until one succeeds), the visit is
+still queued, but the caller learns that it was not stored (``FAILED``), so that no throttle
+cookie spares the next request its write.
 """
 
 from __future__ import annotations
@@ -122,17 +122,22 @@ def member_visit(
 def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
     """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
     known to be down for its shard (it is queued, then, and written once Redis answers again).
+    Known to be down from a failed write until a call succeeds, the back-off passed or not
+    (``breakers.known_to_fail``): in the moments after a back-off, before the flush that tries
+    again has failed, Redis is no more up than during it. When the queue is written at once
+    (``flushing.writes_at_once``), that write says.
 
-    Unless the queue is written at once (``flushing.writes_at_once``), the visit is remembered
-    in the process's memory from now: if its flush fails, the memory's generation changes, and
-    with it what the memory vouches for."""
+    Unless the queue is written at once, the visit is remembered in the process's memory from
+    now: if its flush fails, the memory's generation changes, and with it what the memory
+    vouches for."""
     if not flushing.flusher().put(visit):
         return False
+    if flushing.writes_at_once(config):
+        return True
     shard = store.keys.member_shard(config, visit.joined, visit.member)
-    if not breakers.Attempt(config, shard, writes=True).allowed:
+    if breakers.known_to_fail(config, shard, writes=True):
         return False
-    if not flushing.writes_at_once(config):
-        remember(config, visit, room_tag)
+    remember(config, visit, room_tag)
     return True
 
 
