@@ -409,7 +409,7 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, outage):
 
 @pytest.mark.parametrize("fault", ["down", "refusing writes"])
 def test_no_throttle_cookie_after_the_back_off_until_a_write_succeeds(
-    r, queued, outage, breaker_clock, monkeypatch, fault
+    r, queued, outage, breaker_clock, monkeypatch, *, fault
 ):
     """Once the back-off has passed, the next flush tries Redis again; until one succeeds,
     Redis is no more known to be up than during the back-off, and no cookie is handed out."""
