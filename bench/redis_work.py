@@ -132,7 +132,7 @@ def _count(scenario: Scenario, admin: redis.Redis, url: str) -> Counted:
                 client.cookies.pop(throttle.COOKIE_NAME, None)
                 throttle.recent.clear()
             # A flush by the flusher's thread is not part of the request.
-            flushing.current()._deadline = None
+            flushing.current().thread.deadline = None
             admin.config_resetstat()
             with counting_redis_calls() as calls:
                 response = visit(number)

@@ -25,6 +25,9 @@ WHOS_ONLINE = {
     "TRUSTED_PROXY_COUNT": int(os.environ.get("TRUSTED_PROXY_COUNT", "1")),
     "COUNT_HITS": True,
 }
+if "FLUSH_INTERVAL" in os.environ:
+    # A long one, for tests that must find only what a process wrote as it ended.
+    WHOS_ONLINE["FLUSH_INTERVAL"] = float(os.environ["FLUSH_INTERVAL"])
 
 LOGGING = {
     "version": 1,

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.auth.signals import user_logged_out
 
 import whos_online
-from tests.support.helpers import client_of, configure
+from tests.support.helpers import client_of, configure, log_in_quietly
 from whos_online import api
 from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.backend.connection import admin_client
@@ -550,6 +550,22 @@ def test_prune_boundary_agrees_with_online_counts(backend, monkeypatch, alice, b
 
     assert whos_online.online_counts() == counted
     assert [u.name for u in whos_online.online_users()] == ["alice"]
+
+
+def test_prune_writes_what_the_process_queued_first(backend, settings, alice, offline_ids):
+    """Alice was seen long ago, and has just opened a page, whose visit the process queued:
+    the prune finds her online, and says nothing of her going."""
+    configure(settings, FLUSH_INTERVAL=10)  # the thread would wait 10 s
+    now = _recent_second()
+    whos_online.record_user(alice, now=now - WINDOW - 100)  # written at once
+    browser = client_of()
+    log_in_quietly(browser, alice)
+    browser.get("/plain/")  # queued
+
+    assert whos_online.prune(now=now + 1) == 0
+
+    assert offline_ids == []
+    assert whos_online.is_online(alice) is True
 
 
 def test_prune_nothing(backend, alice):

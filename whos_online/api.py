@@ -310,9 +310,14 @@ def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
 def prune(now: float | datetime | None = None) -> int:
     """Remove everyone last seen before the window, from the site and from the rooms; returns how
     many members left the site's sets. The users among them are sent with
-    ``users_went_offline``."""
+    ``users_went_offline``.
+
+    What this process has queued is written first, as every read of the process does: a visit
+    queued just before must not land after the prune, which would have taken its person for
+    gone (and said so) a moment before they came back."""
     timestamp = as_timestamp(now)
     gone = signals.reporter(prune)
+    flusher.current().flush()
 
     def prune_all(client: Client, config: Config) -> int:
         removed = pruning.prune_with(client, config, now=timestamp, on_gone=gone)

@@ -33,6 +33,9 @@ class WhosOnlineConfig(AppConfig):
         # Queued visits and buffered page hits are written when the process exits normally
         # (atexit, which a forked gunicorn worker inherits); a process that multiprocessing
         # started registers a finalizer of its own when it first queues something, since it
-        # ends with os._exit (whos_online.flushing.flusher). uvicorn's processes end on their own
-        # re-raised SIGTERM, which neither survives: see whos_online.flushing.stopping.
+        # ends with os._exit (whos_online.flushing.flusher). A process that SIGTERM ends by its
+        # default action (a pool's workers, uvicorn's processes, which raise it again once they
+        # have shut down) runs neither: the handler installed here writes first, whatever the
+        # server and whether or not the process has recorded yet (whos_online.flushing.stopping).
         atexit.register(stopping.flush_at_exit)
+        stopping.install_signal_handler()

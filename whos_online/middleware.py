@@ -62,6 +62,8 @@ class WhosOnlineMiddleware:
             if placement is not None:
                 recorded = recorder.record_request(request, config, now, placement)
                 hand_out_cookie(request, response, config, recorded)
+            else:
+                visits.flush_if_stopping()
         return response
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
@@ -76,6 +78,8 @@ class WhosOnlineMiddleware:
             if placement is not None:
                 recorded = await recorder.arecord_request(request, config, now, placement)
                 hand_out_cookie(request, result, config, recorded)
+            else:
+                await visits.aflush_if_stopping()
         return result
 
 

@@ -338,6 +338,13 @@ def test_every_reports_redis_errors_and_keeps_going(redis_down, monkeypatch):
 # Stopping: SIGTERM or SIGINT end the command between two chunks, cleanly.
 
 
+def stopped_midway(signal_name: str) -> str:
+    return (
+        f"Stopped by {signal_name} before the run ended: the lines above say what it removed; "
+        "the next run removes the rest."
+    )
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
     backend, r, monkeypatch, offline_ids, stop
@@ -359,7 +366,9 @@ def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
     finally:
         users_went_offline.disconnect(dispatch_uid="tests.commands.stop")
 
-    assert out.splitlines()[-1] == f"Stopped by {stop.name}."
+    # What the run removed before it stopped is in the log, and that it stopped midway.
+    assert re.fullmatch(rf"Removed 3 users last seen before {WHEN}", out.splitlines()[1])
+    assert out.splitlines()[2:] == [stopped_midway(stop.name)]
     assert err == ""
     reported = sorted(pk for ids in offline_ids for pk in ids)
     left = {int(pk) for pk in members(r, "users")}
@@ -368,6 +377,38 @@ def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
     assert r.exists(LOCK) == 0
     # A run that died instead would leave the lock for at most LOCK_TIMEOUT seconds.
     assert 0 < lock_ttls[0] <= whos_online_cleanup.LOCK_TIMEOUT * 1000
+
+
+def samples_at_1_and_5_s(r) -> int:
+    return sum(len(r.hkeys(key)) for key in r.scan_iter("{whos_online}:counter:[15]:*"))
+
+
+def test_a_stop_signal_while_cleaning_counters_says_how_many_samples_went(backend, r, monkeypatch):
+    monkeypatch.setattr(counters, "CLEAN_PAGE_SIZE", 2)
+    for number in range(6):
+        api.update_counter(f"n{number}", now=time.time() - 1000)  # stale at 1 s and 5 s
+    stale = samples_at_1_and_5_s(r)
+    delete = counters._delete
+
+    def signal_at_the_first_removal(*args: Any, **kwargs: Any) -> int:
+        removed = delete(*args, **kwargs)
+        if removed:
+            os.kill(os.getpid(), signal.SIGTERM)  # heard once the page under way is cleaned
+        return removed
+
+    monkeypatch.setattr(counters, "_delete", signal_at_the_first_removal)
+
+    out, err = run()
+
+    assert err == ""
+    removed = stale - samples_at_1_and_5_s(r)
+    assert 0 < removed < stale  # a page of counters cleaned, not all of them
+    assert out.splitlines()[-2:] == [
+        f"Removed {removed} counter samples at precisions 1 s, 5 s, 60 s, 300 s, 3600 s, "
+        "18000 s and 86400 s.",
+        stopped_midway("SIGTERM"),
+    ]
+    assert r.exists("{whos_online}:counters-cleaned") == 0  # due again at the next run
 
 
 def test_the_previous_signal_handlers_come_back(backend, r):
@@ -485,9 +526,12 @@ def test_a_stop_signal_ends_a_flooded_run_between_two_pages(backend, r, monkeypa
 
     assert err == ""
     # The page under way was finished, and no other begun; the counters were left for next time.
-    assert flood_run_output(out) == ["Stopped by SIGTERM."]
     assert len(pages) == 3
     emptied = sum(page.emptied for page in pages)
+    assert flood_run_output(out) == [
+        f"Rooms: took nobody out, and deleted {emptied} rooms that had nobody left.",
+        stopped_midway("SIGTERM"),
+    ]
     assert 0 < emptied < FLOOD
     assert r.zcard("{whos_online}:rooms") == FLOOD - emptied
     assert r.exists(LOCK) == 0

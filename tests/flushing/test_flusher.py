@@ -23,7 +23,7 @@ from django.test import AsyncRequestFactory, Client
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
 from whos_online.api import OnlineCounts
-from whos_online.backend import breakers, keyspace
+from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, hits, stopping
@@ -258,7 +258,7 @@ def test_a_logout_that_fails_keeps_the_thread_away_for_the_back_off(r, queued, a
     assert whos_online.flush() is False
     flushing.current().schedule(0)
 
-    deadline = flushing.current()._deadline
+    deadline = flushing.current().thread.deadline
     assert deadline is not None
     assert deadline >= time.monotonic() + 0.5
 
@@ -406,6 +406,36 @@ def test_no_throttle_cookie_once_redis_is_known_down(r, queued, outage):
     assert len(members(r, "guests")) == 2  # both written once Redis answered
 
 
+@pytest.mark.parametrize("fault", ["down", "refusing writes"])
+def test_no_throttle_cookie_after_the_back_off_until_a_write_succeeds(
+    r, queued, outage, breaker_clock, monkeypatch, *, fault
+):
+    """Once the back-off has passed, the next flush tries Redis again; until one succeeds,
+    Redis is no more known to be up than during the back-off, and no cookie is handed out."""
+    config = get_config()
+    if fault == "down":
+        outage.begin()
+        Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
+        assert whos_online.flush() is False  # the failure that opens the breaker
+    else:
+        breakers.refusals.failed(config.redis_target, redis.ResponseError("OOM full"), 10)
+        Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
+    breaker_clock.advance(config.failure_backoff + 1)  # a write may be tried again
+
+    during = Client(REMOTE_ADDR="192.0.2.2").get("/plain/")
+
+    assert COOKIE not in during.cookies
+    if fault == "down":
+        assert whos_online.flush() is False  # still down: the retry fails
+        assert COOKIE not in Client(REMOTE_ADDR="192.0.2.3").get("/plain/").cookies
+        monkeypatch.setattr(connection, "request_client", outage.live)
+        breaker_clock.advance(config.failure_backoff + 1)
+    assert whos_online.flush() is True  # it answers again
+    after = Client(REMOTE_ADDR="192.0.2.4").get("/plain/")
+    assert COOKIE in after.cookies
+    assert len(members(r, "guests")) == (4 if fault == "down" else 3)
+
+
 def test_during_an_outage_a_person_who_comes_back_is_one_visit_waiting(
     r, queued, monkeypatch, outage
 ):
@@ -488,7 +518,7 @@ def test_after_a_failed_flush_requests_do_not_bring_the_next_one_forward(backend
 
     flushing.current().schedule(0.1)  # what a recorded request asks
 
-    deadline = flushing.current()._deadline
+    deadline = flushing.current().thread.deadline
     assert deadline is not None
     assert deadline - time.monotonic() > get_config().failure_backoff - 1
 
@@ -799,7 +829,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
 
 def test_a_sigterm_writes_the_queue_and_then_every_visit_at_once(r, queued):
     forwarded: list[int] = []
-    handler = stopping.on_signal(lambda signum, frame: forwarded.append(signum))
+    handler = stopping.WriteThenHandOn(lambda signum, frame: forwarded.append(signum))
     flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     handler(signal.SIGTERM, None)
@@ -821,17 +851,16 @@ import time
 import django
 from django.conf import settings
 
+forwarded = []
+signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
 settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
-django.setup()
+django.setup()  # whos_online's handler goes over the server's
 
-from whos_online.flushing import flusher as flushing, stopping, queue as visit_queue
+from whos_online.flushing import flusher as flushing, lifecycle, queue as visit_queue
 from whos_online.recording import visits as recording
 from whos_online.backend.connection import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
-forwarded = []
-signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  # the server's
-stopping.install_signal_handlers()
 if sys.argv[1] == "replaced":
     flushing.reset()  # settings changed since: another flusher
 original = visit_queue.merge
@@ -851,7 +880,7 @@ for thread in threading.enumerate():
     if thread is not threading.current_thread():
         thread.join(10)
 stored = admin_client().zrange("{whos_online}:guests", 0, -1)
-print("done", forwarded, flushing.current().immediate, [m.decode() for m in stored])
+print("done", forwarded, lifecycle.is_stopping(), [m.decode() for m in stored])
 """
 
 

@@ -46,7 +46,7 @@ def flusher_threads() -> list[threading.Thread]:
 
 def pending() -> bool:
     """Whether a flush is scheduled (a call, so that mypy does not narrow it between reads)."""
-    return flushing.current()._deadline is not None
+    return flushing.current().thread.deadline is not None
 
 
 def total(precision: int) -> int:
@@ -343,14 +343,14 @@ def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings
     assert hits.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
     started = time.monotonic()
     recording.count_hit()
-    deadline = flushing.current()._deadline
+    deadline = flushing.current().thread.deadline
     assert deadline is not None
     assert deadline - started == pytest.approx(3600, abs=5)
 
     configure(settings, COUNT_HITS=True, FLUSH_INTERVAL=0.25)
     started = time.monotonic()
     recording.count_hit()
-    deadline = flushing.current()._deadline
+    deadline = flushing.current().thread.deadline
     assert deadline is not None
     assert deadline - started == pytest.approx(0.25, abs=0.2)
 

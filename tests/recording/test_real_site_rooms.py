@@ -25,7 +25,7 @@ from whos_online.backend.connection import admin_client
 from whos_online.checks import check_room_urls, check_settings
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots, viewer
-from whos_online.recording import recorder, throttle
+from whos_online.recording import recorder, rooms, throttle
 from whos_online.recording import visits as recording
 from whos_online.recording.throttle import RecentVisitors
 
@@ -175,6 +175,81 @@ def test_a_page_s_own_requests_leave_its_reader_in_the_room(backend, method, hea
 
     assert counts(TOPIC_1) == GUEST
     assert counts() == GUEST
+
+
+#: What a browser sends with a page it fetches ahead of time, and its older spellings.
+SPECULATIVE: dict[str, dict[str, Any]] = {
+    "prefetch": {**PAGE_VIEW, "HTTP_SEC_PURPOSE": "prefetch"},
+    "prerender": {**PAGE_VIEW, "HTTP_SEC_PURPOSE": "prefetch;prerender"},
+    "purpose": {"HTTP_PURPOSE": "prefetch"},
+    "x-moz": {"HTTP_X_MOZ": "prefetch"},
+    "x-purpose": {"HTTP_X_PURPOSE": "preview"},
+}
+
+
+def hits() -> int:
+    return sum(count for _, count in whos_online.get_counter("hits", 86400))
+
+
+@pytest.mark.parametrize("cookie", ["kept", "dropped"])
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [*(("get", headers) for headers in SPECULATIVE.values()), ("head", PAGE_VIEW), ("head", {})],
+    ids=[*SPECULATIVE, "head", "head-without-fetch-metadata"],
+)
+def test_a_page_fetched_ahead_of_time_or_a_head_moves_nobody_and_counts_no_hit(
+    backend, settings, method, headers, cookie
+):
+    configure(settings, COUNT_HITS=True)
+    reader = client_of()
+    reader.get("/forum/topic/1/", **PAGE_VIEW)
+    if cookie == "dropped":
+        reader.cookies.pop(throttle.COOKIE_NAME)  # recorded, as once its cookie ran out
+
+    response = getattr(reader, method)("/forum/topic/2/", **headers)
+
+    assert response.status_code == 200
+    assert counts(TOPIC_1) == GUEST
+    assert counts(TOPIC_2) == NOBODY
+    assert counts() == GUEST
+    assert hits() == 1
+    if throttle.COOKIE_NAME in response.cookies:  # recorded: its cookie names no other room
+        room = throttle.cookie_room(response.cookies[throttle.COOKIE_NAME].value)
+        assert room in {rooms.room_tag(TOPIC_1), throttle.UNKNOWN_ROOM}
+
+
+def test_a_page_fetched_ahead_of_time_keeps_a_newcomer_online_in_no_room(backend, settings):
+    configure(settings, COUNT_HITS=True)
+
+    client_of().get("/forum/topic/2/", **SPECULATIVE["prefetch"])
+
+    assert counts() == GUEST
+    assert counts(TOPIC_2) == NOBODY
+    assert hits() == 0
+
+
+@pytest.mark.parametrize("cookie", ["kept", "dropped"])
+def test_a_prefetch_of_another_topic_neither_moves_the_reader_nor_spoils_her_leaving(
+    backend, cookie
+):
+    """The issue's reader: she reads topic 1, whose page prefetches topic 2 (Chrome's
+    speculation rules), then closes the tab. She was never in topic 2, and her leaving word
+    from topic 1, checked against the room her cookie names, takes her out of it."""
+    reader = client_of()
+    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    if cookie == "dropped":
+        reader.cookies.pop(throttle.COOKIE_NAME)  # her cookie ran out: the prefetch is recorded
+    reader.get("/forum/topic/2/", **SPECULATIVE["prefetch"])
+    assert counts(TOPIC_2) == NOBODY
+    now = time.time()
+
+    response = leave(reader, presence)
+
+    assert response.status_code == 204
+    assert response.cookies[throttle.COOKIE_NAME]["max-age"] == 0  # the word was taken
+    assert counts_at(TOPIC_1, now + store.presence.LEAVE_GRACE + 1) == NOBODY
+    assert counts_at(TOPIC_2, now + store.presence.LEAVE_GRACE + 1) == NOBODY
+    assert counts() == GUEST  # still on the site
 
 
 def test_a_page_s_own_request_keeps_its_reader_seen_in_the_room(backend, monkeypatch):

@@ -77,6 +77,12 @@ class CircuitBreaker:
         """How many calls failed so far, to any target: what a write succeeded "after"."""
         return self._failures
 
+    def is_down(self, target: str) -> bool:
+        """Whether the last call to ``target`` that says anything failed: from a failure until
+        a call succeeds, whether or not the back-off has passed (``allows`` says whether to try
+        again)."""
+        return target in self._down
+
     def allows(self, target: str, now: float | None = None) -> bool:
         until = self._open_until.get(target)
         return until is None or (now if now is not None else time.monotonic()) >= until
@@ -118,6 +124,15 @@ refusals: Final = CircuitBreaker(
     "online, and tries a write again every %g s.",
     "Redis at %s takes writes again; whos_online resumes recording.",
 )
+
+
+def known_to_fail(config: Config, shard: Shard | None, *, writes: bool) -> bool:
+    """Whether calls to ``shard``'s target (writes, with ``writes``) are known to fail: one
+    failed, or a write was refused, and none has succeeded since. Unlike ``Attempt.allowed``,
+    this stays true once the back-off has passed, until a call shows that Redis answers again:
+    the request path hands out no throttle cookie meanwhile (docs/failure.md)."""
+    target = breaker_target(config, shard)
+    return breaker.is_down(target) or (writes and refusals.is_down(target))
 
 
 def breaker_target(config: Config, shard: Shard | None) -> str:

@@ -41,9 +41,10 @@ from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, hits
+from whos_online.flushing import batches, hits, lifecycle
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
+from whos_online.flushing.thread import FlushThread
 from whos_online.flushing.titles import RoomTitles
 from whos_online.store import counters, epochs
 
@@ -75,20 +76,13 @@ class Flusher:
         self.titles = RoomTitles()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
-        self._wake = threading.Condition()
-        self._deadline: float | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        #: Until when (monotonic) the thread leaves Redis alone after a flush failed, or was
-        #: held back by a breaker: the pages that queue visits meanwhile do not bring it forward.
-        self._retry_at = float("-inf")
+        #: The process's flushing thread (``thread``).
+        self.thread = FlushThread(lambda: bool(self.flush()))
         #: When the process's layout was last registered with a batch.
         self.registration = batches.Registration()
         #: Whether the site has kept data in another layout of shards, as the base shard's last
         #: batch said (until one has, assumed so: a logout then reads which).
         self.layouts_in_use = True
-        #: From the first SIGTERM (or SIGINT) of an ASGI server on, visits are written at once.
-        self.immediate = False
 
     # The request path
 
@@ -99,33 +93,7 @@ class Flusher:
     def schedule(self, delay: float) -> None:
         """Flush at most ``delay`` seconds from now, from the process's flushing thread; after
         a failed flush, no earlier than its back-off."""
-        deadline = max(time.monotonic() + delay, self._retry_at)
-        current = self._deadline
-        if current is not None and current <= deadline and self._thread is not None:
-            return  # the common case, without the lock
-        with self._wake:
-            if self._deadline is None or deadline < self._deadline:
-                self._deadline = deadline
-                self._wake.notify()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="whos_online flusher", daemon=True
-                )
-                self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._stopping and (
-                    self._deadline is None or self._deadline > time.monotonic()
-                ):
-                    timeout = None if self._deadline is None else self._deadline - time.monotonic()
-                    self._wake.wait(timeout)
-                if self._stopping:
-                    return
-                self._deadline = None
-            if self.flush():
-                self.schedule(0)  # once the back-off has passed
+        self.thread.schedule(delay)
 
     # Flushing
 
@@ -191,7 +159,7 @@ class Flusher:
         return frozenset(refused)
 
     def _back_off(self, config: Config) -> None:
-        self._retry_at = time.monotonic() + (config.failure_backoff or 1.0)
+        self.thread.back_off(config.failure_backoff or 1.0)
 
     def flush_with(
         self,
@@ -278,12 +246,18 @@ class Flusher:
         if failed:
             self._back_off(get_config())
         else:
-            self._retry_at = float("-inf")
+            self.thread.recovered()
             self.queue.report_drops()
         return frozenset(failed)
 
     def pending(self) -> bool:
         return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))
+
+    def idle(self) -> bool:
+        """Whether no visit or job waits, none is being queued, and no flush is under way, as
+        far as can be told without taking a lock: for a signal handler, which may have stopped
+        the holder of one (``holds_anything``)."""
+        return not (len(self.queue) or self.queue.busy() or len(self.jobs) or self._lock.locked())
 
     def add_job(self, job: Job) -> bool:
         """Hold ``job`` for the next flush, which runs it before the queue (``jobs``); False when
@@ -306,20 +280,11 @@ class Flusher:
 
     # Stopping
 
-    def stop_thread(self) -> None:
-        """Stop the flushing thread, letting a flush it has started finish (a little while)."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(EXIT_WAIT)
-
     def close(self) -> None:
         """Write what the process holds as it exits: first let a flush the thread has started
         finish (the exit would cut it off), then flush; and once the page hits are all written,
         forget the key that remembered this process's batches of them."""
-        self.stop_thread()
+        self.thread.stop()
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
@@ -355,6 +320,7 @@ def current() -> Flusher:
 def write_at_exit() -> None:
     """Write what this process holds as it exits (see ``Flusher.close``); nothing if it never
     made a flusher, which it does for its first visit or page hit."""
+    lifecycle.exiting()
     made = _flushers.peek()
     if made is not None:
         made.close()
@@ -366,10 +332,19 @@ def flush() -> bool:
     return not current().flush()
 
 
+def holds_anything() -> bool:
+    """Whether this process holds visits, page hits or a logout's jobs not written yet, or is
+    writing some now, as far as can be told without making the flusher or the hit buffer, and
+    without taking a lock (for a signal handler: see ``Flusher.idle``)."""
+    made = _flushers.peek()
+    buffered = hits.held()
+    return (made is not None and not made.idle()) or (buffered is not None and buffered.holds())
+
+
 def writes_at_once(config: Config) -> bool:
-    """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or while
-    an ASGI server stops."""
-    return not config.flush_interval or current().immediate
+    """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or once
+    the process has been asked to stop."""
+    return not config.flush_interval or lifecycle.is_stopping()
 
 
 def after_recording(config: Config) -> frozenset[str]:
@@ -379,6 +354,15 @@ def after_recording(config: Config) -> frozenset[str]:
         return current().flush()
     current().schedule(config.flush_interval)
     return frozenset()
+
+
+def after_hit(config: Config) -> None:
+    """What counting a page hit does: wake the thread within ``FLUSH_INTERVAL`` (within
+    ``hits.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
+    if lifecycle.is_stopping():
+        current().schedule(0)
+    else:
+        current().schedule(config.flush_interval or hits.LONGEST_WAIT)
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:
@@ -391,7 +375,9 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
 @receiver(config_changed, dispatch_uid="whos_online.flushing.flusher.reset")
 def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
-    it to end, so that it does not outlive the settings it was started under."""
+    it to end, so that it does not outlive the settings it was started under; and forget that
+    the process was asked to stop, or wrote as it exited (tests do both)."""
+    lifecycle.reset()
     old = _flushers.replace()
     if old is not None:
-        old.stop_thread()
+        old.thread.stop()

@@ -108,6 +108,11 @@ class HitBuffer:
             pending = self._pending.total() if self._pending is not None else 0
             return pending + sum(self._counts.values())
 
+    def holds(self) -> bool:
+        """Whether the buffer holds hits, counted or on their way, or a thread is changing it
+        now, read without the lock: for a signal handler, which may have stopped its holder."""
+        return bool(self._counts) or self._pending is not None or self._lock.locked()
+
 
 def _fold(counts: dict[int, int]) -> None:
     """Keep at most MAX_BUFFERED_SECONDS seconds, adding the older ones to the oldest kept."""
@@ -125,6 +130,11 @@ def buffer() -> HitBuffer:
     """This process's buffer, made at its first use here: a forked child counts its own hits,
     with a token of its own, while the parent writes those it counted (``per_process``)."""
     return _buffers.get()
+
+
+def held() -> HitBuffer | None:
+    """This process's buffer if it made one, without making it."""
+    return _buffers.peek()
 
 
 @receiver(config_changed, dispatch_uid="whos_online.flushing.hits.reset")

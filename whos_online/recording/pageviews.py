@@ -10,11 +10,23 @@ The browser says what a request is for with Fetch Metadata: ``Sec-Fetch-Dest: do
 page in a tab, ``iframe`` (or ``frame``) for one inside a page, and something else (``empty`` for
 fetch and XHR, ``image``, ``script``…) for the rest. Every current browser sends it on every
 request to a secure origin or to localhost. Without it (an older browser, plain HTTP on another
-host, curl), a page view is a GET or HEAD that is not an ``X-Requested-With`` request.
+host, curl), a page view is a GET that is not an ``X-Requested-With`` request.
+
+A page fetched ahead of time is no page view either, even with ``Sec-Fetch-Dest: document``:
+the person may never look at it. Browsers say so with ``Sec-Purpose: prefetch`` (Chrome's
+speculation rules, ``<link rel=prefetch>``; ``prefetch;prerender`` for a page rendered in the
+background), and did with ``Purpose: prefetch`` (Chrome before ``Sec-Purpose``), ``X-Moz:
+prefetch`` (Firefox before it) and ``X-Purpose: preview`` (Safari's thumbnails of Top Sites). A
+page shown later from such a fetch sends no request: its reader is put in its room by the live
+widget's "still here", or by their next page view. Nor is ``HEAD``, which asks for the headers of
+a page without its content: a link checker, a monitor, a script, never a person reading.
 
 Either way the answer must be a page, that is a 2xx ``text/html`` response: a redirect after a
 form's POST, an error page, a 404 for a topic that does not exist, a download or a JSON reply
 moves nobody. A 404 therefore never creates a room.
+
+Whatever the request, the middleware keeps its person online: only the rooms and the page hits
+(``COUNT_HITS``) count page views.
 """
 
 from __future__ import annotations
@@ -29,8 +41,14 @@ if TYPE_CHECKING:
 PAGE_DESTINATIONS: Final = frozenset({"document", "iframe", "frame"})
 #: The media types of a page.
 PAGE_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
-#: What a page view's request method may be when the browser sends no Fetch Metadata.
-SAFE_METHODS: Final = frozenset({"GET", "HEAD"})
+#: The headers (as ``request.META`` names them) that say a page is fetched ahead of time, and
+#: the words of theirs that do.
+SPECULATIVE: Final = {
+    "HTTP_SEC_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_X_MOZ": frozenset({"prefetch"}),
+    "HTTP_X_PURPOSE": frozenset({"prefetch", "preview"}),
+}
 
 
 def is_page_view(request: HttpRequest, response: HttpResponseBase) -> bool:
@@ -44,11 +62,30 @@ def is_page_view(request: HttpRequest, response: HttpResponseBase) -> bool:
 def may_be_page_view(request: HttpRequest) -> bool:
     """Whether ``request`` is a page view if its response is a page: what can be told before
     the view has answered (for the template tags, which render the answer)."""
+    if request.method == "HEAD" or is_speculative(request):
+        return False
     destination = request.META.get("HTTP_SEC_FETCH_DEST")
     if destination is not None:
         return destination.lower() in PAGE_DESTINATIONS
     return (
-        request.method in SAFE_METHODS
+        request.method == "GET"
         and request.META.get("HTTP_X_REQUESTED_WITH") is None
         and request.META.get("HTTP_HX_REQUEST") is None
     )
+
+
+def is_speculative(request: HttpRequest) -> bool:
+    """Whether ``request`` fetches a page ahead of time, for a person who may never look at it
+    (``SPECULATIVE``). ``Sec-Purpose`` is a list of tokens with parameters (``prefetch;
+    prerender``): its words are compared one by one, not as a string."""
+    meta = request.META
+    return any(
+        not words.isdisjoint(_words(meta[header]))
+        for header, words in SPECULATIVE.items()
+        if header in meta
+    )
+
+
+def _words(value: str) -> set[str]:
+    """The words of a header such as ``prefetch;prerender, other``, in lower case."""
+    return {word.strip().lower() for item in value.split(",") for word in item.split(";") if word}

@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import store
-from whos_online.flushing import flusher, stopping
+from whos_online.flushing import flusher
 from whos_online.recording import rooms, throttle
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
@@ -88,7 +88,6 @@ async def arecord_request(
     visit queued from the event loop, which never waits on Redis for it. With ``FLUSH_INTERVAL``
     0 the queue is written in a thread of its own, which a client that hangs up cannot cut off.
     """
-    stopping.install_signal_handlers()
     auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
     user = getattr(request, "user", None) if auser is None else await auser()
     visitor = state_of(request).visitor(config, now, user)

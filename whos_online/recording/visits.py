@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from asgiref.sync import sync_to_async
+
 from whos_online import store
 from whos_online.backend import breakers
 from whos_online.config.settings import Config, get_config
-from whos_online.flushing import flusher, hits
+from whos_online.flushing import flusher, hits, lifecycle
 from whos_online.recording import clients, rooms
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
@@ -76,17 +78,21 @@ def member_visit(
 def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
     """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
     known to be down for its shard (it is queued, then, and written once Redis answers again).
+    Known to be down from a failed write until a call succeeds, the back-off passed or not
+    (``breakers.known_to_fail``): in the moments after a back-off, before the flush that tries
+    again has failed, Redis is no more up than during it. When the queue is written at once
+    (``flusher.writes_at_once``), that write says.
 
-    Unless the queue is written at once (``flusher.writes_at_once``), the visit is remembered
-    in the process's memory from now: if its flush fails, the memory's generation changes, and
-    with it what the memory vouches for."""
+    Otherwise the visit is remembered in the process's memory from now: if its flush fails, the
+    memory's generation changes, and with it what the memory vouches for."""
     if not flusher.current().put(visit):
         return False
+    if flusher.writes_at_once(config):
+        return True
     shard = store.keys.member_shard(config, visit.joined, visit.member)
-    if not breakers.Attempt(config, shard, writes=True).allowed:
+    if breakers.known_to_fail(config, shard, writes=True):
         return False
-    if not flusher.writes_at_once(config):
-        remember(config, visit, room_tag)
+    remember(config, visit, room_tag)
     return True
 
 
@@ -161,7 +167,21 @@ def count_hit(now: float | datetime | None = None) -> None:
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
     hits.buffer().add(as_timestamp(now))
-    flusher.current().schedule(get_config().flush_interval or hits.LONGEST_WAIT)
+    flusher.after_hit(get_config())
+
+
+def flush_if_stopping() -> None:
+    """Once the process has been asked to stop, write what a request that recorded no visit
+    holds (its page hit) before it answers, as a recorded request writes its visit: the process
+    may end without running its exit handlers (``flushing.stopping``)."""
+    if lifecycle.is_stopping():
+        flusher.current().flush()
+
+
+async def aflush_if_stopping() -> None:
+    """``flush_if_stopping`` from an event loop, which never waits on Redis itself."""
+    if lifecycle.is_stopping():
+        await sync_to_async(flusher.current().flush, thread_sensitive=False)()
 
 
 def flush_hits() -> bool:

@@ -199,10 +199,12 @@ def samples(
     return [[None if value is None else int(value) for value in found] for found in pipe.execute()]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cleaned:
+    """What ``clean`` did, counted counter by counter."""
+
     #: Every sample removed, those of dropped counters included.
-    samples: int
+    samples: int = 0
     #: Counters of precisions no longer configured, dropped whole, and how many samples they held.
     counters_dropped: int = 0
     dropped_samples: int = 0
@@ -216,6 +218,7 @@ def clean(
     precisions: Iterable[int] | None = None,
     dry_run: bool = False,
     between_pages: Callable[[], object] | None = None,
+    into: Cleaned | None = None,
 ) -> Cleaned:
     """Drop slices older than the newest ``COUNTER_SAMPLES`` of each counter.
 
@@ -223,10 +226,12 @@ def clean(
     longer in ``COUNTER_PRECISIONS`` are always dropped whole. Each counter is one round trip to
     read and one script call per ``DELETE_CHUNK_SIZE`` slices, so Redis is never busy for long.
     ``between_pages`` runs after each page of ``CLEAN_PAGE_SIZE`` counters: the command keeps
-    its lock and hears a stop signal there, however many counters a site has.
+    its lock and hears a stop signal there, however many counters a site has. ``into``, when
+    given, is what is returned, counted counter by counter: a caller that ``between_pages``
+    stops by raising still knows what went.
     """
     wanted = set(config.counter_precisions if precisions is None else precisions)
-    samples = dropped = dropped_samples = 0
+    cleaned = Cleaned() if into is None else into
     for page in _known_pages(client, config):
         pipe = client.pipeline(transaction=False)
         for name_member in page:
@@ -234,19 +239,17 @@ def clean(
         for name_member, fields in zip(page, pipe.execute(), strict=True):
             precision = _precision_of(name_member)
             if precision not in config.counter_precisions:
-                dropped_samples += _drop(client, config, name_member, len(fields), dry_run=dry_run)
-                dropped += 1
+                samples = _drop(client, config, name_member, len(fields), dry_run=dry_run)
+                cleaned.samples += samples
+                cleaned.dropped_samples += samples
+                cleaned.counters_dropped += 1
             elif precision in wanted:
                 cutoff = now - config.counter_samples * precision
                 stale = [field for field in fields if int(field) <= cutoff]
-                samples += _delete(client, config, name_member, stale, dry_run=dry_run)
+                cleaned.samples += _delete(client, config, name_member, stale, dry_run=dry_run)
         if between_pages is not None:
             between_pages()
-    return Cleaned(
-        samples=samples + dropped_samples,
-        counters_dropped=dropped,
-        dropped_samples=dropped_samples,
-    )
+    return cleaned
 
 
 def _known_pages(client: Client, config: Config) -> Iterator[list[str]]:

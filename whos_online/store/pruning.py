@@ -8,6 +8,7 @@ recent visitors and send ``users_went_offline`` (``whos_online.signals.reporter`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from whos_online import store
@@ -32,14 +33,16 @@ def prune_with(
     now: float,
     on_gone: OnGone | None = None,
     between_chunks: Callable[[], object] | None = None,
+    into: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """Prune the configured layout in chunks; returns how many members of each kind went.
 
     ``on_gone`` hears of each chunk's removals; ``between_chunks`` is called after each chunk
     and its report: the command extends its lock there, and stops there when asked to, so that
-    no removed user goes unreported.
+    no removed user goes unreported. ``into``, when given, is what is returned, counted chunk by
+    chunk: a caller that ``between_chunks`` stops by raising still knows what went.
     """
-    removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
+    removed_by_kind = _counts_by_kind(into)
     _prune_layout(
         client,
         config,
@@ -90,7 +93,7 @@ def _prune_set(
     """Prune one set in chunks, each reported to ``on_gone``."""
     while True:
         removed = store.cleanup.prune_chunk(client, config, kind, now=now, shard=shard)
-        removed_by_kind[kind] += len(removed)
+        removed_by_kind[kind] = removed_by_kind.get(kind, 0) + len(removed)
         if on_gone is not None and removed:
             on_gone(kind, removed)
         if between_chunks is not None:
@@ -105,16 +108,17 @@ def prune_old_layouts(
     *,
     now: float,
     between_chunks: Callable[[], object] | None = None,
+    into: dict[str, int] | None = None,
 ) -> dict[str, int]:
     """Prune what layouts of another ``SHARDS`` left, and forget a layout once none of its sets
-    is left (``between_chunks`` as for ``prune_with``).
+    is left (``between_chunks`` and ``into`` as for ``prune_with``).
 
     Nobody reads an old layout, so its members are not counted; they are pruned like the current
     ones, once stale, rather than all at once, so that a process still running with the old
     setting during a deploy loses nobody. Nor are they reported: a member left in an old layout
     is online in the new one, or was already reported by the earlier runs.
     """
-    removed_by_kind = dict.fromkeys(store.keys.KINDS, 0)
+    removed_by_kind = _counts_by_kind(into)
     old = store.keys.layouts_seen(client, config)[1:]
     for shards in old:
         old_layout = keyspace.layout(config, shards)
@@ -133,6 +137,24 @@ def prune_old_layouts(
         # Back to the one-shard layout and the others emptied: keep no record, as before.
         store.keys.forget_layout(client, config, 1)
     return removed_by_kind
+
+
+def _counts_by_kind(into: dict[str, int] | None) -> dict[str, int]:
+    """A count of 0 for each kind of member, in ``into`` if given."""
+    counts = {} if into is None else into
+    for kind in store.keys.KINDS:
+        counts.setdefault(kind, 0)
+    return counts
+
+
+@dataclass
+class RoomsPruned:
+    """What ``prune_rooms`` did, counted page by page."""
+
+    #: Memberships of people gone for over the window, taken out of rooms.
+    people: int = 0
+    #: Rooms left with nobody, and so deleted.
+    emptied: int = 0
 
 
 def count_rooms(client: Client, config: Config, *, now: float) -> tuple[int, int]:
@@ -183,6 +205,7 @@ def prune_rooms(
     now: float,
     between_chunks: Callable[[], object] | None = None,
     layout: Sequence[keyspace.Shard] | None = None,
+    into: RoomsPruned | None = None,
 ) -> tuple[int, int]:
     """Take people gone for over the window out of the rooms, a page of rooms at a time; returns
     how many memberships went, and how many rooms were left empty (and leave no key).
@@ -192,18 +215,19 @@ def prune_rooms(
     People who went offline leave the online sets through ``prune_with``; this only keeps the
     rooms' sets from holding them. ``between_chunks`` runs after every page, whether or not it
     removed anyone: a walk over a flood of empty rooms removes no one for a long while, and the
-    command must still keep its lock and hear a stop signal meanwhile.
+    command must still keep its lock and hear a stop signal meanwhile. ``into``, when given, is
+    counted page by page (as for ``prune_with``).
     """
-    removed = emptied = 0
+    pruned = RoomsPruned() if into is None else into
     for shard in keyspace.layout(config) if layout is None else layout:
         cursor = "0"
         while True:
             page = store.cleanup.prune_rooms_page(client, config, shard, cursor, now=now)
-            removed += page.removed
-            emptied += page.emptied
+            pruned.people += page.removed
+            pruned.emptied += page.emptied
             if between_chunks is not None:
                 between_chunks()
             if page.done:
                 break
             cursor = page.cursor
-    return removed, emptied
+    return pruned.people, pruned.emptied

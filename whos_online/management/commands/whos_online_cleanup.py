@@ -84,6 +84,7 @@ class Command(BaseCommand):
             raise CommandError("--every takes a positive number of seconds.")
         self.stopping = threading.Event()
         self.stopped_by = ""
+        midway = False
         with self.stop_signals():
             try:
                 if every is None:
@@ -91,8 +92,14 @@ class Command(BaseCommand):
                 else:
                     self.run_every(every, dry_run=dry_run)
             except Stopped:
-                pass
-        if self.stopping.is_set():
+                midway = True
+        if midway:
+            self.log(
+                f"Stopped by {self.stopped_by} before the run ended: the lines above say what it "
+                "removed; the next run removes the rest.",
+                level=1,
+            )
+        elif self.stopping.is_set():
             self.log(f"Stopped by {self.stopped_by}.", level=1)
 
     @contextlib.contextmanager
@@ -151,18 +158,31 @@ class Command(BaseCommand):
                 return
             between = self.between_chunks(lock)
             try:
-                reported = signals.reporter(api.prune)
-                removed = pruning.prune_with(
-                    client, config, now=now, on_gone=reported, between_chunks=between
-                )
-                self.report(removed, now, "Removed")
-                left = pruning.prune_old_layouts(client, config, now=now, between_chunks=between)
-                if any(left.values()):
-                    self.report(left, now, "Removed from layouts of another SHARDS")
-                gone, emptied = pruning.prune_rooms(client, config, now=now, between_chunks=between)
-                self.report_rooms(gone, emptied, dry_run=False)
+                # Each step's line is written when it ends, or when a stop signal ends it midway:
+                # what it removed so far is in the log either way.
+                removed: dict[str, int] = {}
+                with self.reporting(lambda: self.report(removed, now, "Removed")):
+                    reported = signals.reporter(api.prune)
+                    pruning.prune_with(
+                        client,
+                        config,
+                        now=now,
+                        on_gone=reported,
+                        between_chunks=between,
+                        into=removed,
+                    )
+                left: dict[str, int] = {}
+                with self.reporting(lambda: self.report_old_layouts(left, now)):
+                    pruning.prune_old_layouts(
+                        client, config, now=now, between_chunks=between, into=left
+                    )
+                rooms = pruning.RoomsPruned()
+                with self.reporting(
+                    lambda: self.report_rooms(rooms.people, rooms.emptied, dry_run=False)
+                ):
+                    pruning.prune_rooms(client, config, now=now, between_chunks=between, into=rooms)
                 # A title can only lose its room when a room leaves an index.
-                untitled = store.titles.prune(client, config) if emptied else 0
+                untitled = store.titles.prune(client, config) if rooms.emptied else 0
                 if untitled:
                     self.log(f"Forgot the titles of {_plural(untitled, 'room')} gone.", level=2)
                 found = pruning.sample_counts(client, config, now=now)
@@ -216,11 +236,21 @@ class Command(BaseCommand):
     ) -> None:
         """Clean the precisions that are due: each every max(precision, 60) seconds."""
         due = counters.cleaning_due(client, config, now=now)
-        cleaned = counters.clean(
-            client, config, now=now, precisions=due, dry_run=dry_run, between_pages=between
-        )
-        if not dry_run:
-            counters.mark_cleaned(client, config, due, now)
+        cleaned = counters.Cleaned()
+        with self.reporting(lambda: self.report_counters(due, cleaned, dry_run=dry_run)):
+            counters.clean(
+                client,
+                config,
+                now=now,
+                precisions=due,
+                dry_run=dry_run,
+                between_pages=between,
+                into=cleaned,
+            )
+            if not dry_run:
+                counters.mark_cleaned(client, config, due, now)
+
+    def report_counters(self, due: list[int], cleaned: counters.Cleaned, *, dry_run: bool) -> None:
         if not due:
             line = "No counter precision was due for cleaning."
         else:
@@ -266,6 +296,11 @@ class Command(BaseCommand):
         line = f"{verb} {what} last seen before {cutoff:%Y-%m-%d %H:%M:%S} UTC."
         self.log(self.style.SUCCESS(line), level=1)
 
+    def report_old_layouts(self, left: dict[str, int], now: float) -> None:
+        """The line of the members left in layouts of another ``SHARDS``, when there were any."""
+        if any(left.values()):
+            self.report(left, now, "Removed from layouts of another SHARDS")
+
     def report_rooms(self, people: int, emptied: int, *, dry_run: bool) -> None:
         """The rooms' line: the people gone for over the window taken out of rooms, and the rooms
         deleted because nobody was left in them (whenever they emptied)."""
@@ -276,6 +311,17 @@ class Command(BaseCommand):
         else:
             line = f"Rooms: took {who} out, and deleted {rooms} that had nobody left."
         self.log(self.style.SUCCESS(line), level=1)
+
+    @contextlib.contextmanager
+    def reporting(self, report: Callable[[], object]) -> Iterator[None]:
+        """Run ``report`` once the step in the block has ended, or a stop signal has ended it
+        midway (``Stopped``): the log then says what the step removed, all of it or so far."""
+        try:
+            yield
+        except Stopped:
+            report()
+            raise
+        report()
 
     def log(self, msg: str, level: int = 2) -> None:
         if self.verbosity >= level:

@@ -1,0 +1,46 @@
+"""Where this process is in its life: asked to stop, or writing what it holds as it exits.
+
+Flags by process id, so that a child forked afterwards inherits neither: the flusher reads them
+on the request path (``flusher.writes_at_once``), the SIGTERM handler (``stopping``) and the
+exit (``flusher.write_at_exit``) set them.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The process (by id) that a SIGTERM has reached: from then on it writes what it records at
+#: once (``stopping``). By id, so that a child forked afterwards does not inherit it.
+_stopping_in: int | None = None
+#: The process (by id) that is writing what it holds as it exits (``write_at_exit``).
+_exiting_in: int | None = None
+
+
+def stop_soon() -> None:
+    """Have this process write each visit and page hit as it comes from now on: it has been
+    asked to stop, and may end without running its exit handlers (``stopping``)."""
+    global _stopping_in  # noqa: PLW0603 - one flag per process
+    _stopping_in = os.getpid()
+
+
+def is_stopping() -> bool:
+    """Whether this process has been asked to stop (``stop_soon``): on the throttled path, a
+    look at a global but for the moments of a stop."""
+    return _stopping_in is not None and _stopping_in == os.getpid()
+
+
+def is_exiting() -> bool:
+    """Whether this process is writing what it holds as it exits, after which it ends."""
+    return _exiting_in == os.getpid()
+
+
+def exiting() -> None:
+    """This process is writing what it holds as it exits, after which it ends."""
+    global _exiting_in  # noqa: PLW0603 - one flag per process
+    _exiting_in = os.getpid()
+
+
+def reset() -> None:
+    """Forget that the process was asked to stop, or wrote as it exited (tests do both)."""
+    global _stopping_in, _exiting_in  # noqa: PLW0603 - one flag per process
+    _stopping_in = _exiting_in = None
