@@ -125,11 +125,9 @@ def test_a_process_under_tests_that_never_read_the_settings_drops_nothing(
     outside_tests, isolated, monkeypatch
 ):
     changes: list[Any] = []
-
-    def receiver(**kwargs: Any) -> None:
-        changes.append(kwargs)
-
-    config_changed.connect(receiver, dispatch_uid="tests.isolation.changes")
+    config_changed.connect(
+        lambda **kwargs: changes.append(kwargs), weak=False, dispatch_uid="tests.isolation.changes"
+    )
     try:
         monkeypatch.setattr(mail, "outbox", [], raising=False)
         assert TEST_PREFIX.fullmatch(get_config().key_prefix)
