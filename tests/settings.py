@@ -62,7 +62,15 @@ TEMPLATES = [
 # writes its visit before it answers (through the same queue and batch as the default, with no
 # wait), so that a test finds it in Redis; the tests of the flusher (tests/flushing/
 # test_flusher.py) set one.
-WHOS_ONLINE: dict[str, object] = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 0}
+# And whos_online's own tests write under the prefix they name, not a test prefix of their own
+# (ISOLATE_TESTS): they assert exact key names ("{whos_online}:users"), and start from an empty
+# Redis each (tests/conftest.py). The tests of that isolation (tests/config/test_isolation.py)
+# turn it on.
+WHOS_ONLINE: dict[str, object] = {
+    "SNAPSHOT_MAX_AGE": 0,
+    "FLUSH_INTERVAL": 0,
+    "ISOLATE_TESTS": False,
+}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STATIC_URL = "/static/"

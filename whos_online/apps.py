@@ -15,6 +15,8 @@ class WhosOnlineConfig(AppConfig):
 
     def ready(self) -> None:
         from whos_online import checks, receivers
+        from whos_online.backend import isolated_keys
+        from whos_online.config import isolation
         from whos_online.flushing import stopping
 
         register(Tags.compatibility)(checks.check_settings)
@@ -29,6 +31,10 @@ class WhosOnlineConfig(AppConfig):
             receivers.forget_deleted_user,
             sender=get_user_model(),
             dispatch_uid="whos_online.forget_deleted_user",
+        )
+        # A test process removes the keys it wrote under its own prefix as it ends.
+        isolation.test_run_ended.connect(
+            isolated_keys.remove_at_exit, dispatch_uid="whos_online.remove_test_keys"
         )
         # Queued visits and buffered page hits are written when the process exits normally
         # (atexit, which a forked gunicorn worker inherits); a process that multiprocessing

@@ -216,3 +216,28 @@ def test_a_flush_on_the_cluster_is_one_call_per_shard_with_all_its_visits(
     assert sorted(tag for tag, _ in calls) == sorted(s.tag for s in keyspace.layout(get_config()))
     assert all(count == 1 for _, count in calls)  # every shard's visits in one script call
     assert whos_online.online_counts().guests == 60
+
+
+def test_a_test_process_s_keys_are_removed_from_every_master(sharded, cluster, settings, db):
+    from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+    from whos_online.backend import isolated_keys
+
+    whos_online.record_guest("198.51.100.1")  # the live data, under {whos_online…}
+    client = admin_client()
+    live = sorted(text(key) for key in client.scan_iter())
+    configure(settings, ISOLATE_TESTS=True)
+    prefix = get_config().key_prefix
+    for number in range(40):
+        BrowserClient(REMOTE_ADDR=f"198.51.100.{number}").get("/plain/")
+    assert whos_online.flush() is True
+    written = [text(key) for key in client.scan_iter() if text(key) not in live]
+    # Masters own equal, contiguous ranges of slots (redis-cli --cluster create).
+    masters = {
+        key_slot(key.encode()) * len(cluster.nodes) // REDIS_CLUSTER_HASH_SLOTS for key in written
+    }
+    assert len(masters) == len(cluster.nodes)  # the shards' keys are on every master
+
+    isolated_keys.remove_at_exit(prefixes=[prefix])
+
+    assert sorted(text(key) for key in client.scan_iter()) == live

@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 
 from whos_online.config.audiences import is_authenticated, is_staff
 from whos_online.config.rules import DEFAULT_BOT_USER_AGENTS
-from whos_online.config.settings import DEFAULTS, get_config
+from whos_online.config.settings import DEFAULTS, get_config, reset
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -50,7 +50,11 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "ROOMS": {},
     "ROOM_ACCESS": None,
     "ROOM_TOKEN_MAX_AGE": 3600,
+    "ISOLATE_TESTS": True,
 }
+
+#: The prefix a process under tests writes under by default (``config.isolation``).
+TEST_PREFIX = re.compile(r"test_whos_online_[0-9a-f]{8}")
 
 
 def hide_staff(user: Any) -> bool:
@@ -75,10 +79,13 @@ def test_defaults_cover_exactly_the_spec_keys():
 
 def test_get_config_defaults_match_spec(settings):
     del settings.WHOS_ONLINE
+    reset()  # deleting a setting sends no setting_changed
     config = get_config()
     assert config.redis_alias == "default"
     assert config.redis_url is None
-    assert config.key_prefix == "whos_online"
+    # KEY_PREFIX's default, "whos_online", under a test process's own prefix (ISOLATE_TESTS).
+    assert TEST_PREFIX.fullmatch(config.key_prefix)
+    assert config.isolate_tests is True
     assert config.window == 600
     assert config.throttle == 120
     assert config.track_guests is True
@@ -106,7 +113,7 @@ def test_empty_or_none_setting_means_defaults(settings, empty):
     config = get_config()
     assert config.window == 600
     assert config.throttle == 120
-    assert config.key_prefix == "whos_online"
+    assert TEST_PREFIX.fullmatch(config.key_prefix)
 
 
 def test_user_values_are_merged_over_defaults(settings):
@@ -115,10 +122,12 @@ def test_user_values_are_merged_over_defaults(settings):
         "KEY_PREFIX": "site-a",
         "COUNT_HITS": True,
         "COUNTER_PRECISIONS": [3600, 60],
+        "ISOLATE_TESTS": False,
     }
     config = get_config()
     assert config.window == 300
     assert config.key_prefix == "site-a"
+    assert config.isolate_tests is False
     assert config.count_hits is True
     assert config.counter_precisions == (60, 3600)
     # Keys left out keep their defaults.

@@ -922,7 +922,7 @@ print(len(flushing.current().queue), hits.buffer().total(), hits.buffer().token)
 
 
 def test_a_process_that_exits_writes_its_queue_and_forgets_its_batches(settings, real_redis_url):
-    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
+    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url, "ISOLATE_TESTS": False}
     admin_client().flushdb()
 
     result = run_python(EXITING_PROCESS, real_redis_url, settings="tests.settings", timeout=60)

@@ -438,7 +438,7 @@ print(hits.buffer().total())
 
 
 def test_a_process_that_exits_writes_its_buffered_hits(settings, real_redis_url):
-    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
+    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url, "ISOLATE_TESTS": False}
     admin_client().flushdb()
     started = int(time.time())
 

@@ -264,7 +264,7 @@ else:
 
 @pytest.mark.parametrize("when", ["at-once", "while-exiting"])
 def test_a_process_that_sigterm_ends_writes_what_it_held(settings, real_redis_url, when):
-    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url}
+    settings.WHOS_ONLINE = {"REDIS_URL": real_redis_url, "ISOLATE_TESTS": False}
     client = admin_client()
     client.flushdb()
 

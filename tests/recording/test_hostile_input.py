@@ -604,7 +604,8 @@ def test_any_headers_give_a_page_and_at_most_the_clients_member(
     r = single_redis()
     r.flushdb()
     throttle.recent.clear()
-    with override_settings(WHOS_ONLINE={"TRUSTED_PROXY_COUNT": proxies}):
+    # The keys are read by their names, under the prefix the settings give (not a test's own).
+    with override_settings(WHOS_ONLINE={"TRUSTED_PROXY_COUNT": proxies, "ISOLATE_TESTS": False}):
         if remote is None:
             response = send("/plain/", drop=("REMOTE_ADDR",), **headers)
             request = response.wsgi_request  # type: ignore [attr-defined]

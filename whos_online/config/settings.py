@@ -15,13 +15,15 @@ test (or anything else) changes ``WHOS_ONLINE``, ``CACHES`` or ``SECRET_KEY`` th
 Modules that cache what they derive from settings (clients, keys, hashes) clear it on
 ``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
 settings as the system checks do (``validate``), so that bad settings fail at startup even where
-nobody runs ``manage.py check``.
+nobody runs ``manage.py check``. A process under tests writes under keys of its own
+(``isolation``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +36,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
-from whos_online.config import rules
+from whos_online.config import isolation, rules
 from whos_online.config.audiences import name_audience
 from whos_online.config.room_rules import RoomRule, rules_of
 from whos_online.config.validation import across_keys
@@ -70,12 +72,23 @@ class Config:
         rules.boolean,
         hint="True when REDIS_URL names a node of a Redis Cluster.",
     )
+    #: Under tests (unless ``ISOLATE_TESTS`` is False), the test process's own prefix, made of
+    #: this one (``isolation``).
     key_prefix: str = rules.setting(
         "KEY_PREFIX",
         "whos_online",
         "whos_online.E004",
         rules.key_prefix,
         hint="The prefix becomes a Redis Cluster hash tag, {prefix}, so it cannot hold braces.",
+    )
+    #: Whether a process under tests writes under a prefix of its own (``isolation``).
+    isolate_tests: bool = rules.setting(
+        "ISOLATE_TESTS",
+        True,
+        "whos_online.E035",
+        rules.boolean,
+        hint="True (the default) gives each test process keys of its own, removed as it ends; "
+        "False lets the site's tests write the live presence data.",
     )
     window: int = rules.setting(
         "WINDOW",
@@ -314,16 +327,54 @@ def validate(raw: object) -> list[CheckMessage]:
     return messages
 
 
-@functools.cache
 def get_config() -> Config:
-    """Build the process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings."""
+    """The process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings.
+
+    Under tests, each process (a forked one too) has its own, with its test run's ``key_prefix``
+    (``isolation``); a process seen under tests stays so until it exits, so that what it writes
+    after the teardown (its queue, as it exits) goes where its tests wrote, and is removed."""
+    if _under_tests or _test_run_began():
+        return _config_under_tests(os.getpid())
+    return _config()
+
+
+#: Whether this process has been seen under tests (``isolation.in_test_environment``).
+_under_tests = False
+
+
+def _test_run_began() -> bool:
+    global _under_tests  # noqa: PLW0603 - once per process
+    if not isolation.in_test_environment():
+        return False
+    _under_tests = True
+    if _config.cache_info().currsize:
+        # Something read the settings before the tests began: what was made of that Config
+        # (a queue, a layout registered, visitors remembered as written) is dropped.
+        reset()
+    return True
+
+
+@functools.cache
+def _config() -> Config:
+    return _build(isolated=False)
+
+
+@functools.cache
+def _config_under_tests(pid: int) -> Config:
+    return _build(isolated=True)
+
+
+def _build(*, isolated: bool) -> Config:
     raw = user_settings()
     errors = [message for message in validate(raw) if message.is_serious()]
     if errors:
         details = "; ".join(f"{message.id}: {message.msg}" for message in errors)
         raise ImproperlyConfigured(f"Invalid WHOS_ONLINE setting. {details}")
     merged = {**DEFAULTS, **raw}
-    return Config(**{name: row.build(merged[row.key]) for name, row in SETTINGS})
+    fields = {name: row.build(merged[row.key]) for name, row in SETTINGS}
+    if isolated and fields["isolate_tests"]:
+        fields["key_prefix"] = isolation.run_keys().prefix(fields["key_prefix"])
+    return Config(**fields)
 
 
 #: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``): every module
@@ -344,5 +395,6 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 def reset() -> None:
     """Forget everything cached from settings: the config, Redis clients and derived keys."""
-    get_config.cache_clear()
+    _config.cache_clear()
+    _config_under_tests.cache_clear()
     config_changed.send(sender=Config)
