@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -120,7 +121,7 @@ class Pages:
             "console",
             lambda message: (
                 self.errors.append(f"{page.url}: {message.text}")
-                if message.type == "error"
+                if message.type == "error" and not is_favicon(message.location["url"])
                 else None
             ),
         )
@@ -128,6 +129,12 @@ class Pages:
 
     def unexpected_errors(self) -> list[str]:
         return [e for e in self.errors if not any(text in e for text in self.allowed)]
+
+
+def is_favicon(url: str) -> bool:
+    """The browser's own request for the site's icon, which the test site has not: Chromium
+    logs its 404 on some pages and not on others, whatever the page does."""
+    return urlsplit(url).path == "/favicon.ico"
 
 
 def with_csp(route: Route) -> None:
@@ -227,7 +234,8 @@ def test_a_room_s_page_renews_its_token_before_it_runs_out(site, open_page, sett
     expect(widget_list(alices)).to_have_text("alice")
     widget = alices.locator(".whos-online")
     first_url = widget.get_attribute("data-whos-online-live")
-    assert widget.get_attribute("data-whos-online-renew") == "45"  # 60 s less a quarter
+    # 60 s less a quarter (44 when the page was rendered across the turn of a second)
+    assert widget.get_attribute("data-whos-online-renew") in {"44", "45"}
 
     real_time = time.time
     offset = [46.0]
