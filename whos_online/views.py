@@ -46,9 +46,9 @@ from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-    from django.http import HttpRequest
+    from django.http import HttpRequest, QueryDict
 
     from whos_online.config.settings import Config
 
@@ -97,15 +97,22 @@ def _poll_snapshot(
 
 
 def _poll_cache_control(
-    request: HttpRequest, response: HttpResponse, config: Config, *, names: bool, room: str = ""
+    request: HttpRequest,
+    response: HttpResponse,
+    config: Config,
+    *,
+    names: bool,
+    rooms: Iterable[str] = (),
 ) -> None:
-    """Public unless the answer names people that only some viewers may see, or is a room's
-    that ``ROOM_ACCESS`` lets only some viewers read, or that a token bound to the viewer's
-    session opened (a shared cache would answer it to whoever has the URL)."""
+    """Public unless the answer names people that only some viewers may see, or shows a room
+    (of ``rooms``; "" is the site) that ``ROOM_ACCESS`` lets only some viewers read, or that a
+    token bound to the viewer's session opened (a shared cache would answer it to whoever has
+    the URL)."""
+    by_room = any(rooms)
     if (
         (names and not shows_names_to_everyone(config))
-        or (room and config.room_access)
-        or (room and room_tokens.viewer_of(request))
+        or (by_room and config.room_access)
+        or (by_room and room_tokens.viewer_of(request))
     ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
     else:
@@ -141,7 +148,7 @@ def counts(request: HttpRequest) -> HttpResponse:
     document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    _poll_cache_control(request, response, config, names=names, room=name)
+    _poll_cache_control(request, response, config, names=names, rooms=[name])
     return response
 
 
@@ -150,7 +157,7 @@ def counts(request: HttpRequest) -> HttpResponse:
 OK_HEADER: Final = "Whos-Online-Ok"
 _WIDGET_SOURCE: Final = (
     "{% load whos_online %}"
-    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room %}"
+    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room site=site %}"
 )
 
 
@@ -158,6 +165,39 @@ _WIDGET_SOURCE: Final = (
 def _widget_template(engine: Engine) -> Template:
     """Compiled once per template engine (a change of TEMPLATES makes a new default engine)."""
     return Template(_WIDGET_SOURCE, engine=engine)
+
+
+def _rooms_shown(arguments: dict[str, Any]) -> list[str]:
+    """What a widget lists: its room ("" for the site), and the site beside it with site=1."""
+    room: str = arguments["room"] or ""
+    return [room, ""] if room and arguments["site"] else [room]
+
+
+def _read_for_widgets(
+    request: HttpRequest, config: Config, rooms: Iterable[str], *, names: bool
+) -> set[str]:
+    """Read the snapshots of ``rooms`` in one round trip and keep them on the request, where the
+    tag rendered for the poll finds them (with or without names, as read here); the rooms that
+    could not be read (kept as zeros) are returned."""
+    found = snapshots.read_many(
+        config.display_limit if names else 0,
+        list(dict.fromkeys(rooms)),
+        max_age=config.snapshot_max_age,
+        fresh_after=snapshots.recorded_at(request),
+    )
+    for room, one in found.items():
+        snapshots.keep_on_request(request, EMPTY_SNAPSHOT if one is None else one, room)
+    return {room for room, one in found.items() if one is None}
+
+
+def _render_widget(
+    request: HttpRequest, engine: Engine, arguments: dict[str, Any], query: QueryDict
+) -> tuple[str, str]:
+    """The tag rendered for a poll, in the page's language (``lang``): its HTML and language."""
+    language = page_language(query) or translation.get_language()
+    with translation.override(language):
+        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
+        return _widget_template(engine).render(context), language
 
 
 @not_recorded
@@ -178,19 +218,13 @@ def widget(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    found = _poll_snapshot(request, config, names=names, room=room)
-    # The tag reads the snapshot kept on the request: one read, with or without names, as here.
-    snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found, room)
-    engine = Engine.get_default()
-    language = page_language(request.GET) or translation.get_language()
-    with translation.override(language):
-        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
-        body = _widget_template(engine).render(context)
+    unread = _read_for_widgets(request, config, _rooms_shown(arguments), names=names)
+    body, language = _render_widget(request, Engine.get_default(), arguments, request.GET)
     response = HttpResponse(body)
-    response[OK_HEADER] = "0" if found is None else "1"
+    response[OK_HEADER] = "0" if unread else "1"
     if language:
         response["Content-Language"] = language
-    _poll_cache_control(request, response, config, names=names, room=room)
+    _poll_cache_control(request, response, config, names=names, rooms=[room])
     return response
 
 
