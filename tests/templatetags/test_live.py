@@ -100,6 +100,7 @@ def test_a_room_and_the_site_refresh_together(backend, alice, bob):
     url = attribute(markup, "data-whos-online-live")
     assert url.startswith(f"{WIDGET}?{DEFAULTS}&room=topic%3A1&token=")
     assert url.endswith("&site=1")
+    assert attribute(markup, "data-whos-online-widgets") == "/online/widgets/"
     refreshed = client_of().get(url).content.decode()
     assert widget_text(refreshed) == widget_text(markup) == "Here now: 1 user Who's online: 2 users"
     assert attribute(refreshed, "data-whos-online-live") == url

@@ -5,7 +5,8 @@ kept on the request for the rest of the render.
 
 ``{% whos_online live=True %}`` renders the same markup plus what ``static/whos_online/live.js``
 needs to refresh it: the URL of the widget view, which renders this same tag with the same
-arguments in the page's language, and the interval. The sentence is thus written in one place
+arguments in the page's language, the interval, and the URL of the view that answers every
+widget of a page in one request (``views.widgets``). The sentence is thus written in one place
 (``whos_online/online.html``, with ``_names_html`` below for the list of names), whether on the
 page or in a refresh. Because the live widget's refreshes go to a public URL, it names people only
 to those ``SHOW_NAMES_TO`` allows, from the first render on; others see counts ("2 users and 12
@@ -210,7 +211,12 @@ def _live(
     query = widget_query(
         request, peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room, site=site
     )
-    shown: dict[str, Any] = {"url": f"{url}?{query}", "refresh": refresh}
+    shown: dict[str, Any] = {
+        "url": f"{url}?{query}",
+        "refresh": refresh,
+        # Where live.js refreshes every widget of the page at once (see views.widgets).
+        "widgets": reverse("whos_online:widgets"),
+    }
     if room is not None:
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.
