@@ -44,6 +44,22 @@ def topic(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse(TOPIC_PAGE.render({"pk": pk, "room": f"topic:{pk}"}, request))
 
 
+THREE_WIDGETS_PAGE = Page(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>three</title></head>'
+    "<body><main>topic {{ pk }}</main>"
+    '<aside id="room">{% whos_online live=True here=True %}</aside>'
+    '<aside id="site">{% whos_online live=True refresh=60 %}</aside>'
+    '<aside id="both">{% whos_online live=True here=True site=True %}</aside></body></html>'
+)
+
+
+@in_room("topic:{pk}")
+def three_widgets(request: HttpRequest, pk: int) -> HttpResponse:
+    """A topic page with three live widgets: its room's, the site's (refreshed less often), and
+    both in one."""
+    return HttpResponse(THREE_WIDGETS_PAGE.render({"pk": pk}, request))
+
+
 FORUM_TOPIC_PAGE = Page(
     '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>forum topic</title>'
     '<script src="/forum-topic.js" defer></script></head>'
@@ -118,6 +134,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
     path("live/", live_page),
     path("topics/<int:pk>/", topic),
+    path("three/<int:pk>/", three_widgets),
     path("forum-topics/<int:pk>/", forum_topic, name="forum-topic"),
     path("forum-topics/<int:pk>/read/", mark_read),
     path("forum-topic.js", forum_topic_script),
