@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -143,7 +144,15 @@ def test_the_page_language_is_used_and_said(backend, settings):
 
 @pytest.mark.parametrize(
     "query",
-    ["peak=2", "visitors=yes", "refresh=0", "refresh=-1", "refresh=1.5", "refresh=86401"],
+    [
+        "peak=2",
+        "visitors=yes",
+        "site=true",
+        "refresh=0",
+        "refresh=-1",
+        "refresh=1.5",
+        "refresh=86401",
+    ],
 )
 def test_bad_arguments_are_a_bad_request(backend, query):
     response = client_of().get(f"{URL}?{query}")
@@ -188,6 +197,19 @@ def test_a_poll_is_one_round_trip_and_records_nobody(
     assert members(r, "guests") == guests_before
     assert hits.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
+
+
+def test_a_room_and_the_site_are_one_round_trip(backend, alice, bob, redis_calls: RedisCalls):
+    whos_online.record_user(bob)
+    whos_online.record_user(alice, room="topic:1")
+    query = urlencode({"room": "topic:1", "token": whos_online.room_token("topic:1"), "site": 1})
+    get(client_of(), query)  # loads the script into a fresh server
+    redis_calls.clear()
+
+    response = get(client_of(), query)
+
+    assert redis_calls.trips == [["EVALSHA", "EVALSHA"]]
+    assert widget_text(response.content.decode()) == "Here now: 1 user Who's online: 2 users"
 
 
 def test_polls_share_the_kept_snapshot(settings, alice, bob, redis_calls: RedisCalls):

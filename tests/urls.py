@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth import get_user_model, login, logout
@@ -10,14 +12,27 @@ from django.urls import URLPattern, URLResolver, include, path
 from whos_online.admin import OnlineUserAdminMixin
 from whos_online.decorators import in_room, not_recorded
 
-PAGE = engines["django"].from_string("{% load whos_online %}<main>page</main>{% whos_online %}")
-LIVE_PAGE = engines["django"].from_string(
+
+class Page:
+    """A page's template, compiled by the template engine of the moment at each render: one
+    compiled at import would keep the engine of whichever test imported this module first
+    (one whose TEMPLATES override whos_online/online.html, say) for every test after it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def render(self, context: dict[str, Any], request: HttpRequest) -> str:
+        return engines["django"].from_string(self.source).render(context, request)
+
+
+PAGE = Page("{% load whos_online %}<main>page</main>{% whos_online %}")
+LIVE_PAGE = Page(
     '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>live</title></head>'
     "<body><main>live</main>{% whos_online live=True visitors=True %}</body></html>"
 )
 
 
-TOPIC_PAGE = engines["django"].from_string(
+TOPIC_PAGE = Page(
     '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>topic</title></head>'
     "<body><main>topic {{ pk }}</main>{% whos_online live=True room=room %}</body></html>"
 )
@@ -29,7 +44,23 @@ def topic(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse(TOPIC_PAGE.render({"pk": pk, "room": f"topic:{pk}"}, request))
 
 
-FORUM_TOPIC_PAGE = engines["django"].from_string(
+THREE_WIDGETS_PAGE = Page(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>three</title></head>'
+    "<body><main>topic {{ pk }}</main>"
+    '<aside id="room">{% whos_online live=True here=True %}</aside>'
+    '<aside id="site">{% whos_online live=True refresh=60 %}</aside>'
+    '<aside id="both">{% whos_online live=True here=True site=True %}</aside></body></html>'
+)
+
+
+@in_room("topic:{pk}")
+def three_widgets(request: HttpRequest, pk: int) -> HttpResponse:
+    """A topic page with three live widgets: its room's, the site's (refreshed less often), and
+    both in one."""
+    return HttpResponse(THREE_WIDGETS_PAGE.render({"pk": pk}, request))
+
+
+FORUM_TOPIC_PAGE = Page(
     '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>forum topic</title>'
     '<script src="/forum-topic.js" defer></script></head>'
     "<body><main>topic {{ pk }}</main>{% whos_online live=True here=True %}</body></html>"
@@ -103,6 +134,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", page),
     path("live/", live_page),
     path("topics/<int:pk>/", topic),
+    path("three/<int:pk>/", three_widgets),
     path("forum-topics/<int:pk>/", forum_topic, name="forum-topic"),
     path("forum-topics/<int:pk>/read/", mark_read),
     path("forum-topic.js", forum_topic_script),

@@ -13,5 +13,6 @@ urlpatterns = [
     path("refresh/", views.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
+    path("widgets/", views.widgets, name="widgets"),
     path("presence/", views.presence, name="presence"),
 ]

@@ -8,7 +8,8 @@ which the live widget takes as "keep showing what you have".
 
 The live widget refreshes from ``widget``: ``{% whos_online live=True %}`` itself, rendered for
 the poll, so the site's own ``whos_online/online.html`` and the plural rules of every language
-apply to refreshes as they do to the page.
+apply to refreshes as they do to the page. A page refreshes all its widgets at once from
+``widgets``, which answers each of them as ``widget`` would, in one JSON document.
 
 The dashboard is for active staff users: anonymous visitors are sent to ``LOGIN_URL``, others
 get a 403 (and so does every refresh of a page whose session has ended). Opening it is a visit
@@ -21,17 +22,17 @@ from __future__ import annotations
 import functools
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden, QueryDict
 from django.shortcuts import render
 from django.template import Context, Engine, Template
 from django.urls import reverse
 from django.utils import timezone, translation
-from django.utils.cache import patch_cache_control
+from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
@@ -46,7 +47,7 @@ from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from django.http import HttpRequest
 
@@ -97,15 +98,22 @@ def _poll_snapshot(
 
 
 def _poll_cache_control(
-    request: HttpRequest, response: HttpResponse, config: Config, *, names: bool, room: str = ""
+    request: HttpRequest,
+    response: HttpResponse,
+    config: Config,
+    *,
+    names: bool,
+    rooms: Iterable[str] = (),
 ) -> None:
-    """Public unless the answer names people that only some viewers may see, or is a room's
-    that ``ROOM_ACCESS`` lets only some viewers read, or that a token bound to the viewer's
-    session opened (a shared cache would answer it to whoever has the URL)."""
+    """Public unless the answer names people that only some viewers may see, or shows a room
+    (of ``rooms``; "" is the site) that ``ROOM_ACCESS`` lets only some viewers read, or that a
+    token bound to the viewer's session opened (a shared cache would answer it to whoever has
+    the URL)."""
+    by_room = any(rooms)
     if (
         (names and not shows_names_to_everyone(config))
-        or (room and config.room_access)
-        or (room and room_tokens.viewer_of(request))
+        or (by_room and config.room_access)
+        or (by_room and room_tokens.viewer_of(request))
     ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
     else:
@@ -141,7 +149,7 @@ def counts(request: HttpRequest) -> HttpResponse:
     document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    _poll_cache_control(request, response, config, names=names, room=name)
+    _poll_cache_control(request, response, config, names=names, rooms=[name])
     return response
 
 
@@ -150,8 +158,10 @@ def counts(request: HttpRequest) -> HttpResponse:
 OK_HEADER: Final = "Whos-Online-Ok"
 _WIDGET_SOURCE: Final = (
     "{% load whos_online %}"
-    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room %}"
+    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room site=site %}"
 )
+#: The most widgets one request of ``widgets`` refreshes (live.js asks for more in several).
+MAX_WIDGETS: Final = 32
 
 
 @functools.lru_cache(maxsize=4)
@@ -160,13 +170,48 @@ def _widget_template(engine: Engine) -> Template:
     return Template(_WIDGET_SOURCE, engine=engine)
 
 
+def _rooms_shown(arguments: dict[str, Any]) -> list[str]:
+    """What a widget lists: its room ("" for the site), and the site beside it with site=1."""
+    room: str = arguments["room"] or ""
+    return [room, ""] if room and arguments["site"] else [room]
+
+
+def _read_for_widgets(
+    request: HttpRequest, config: Config, rooms: Iterable[str], *, names: bool
+) -> set[str]:
+    """Read the snapshots of ``rooms`` in one round trip and keep them on the request, where the
+    tag rendered for the poll finds them (with or without names, as read here); the rooms that
+    could not be read (kept as zeros) are returned."""
+    found = snapshots.read_many(
+        config.display_limit if names else 0,
+        list(dict.fromkeys(rooms)),
+        max_age=config.snapshot_max_age,
+        fresh_after=snapshots.recorded_at(request),
+    )
+    for room, one in found.items():
+        snapshots.keep_on_request(request, EMPTY_SNAPSHOT if one is None else one, room)
+    return {room for room, one in found.items() if one is None}
+
+
+def _render_widget(
+    request: HttpRequest, engine: Engine, arguments: dict[str, Any], query: QueryDict
+) -> tuple[str, str]:
+    """The tag rendered for a poll, in the page's language (``lang``): its HTML and language."""
+    language = page_language(query) or translation.get_language()
+    with translation.override(language):
+        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
+        return _widget_template(engine).render(context), language
+
+
 @not_recorded
 @require_safe
 def widget(request: HttpRequest) -> HttpResponse:
     """``{% whos_online live=True %}`` as the page would render it now: what live.js swaps in.
 
     Same names rule, Redis read, caching and fail-open as the JSON view; rendered in the page's
-    language (``lang``), with the tag arguments the page's widget was given.
+    language (``lang``), with the tag arguments the page's widget was given. live.js refreshes
+    every widget of a page at once from ``widgets``; this view answers one, for pages and
+    templates from before it, and for a site's own scripts.
     """
     config = get_config()
     try:
@@ -178,19 +223,79 @@ def widget(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    found = _poll_snapshot(request, config, names=names, room=room)
-    # The tag reads the snapshot kept on the request: one read, with or without names, as here.
-    snapshots.keep_on_request(request, EMPTY_SNAPSHOT if found is None else found, room)
-    engine = Engine.get_default()
-    language = page_language(request.GET) or translation.get_language()
-    with translation.override(language):
-        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
-        body = _widget_template(engine).render(context)
+    unread = _read_for_widgets(request, config, _rooms_shown(arguments), names=names)
+    body, language = _render_widget(request, Engine.get_default(), arguments, request.GET)
     response = HttpResponse(body)
-    response[OK_HEADER] = "0" if found is None else "1"
+    response[OK_HEADER] = "0" if unread else "1"
     if language:
         response["Content-Language"] = language
-    _poll_cache_control(request, response, config, names=names, room=room)
+    _poll_cache_control(request, response, config, names=names, rooms=[room])
+    return response
+
+
+class _Accepted(NamedTuple):
+    """A widget of a ``widgets`` request that is answered: its answer (its HTML is added once
+    every snapshot is read), its query and tag arguments, and when its room token was issued."""
+
+    answer: dict[str, Any]
+    query: QueryDict
+    arguments: dict[str, Any]
+    issued: int | None
+
+
+@not_recorded
+@require_safe
+def widgets(request: HttpRequest) -> HttpResponse:
+    """Every live widget of a page, refreshed in one request: what live.js asks once per
+    interval, however many ``{% whos_online live=True %}`` tags the page has.
+
+    ``?widget=<query>&widget=<query>…``, each the query string of one widget's own URL (what
+    the widget view takes, ``lang`` and a room's ``token`` included), at most ``MAX_WIDGETS``.
+    The answer is JSON, ``{"widgets": [...]}``, one object per ``widget`` in the same order:
+    ``{"status": 200, "ok": true, "html": "…"}`` with what the widget view would answer (``ok``
+    false where Redis could not be read, the widget view's ``Whos-Online-Ok: 0``),
+    ``{"status": 400, "error": "…"}`` for arguments the tag does not write, ``{"status": 403}``
+    for a room whose token is refused (the page renews that widget's URLs and asks again): one
+    widget's answer never holds back the others'. Every room and the site are read in one round
+    trip. Cached as the widget view caches each answer: public only when none of them names
+    people only some may see or shows a room read by a session's token or by ``ROOM_ACCESS``;
+    never stored when one was refused, a verdict of the moment.
+    """
+    config = get_config()
+    queries = request.GET.getlist("widget")
+    if not 1 <= len(queries) <= MAX_WIDGETS:
+        msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
+        return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
+    answers: list[dict[str, Any]] = []
+    accepted: list[_Accepted] = []
+    for raw in queries:
+        query = QueryDict(raw)
+        try:
+            arguments = widget_arguments(query, config)
+        except ValueError as error:
+            answers.append({"status": 400, "error": str(error)})
+            continue
+        room = arguments["room"] or ""
+        room_tokens.use_issued(request, None)
+        if room and not room_tokens.may_read(request, room, config, token=query.get("token", "")):
+            answers.append({"status": 403})
+            continue
+        answers.append({"status": 200})
+        accepted.append(_Accepted(answers[-1], query, arguments, room_tokens.issued(request)))
+    names = may_see_names(request, config)
+    shown = [room for widget in accepted for room in _rooms_shown(widget.arguments)]
+    unread = _read_for_widgets(request, config, shown, names=names) if shown else set()
+    engine = Engine.get_default()
+    for widget in accepted:
+        room_tokens.use_issued(request, widget.issued)  # its URLs keep its token's issue time
+        widget.answer["ok"] = not unread.intersection(_rooms_shown(widget.arguments))
+        widget.answer["html"] = _render_widget(request, engine, widget.arguments, widget.query)[0]
+    body = json.dumps({"widgets": answers})
+    response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
+    if any(answer["status"] == 403 for answer in answers):
+        add_never_cache_headers(response)
+    else:
+        _poll_cache_control(request, response, config, names=names, rooms=shown)
     return response
 
 

@@ -198,3 +198,36 @@ def test_a_forged_flag_costs_one_read_at_most_after_its_second(
         wall[0] = second + 1.1 + step / 10
         client.get("/")
     assert len(redis_calls.trips) <= 1
+
+
+def test_a_room_and_the_site_are_read_in_one_round_trip(backend, redis_calls, alice, bob):
+    whos_online.record_user(alice, room="topic:1")
+    whos_online.record_user(bob)
+    redis_calls.clear()
+
+    found = snapshots.read_many(10, ["topic:1", ""])
+
+    assert redis_calls.trips == [["EVALSHA", "EVALSHA"]]
+    room, site = found["topic:1"], found[""]
+    assert room is not None
+    assert site is not None
+    assert [user.pk for user in room.users] == [alice.pk]
+    assert [user.pk for user in site.users] == [bob.pk, alice.pk]
+
+
+def test_only_what_the_process_has_not_kept_is_read(kept, clock, redis_calls, alice):
+    whos_online.record_user(alice, room="topic:1")
+    snapshots.read(10, max_age=2)  # the site's, kept
+    redis_calls.clear()
+
+    found = snapshots.read_many(10, ["", "topic:1"], max_age=2)
+
+    assert redis_calls.trips == [["EVALSHA"]]  # the room's alone
+    assert all(one is not None and one.counts.users == 1 for one in found.values())
+    redis_calls.clear()
+    snapshots.read_many(10, ["topic:1", ""], max_age=2)
+    assert redis_calls.trips == []
+
+
+def test_rooms_that_cannot_be_read_are_none(redis_down):
+    assert snapshots.read_many(10, ["topic:1", ""]) == {"topic:1": None, "": None}

@@ -75,6 +75,18 @@ def index(request: HttpRequest) -> HttpResponse:
     return HttpResponse(PAGE.render({"title": "index"}, request))
 
 
+BOTH_PAGE = engines["django"].from_string(
+    "{% load whos_online %}<main>{{ title }}</main>{% whos_online here=True site=True peak=False %}"
+)
+
+
+def both(request: HttpRequest, pk: int) -> HttpResponse:
+    """A page that shows its room and the site from one tag; in no room for pk 0."""
+    if pk:
+        whos_online.set_room(request, f"topic:{pk}")
+    return HttpResponse(BOTH_PAGE.render({"title": f"both {pk}"}, request))
+
+
 OVERVIEW = engines["django"].from_string(
     '{% load whos_online %}{% online_count room="topic:1" %}/{% online_count here=True %}'
 )
@@ -106,6 +118,7 @@ forum_patterns = (
         path("bookmark/<int:pk>/", bookmark, name="bookmark"),
         path("reply/<int:pk>/", reply, name="reply"),
         path("pinned/<int:pk>/", pinned, name="pinned"),
+        path("both/<int:pk>/", both, name="both"),
     ],
     "forum",
 )
@@ -326,6 +339,20 @@ def test_here_shows_the_room_of_the_page_or_the_site(backend):
 
     assert shown(reader.get("/forum/topic/1/", **PAGE_VIEW)) == "topic 1 Here now: 1 guest count=1"
     assert shown(reader.get("/forum/", **PAGE_VIEW)) == "index Who's online: 2 guests count=2"
+
+
+def test_here_and_site_show_the_room_and_the_site_from_one_tag(backend, alice):
+    whos_online.record_user(alice)  # on the site, in no room
+    client_of().get("/forum/topic/2/", REMOTE_ADDR="192.0.2.8", **PAGE_VIEW)
+
+    # A newcomer's first page counts them in both lists.
+    assert shown(client_of().get("/forum/both/2/", **PAGE_VIEW)) == (
+        "both 2 Here now: 2 guests Who's online: alice and 2 guests"
+    )
+    # On a page in no room, the site's list once.
+    assert shown(client_of().get("/forum/both/0/", **PAGE_VIEW)) == (
+        "both 0 Who's online: alice and 2 guests"
+    )
 
 
 def test_room_and_here_together_are_refused(backend):

@@ -90,6 +90,22 @@ def test_the_widget_url_carries_the_tag_arguments_and_the_page_language(backend,
     assert client_of().get(url).content.decode() == markup
 
 
+def test_a_room_and_the_site_refresh_together(backend, alice, bob):
+    whos_online.record_user(bob)
+    whos_online.record_user(alice, room="topic:1")
+    source = '{% load whos_online %}{% whos_online live=True room="topic:1" site=True %}'
+
+    markup = render(source)
+
+    url = attribute(markup, "data-whos-online-live")
+    assert url.startswith(f"{WIDGET}?{DEFAULTS}&room=topic%3A1&token=")
+    assert url.endswith("&site=1")
+    assert attribute(markup, "data-whos-online-widgets") == "/online/widgets/"
+    refreshed = client_of().get(url).content.decode()
+    assert widget_text(refreshed) == widget_text(markup) == "Here now: 1 user Who's online: 2 users"
+    assert attribute(refreshed, "data-whos-online-live") == url
+
+
 def test_the_static_widget_has_none_of_it(backend):
     markup = render("{% load whos_online %}{% whos_online %}")
 

@@ -415,6 +415,91 @@ def test_last_seen_of_a_visible_user_does_not_load_the_viewer(backend, settings,
     assert render("{% load whos_online %}{% last_seen shown %}", {"shown": alice}, request)
 
 
+# A room and the site in one tag
+
+BOTH = '{% load whos_online %}{% whos_online room="topic:1" site=True %}'
+
+
+def _in_the_room_and_out(alice: User, bob: User) -> None:
+    """alice reads topic:1, bob another page, and a guest is online."""
+    now = time.time()
+    whos_online.record_user(bob, now=now - 2)
+    whos_online.record_guest("198.51.100.1", now=now - 1)
+    whos_online.record_user(alice, room="topic:1", now=now)
+
+
+def test_site_shows_the_site_s_list_below_the_room_s(backend, alice, bob):
+    _in_the_room_and_out(alice, bob)
+
+    markup = render(BOTH)
+
+    assert widget_text(markup) == "Here now: alice Who's online: alice, bob and 1 guest"
+    assert 'data-users="1" data-guests="0" data-bots="0" data-total="1"' in markup
+    assert (
+        '<div class="whos-online-site" data-users="2" data-guests="1" data-bots="0" '
+        'data-total="3">' in markup
+    )
+    # The peak is the site's, shown as on the site's widget; a room alone has none.
+    assert "Most people ever online was 3" in widget_text(markup, peak=True)
+    assert "whos-online-peak" not in render(
+        '{% load whos_online %}{% whos_online room="topic:1" %}'
+    )
+
+
+def test_the_room_and_the_site_are_one_round_trip(
+    backend, redis_calls, django_assert_num_queries, alice, bob
+):
+    _in_the_room_and_out(alice, bob)
+    render(BOTH)  # loads the script into a fresh server
+    request = RequestFactory().get("/")
+    redis_calls.clear()
+
+    with django_assert_num_queries(0):
+        render(BOTH, request=request)
+        counted = render(
+            '{% load whos_online %}{% online_count %}/{% online_count room="topic:1" %}',
+            request=request,
+        )
+
+    assert redis_calls.trips == [["EVALSHA", "EVALSHA"]]
+    assert counted == "3/1"
+
+
+def test_site_takes_the_site_s_visitors(backend, alice, bob):
+    _in_the_room_and_out(alice, bob)
+
+    markup = render(
+        '{% load whos_online %}{% whos_online room="topic:1" site=True visitors=True peak=False %}'
+    )
+
+    assert widget_text(markup).endswith(
+        "Who's online: alice, bob and 1 guest 3 unique visitors today"
+    )
+    assert "whos-online-peak" not in markup
+
+
+def test_site_beside_the_site_is_shown_once(backend, alice, bob):
+    _in_the_room_and_out(alice, bob)
+
+    assert render("{% load whos_online %}{% whos_online site=True %}") == render(TAG)
+
+
+def test_an_overriding_template_is_given_the_site_s_list(backend, settings, tmp_path, alice, bob):
+    override = tmp_path / "whos_online" / "online.html"
+    override.parent.mkdir()
+    override.write_text(
+        "{{ counts.total }} here ({{ names }}), {{ site.counts.total }} on the site:"
+        "{% for user in site.users %} {{ user.name }}{% endfor %}; more={{ site.more }}"
+    )
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
+    _in_the_room_and_out(alice, bob)
+
+    assert render(BOTH) == (
+        '1 here (<span class="whos-online-user" dir="auto">alice</span>), 3 on the site:'
+        " alice bob; more=0"
+    )
+
+
 # Failing open
 
 
@@ -428,3 +513,4 @@ def test_tags_fail_open_while_redis_is_down(redis_down, alice):
 
     assert widget_text(markup) == "Who's online: nobody |0|0|[]"
     assert 'data-total="0"' in markup
+    assert widget_text(render(BOTH)) == "Here now: nobody Who's online: nobody"

@@ -139,10 +139,25 @@ def _base36(number: int) -> str:
     return "".join(reversed(digits))
 
 
-def may_read(request: HttpRequest, room: str, config: Config) -> bool:
+def may_read(request: HttpRequest, room: str, config: Config, *, token: str | None = None) -> bool:
     """Whether ``request`` may see who is in ``room``: ``ROOM_ACCESS`` decides where the site set
-    it; otherwise the request must carry a token of the room for its viewer (``?token=``)."""
+    it; otherwise the request must carry a token of the room for its viewer (``?token=``, or
+    ``token`` for one of the widgets a request refreshes together)."""
     if config.room_access is not None:
         return bool(config.room_access(request, room))
-    token = request.GET.get("token", "")
+    if token is None:
+        token = request.GET.get("token", "")
     return check_token(room, token, request, config.room_token_max_age)
+
+
+def issued(request: HttpRequest) -> int | None:
+    """When the token ``check_token`` last accepted for ``request`` was issued, if any."""
+    return state_of(request).token_issued
+
+
+def use_issued(request: HttpRequest, issued: int | None) -> None:
+    """Make the tokens ``room_token`` gives ``request`` those of ``issued`` (None: of now).
+
+    A request that refreshes several widgets checks a token for each; each widget's fresh URLs
+    keep its own token's issue time, as they would in a refresh of its own."""
+    state_of(request).token_issued = issued

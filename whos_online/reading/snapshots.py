@@ -40,6 +40,8 @@ from whos_online.recording.state import state_of
 from whos_online.store import epochs
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
@@ -163,28 +165,47 @@ def read(
     that, unless it was read before the second ``fresh_after`` (see the module's docstring).
     Each room's snapshot is kept apart (``ROOMS_KEPT`` of them).
     """
-    kept = cache_of(room).get(limit, max_age, fresh_after=fresh_after)
-    if kept is not None:
-        return kept
+    return read_many(limit, [room], max_age=max_age, fresh_after=fresh_after)[room]
+
+
+def read_many(
+    limit: int | None,
+    rooms: Sequence[str],
+    *,
+    max_age: float = 0,
+    fresh_after: int | None = None,
+) -> dict[str, Snapshot | None]:
+    """``read`` of each of ``rooms`` ("" for the site): those not kept by this process are read
+    together, in one round trip (one per shard on a cluster of several shards). Each room maps
+    to its snapshot, or to None if Redis could not be read."""
+    found: dict[str, Snapshot | None] = {}
+    for room in rooms:
+        found[room] = cache_of(room).get(limit, max_age, fresh_after=fresh_after)
+    missing = [room for room, kept in found.items() if kept is None]
+    if not missing:
+        return found
     now = time.time()
     config = get_config()
+    read_now: Sequence[Snapshot | None]
     if config.redis_cluster and config.shards > 1:
         flusher.current().flush()
-        found = _read_by_shard(config, limit, now, room)
+        read_now = [_read_by_shard(config, limit, now, room) for room in missing]
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
-        found = flusher.current().flush_with(
-            lambda client, config, before: store.reading.snapshot_after(
-                client, config, before, limit=limit, now=now, room=room
+        read_now = flusher.current().flush_with(
+            lambda client, config, before: store.reading.snapshots_after(
+                client, config, before, limit=limit, now=now, rooms=missing
             ),
-            None,
+            [None] * len(missing),
         )
-    if found is None:
-        return None
-    epochs.epochs.learn_all(found.epochs)
-    found = replace(found, read_at=now)
-    if max_age > 0:
-        cache_of(room).put(found)
+    for room, raw in zip(missing, read_now, strict=True):
+        if raw is None:
+            continue
+        epochs.epochs.learn_all(raw.epochs)
+        one = replace(raw, read_at=now)
+        if max_age > 0:
+            cache_of(room).put(one)
+        found[room] = one
     return found
 
 

@@ -33,9 +33,11 @@ def widget_query(
     visitors: bool,
     refresh: int,
     room: str | None = None,
+    site: bool = False,
 ) -> str:
     """The query string of the widget view for these tag arguments, in the current language;
-    a room's carries its token for the viewer of ``request``."""
+    a room's carries its token for the viewer of ``request`` (and ``site=1`` when the widget
+    shows the site's list too)."""
     query: dict[str, str | int] = {
         "peak": int(peak),
         "visitors": int(visitors),
@@ -45,6 +47,8 @@ def widget_query(
     if room is not None:
         query["room"] = room
         query["token"] = room_tokens.room_token(room, request)
+        if site:
+            query["site"] = 1
     return urlencode(query)
 
 
@@ -56,7 +60,7 @@ def presence_query(request: HttpRequest | None, room: str) -> str:
 def widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
     """The tag's arguments from ``widget_query``'s query string; ValueError says what is wrong."""
     arguments: dict[str, Any] = {}
-    for name, default in (("peak", True), ("visitors", False)):
+    for name, default in (("peak", True), ("visitors", False), ("site", False)):
         raw = query.get(name)
         if raw is not None and raw not in _FLAGS:
             msg = f"{name} must be 0 or 1."

@@ -113,23 +113,48 @@ def snapshot_after(
     """``snapshot``, after the calls ``before`` (a flush of the process's queue) in the same
     round trip on one Redis: their replies (an error in the place of a call that failed, such as
     a write refused by a full Redis, which the read may survive), and the snapshot."""
+    written, found = snapshots_after(client, config, before, limit=limit, now=now, rooms=[room])
+    return written, found[0]
+
+
+def snapshots_after(
+    client: Client,
+    config: Config,
+    before: Sequence[ScriptCall],
+    *,
+    limit: int | None,
+    now: float,
+    rooms: Sequence[str],
+) -> tuple[list[Any], list[Snapshot]]:
+    """``snapshot_after`` of each of ``rooms`` ("" for the site) at once: every shard's call for
+    every room in the same round trip, so that a page showing a room and the site (or a refresh
+    of several widgets) reads Redis once. The snapshots come in the order of ``rooms``."""
     shards = keyspace.layout(config)
     asked = shard_limit(limit, len(shards))
-    calls = [snapshot_call(config, shard, limit=asked, now=now, room=room) for shard in shards]
+    calls = [
+        snapshot_call(config, shard, limit=asked, now=now, room=room)
+        for room in rooms
+        for shard in shards
+    ]
     answered = replies(client, [*before, *calls])
     written, read = answered[: len(before)], answered[len(before) :]
     for reply in read:
         if isinstance(reply, Exception):
             raise reply
-    parts = [parse_snapshot(raw, asked, shard) for raw, shard in zip(read, shards, strict=True)]
-    again = unfinished(parts, limit, asked)
-    if again:
-        more = [
-            snapshot_call(config, shards[index], limit=limit, now=now, room=room) for index in again
-        ]
-        for index, raw in zip(again, run(client, more), strict=True):
-            parts[index] = parse_snapshot(raw, limit, shards[index])
-    return written, combine(parts, limit)
+    found = []
+    for position, room in enumerate(rooms):
+        raws = read[position * len(shards) : (position + 1) * len(shards)]
+        parts = [parse_snapshot(raw, asked, shard) for raw, shard in zip(raws, shards, strict=True)]
+        again = unfinished(parts, limit, asked)
+        if again:
+            more = [
+                snapshot_call(config, shards[index], limit=limit, now=now, room=room)
+                for index in again
+            ]
+            for index, raw in zip(again, run(client, more), strict=True):
+                parts[index] = parse_snapshot(raw, limit, shards[index])
+        found.append(combine(parts, limit))
+    return written, found
 
 
 def shard_limit(limit: int | None, shards: int) -> int | None:

@@ -5,7 +5,8 @@ kept on the request for the rest of the render.
 
 ``{% whos_online live=True %}`` renders the same markup plus what ``static/whos_online/live.js``
 needs to refresh it: the URL of the widget view, which renders this same tag with the same
-arguments in the page's language, and the interval. The sentence is thus written in one place
+arguments in the page's language, the interval, and the URL of the view that answers every
+widget of a page in one request (``views.widgets``). The sentence is thus written in one place
 (``whos_online/online.html``, with ``_names_html`` below for the list of names), whether on the
 page or in a refresh. Because the live widget's refreshes go to a public URL, it names people only
 to those ``SHOW_NAMES_TO`` allows, from the first render on; others see counts ("2 users and 12
@@ -53,24 +54,36 @@ _unmounted_logged = False
 def _snapshot(context: template.Context, room: str | None = None) -> Snapshot:
     """The snapshot of the site (or of ``room``) for this page, its viewer counted in
     (``whos_online.reading.viewer``): one read however many tags."""
+    return _snapshots(context, [room])[0]
+
+
+def _snapshots(context: template.Context, shown: list[str | None]) -> list[Snapshot]:
+    """``_snapshot`` of each of ``shown`` (None for the site): those the page has not read yet
+    are read together, in one round trip."""
     request = context.get("request")
-    name = "" if room is None else rooms.check_room(room)
+    names = ["" if room is None else rooms.check_room(room) for room in shown]
     config = get_config()
-    found = snapshots.of_request(request, name)
-    if found is None:
-        found = snapshots.read(
+    found = {name: snapshots.of_request(request, name) for name in names}
+    missing = [name for name, kept in found.items() if kept is None]
+    if missing:
+        read = snapshots.read_many(
             config.display_limit,
+            missing,
             max_age=config.snapshot_max_age,
             fresh_after=snapshots.recorded_at(request),
-            room=name,
         )
-        if found is None:
-            # Fail open; not cached, so that the next render can show Redis again once it is
-            # back. Nor is the viewer shown alone, as if nobody else were online.
-            return EMPTY_SNAPSHOT
-        if request is not None:
-            snapshots.keep_on_request(request, found, name)
-    return viewer.with_viewer(found, request, config, name)
+        for name, one in read.items():
+            if one is not None and request is not None:
+                snapshots.keep_on_request(request, one, name)
+            found[name] = one
+    # Redis could not be read: EMPTY_SNAPSHOT, not kept, so that the next render can show Redis
+    # again once it is back. Nor is the viewer shown alone, as if nobody else were online.
+    return [
+        EMPTY_SNAPSHOT
+        if (one := found[name]) is None
+        else viewer.with_viewer(one, request, config, name)
+        for name in names
+    ]
 
 
 def _room_argument(context: template.Context, room: str | None, here: object) -> str | None:
@@ -95,6 +108,7 @@ def whos_online(
     refresh: int | None = None,
     room: str | None = None,
     here: bool = False,
+    site: bool = False,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
@@ -103,29 +117,54 @@ def whos_online(
     refreshes the counts every ``REFRESH_INTERVAL`` seconds, ``refresh=N`` every N seconds.
     ``room=name`` shows who is in that room instead (a room has no peak or visitors of its own),
     and ``here=True`` who is in the room of the page (from ``ROOMS``, ``set_room`` or
-    ``in_room``; the site, for a page in no room).
+    ``in_room``; the site, for a page in no room). ``site=True`` shows the site's list too,
+    below the room's, with the site's peak and visitors: both from one read.
     """
     config = get_config()
     room = _room_argument(context, room, here)
-    found = _snapshot(context, room)
-    if room is not None:
+    # The site's list beside a room's: a tag that shows the site already shows it, once.
+    site = bool(site) and room is not None
+    found, *beside = _snapshots(context, [room, None] if site else [room])
+    if room is not None and not site:
         peak = visitors = False
+    figures = beside[0] if beside else found  # the site's, whose peak and visitors are shown
     wants_live = live or refresh is not None
     shown = (
-        _live(context.get("request"), config, refresh, peak=peak, visitors=visitors, room=room)
+        _live(
+            context.get("request"),
+            config,
+            refresh,
+            peak=peak,
+            visitors=visitors,
+            room=room,
+            site=site,
+        )
         if wants_live
         else None
     )
     # Asked for live, the widget names people only to whom SHOW_NAMES_TO allows, even when it
     # falls back to the static widget: a URLconf slip must not show the names it restricts.
     names = not wants_live or may_see_names(context.get("request"), config)
+    return {
+        **_listing(found, named=names),
+        "site": _listing(beside[0], named=names) if beside else None,
+        "peak": figures.peak if peak else None,
+        "visitors": figures.visitors if visitors else None,
+        "live": shown,
+        "room": room,
+    }
+
+
+def _listing(found: Snapshot, *, named: bool) -> dict[str, Any]:
+    """One list of the widget, "alice, bob, 3 more and 12 guests", as online.html takes it:
+    ``names`` (the HTML the default template shows), ``counts``, ``more``, and for templates
+    that override it ``users`` and ``parts``, built only if a template asks for them."""
     counts = found.counts
-    listed = found.listed if names else []
-    more = found.more if names else 0
-    texts = _count_texts(more, counts, named=names)
-    # For templates that override online.html; the default one shows ``names``, and a list of
-    # DISPLAY_LIMIT users is only built if a template asks for it.
-    users = SimpleLazyObject(lambda: found.users if names else [])
+    listed = found.listed if named else []
+    more = found.more if named else 0
+    texts = _count_texts(more, counts, named=named)
+    # A list of DISPLAY_LIMIT users is only built if a template asks for it.
+    users = SimpleLazyObject(lambda: found.users if named else [])
     parts = SimpleLazyObject(lambda: [(user, "") for user in users] + [(None, t) for t in texts])
     return {
         "users": users,
@@ -133,10 +172,6 @@ def whos_online(
         "counts": counts,
         "parts": parts,
         "names": _names_html(listed, texts),
-        "peak": found.peak if peak else None,
-        "visitors": found.visitors if visitors else None,
-        "live": shown,
-        "room": room,
     }
 
 
@@ -148,6 +183,7 @@ def _live(
     peak: bool,
     visitors: bool,
     room: str | None,
+    site: bool,
 ) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
     if refresh is None:
@@ -173,9 +209,14 @@ def _live(
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
     query = widget_query(
-        request, peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room
+        request, peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room, site=site
     )
-    shown: dict[str, Any] = {"url": f"{url}?{query}", "refresh": refresh}
+    shown: dict[str, Any] = {
+        "url": f"{url}?{query}",
+        "refresh": refresh,
+        # Where live.js refreshes every widget of the page at once (see views.widgets).
+        "widgets": reverse("whos_online:widgets"),
+    }
     if room is not None:
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.

@@ -1,20 +1,29 @@
-/* Refreshes every {% whos_online live=True %} widget on the page from whos_online's widget view.
+/* Refreshes every {% whos_online live=True %} widget on the page from whos_online's widgets view.
  *
- * Progressive enhancement: the server renders the widget complete; every data-whos-online-refresh
- * seconds this script fetches the same widget rendered anew by the server (the site's own
- * whos_online/online.html, in the page's language) and swaps its content in. The answer is parsed
- * as an inert document, so nothing in it runs; only the element carrying data-whos-online-live is
- * taken from it. An answer saying Redis cannot be read (Whos-Online-Ok: 0) or a failed request
- * leaves the widget as it is. Refreshes pause while the tab is hidden. No inline script, so a
- * strict CSP allows it; loading it twice (two widgets) starts each widget once.
+ * Progressive enhancement: the server renders the widgets complete; every few seconds this script
+ * fetches them rendered anew by the server (the site's own whos_online/online.html, in the page's
+ * language) and swaps their content in. The answer is parsed as an inert document, so nothing in
+ * it runs; only the element carrying data-whos-online-live is taken from it. An answer saying
+ * Redis cannot be read (ok: false, or Whos-Online-Ok: 0) or a failed request leaves a widget as
+ * it is. Refreshes pause while the tab is hidden. No inline script, so a strict CSP allows it.
  *
- * A room's widget (data-whos-online-presence) also speaks for its reader: while the tab is
- * visible, every data-whos-online-stay seconds it says they are still on the page (the server's
- * throttle makes most of these free), and as the page is left it says they are gone
- * (navigator.sendBeacon, which outlives the page). A reload or the next page of the same room
- * sends its own word: the leaving beacon is sent after the next page was requested, so that page
- * says "still here" once the beacon has been answered (a note in sessionStorage tells it to),
- * within the few seconds a leaving reader still counts.
+ * One client per page, however many tags it has: each tag renders this script, the browser
+ * loads it once and runs it once per tag; the first run starts the client, and each later one
+ * only hands it the widgets it has not seen yet (window.whosOnlineLive.scan(), which also serves
+ * a part of the page that a script swapped in). Every interval, the client asks the widgets view
+ * (data-whos-online-widgets) for all the page's widgets in ONE request, each by the query string
+ * of its own URL (data-whos-online-live), and is answered each one's HTML, or a 403 for a room
+ * whose token is refused, which renews that widget alone. The interval is the shortest
+ * data-whos-online-refresh of the page's widgets. A widget of a template written before that
+ * view (no data-whos-online-widgets) is refreshed on its own from its URL, as it used to be.
+ *
+ * A room's widget (data-whos-online-presence) also speaks for its reader, once per room however
+ * many widgets show it: while the tab is visible, every data-whos-online-stay seconds it says
+ * they are still on the page (the server's throttle makes most of these free), and as the page is
+ * left it says they are gone (navigator.sendBeacon, which outlives the page). A reload or the
+ * next page of the same room sends its own word: the leaving beacon is sent after the next page
+ * was requested, so that page says "still here" once the beacon has been answered (a note in
+ * sessionStorage tells it to), within the few seconds a leaving reader still counts.
  *
  * A room's URLs carry a token that runs out: before it does (data-whos-online-renew), or when the
  * server refuses it, the page is fetched again in the background for fresh ones (see renew).
@@ -22,26 +31,38 @@
 (function () {
   "use strict";
 
-  var STARTED = "data-whos-online-started";
+  if (window.whosOnlineLive) {
+    window.whosOnlineLive.scan(); // another tag's copy: the page's client is running already
+    return;
+  }
 
-  function swap(widget, html) {
-    var fresh = new DOMParser()
-      .parseFromString(html, "text/html")
-      .querySelector("[data-whos-online-live]");
+  var STARTED = "data-whos-online-started";
+  var LIVE = "data-whos-online-live";
+  var WIDGETS = "data-whos-online-widgets";
+  var PRESENCE = "data-whos-online-presence";
+  var RENEW = "data-whos-online-renew";
+  var MAX_WIDGETS = 32; // the most one request of the widgets view answers (views.MAX_WIDGETS)
+
+  var widgets = []; // the page's widgets: {element, renewAt, stopped}
+  var timer = null;
+  var busy = false; // a refresh, or the renewal before it, is under way
+
+  function swap(element, html) {
+    var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[" + LIVE + "]");
     if (!fresh) {
       return; // not a widget (a login page, say): keep what is shown
     }
-    Array.prototype.slice.call(widget.attributes).forEach(function (attribute) {
+    Array.prototype.slice.call(element.attributes).forEach(function (attribute) {
       if (attribute.name !== STARTED && !fresh.hasAttribute(attribute.name)) {
-        widget.removeAttribute(attribute.name);
+        element.removeAttribute(attribute.name);
       }
     });
     Array.prototype.forEach.call(fresh.attributes, function (attribute) {
-      widget.setAttribute(attribute.name, attribute.value);
+      element.setAttribute(attribute.name, attribute.value);
     });
     // Unchanged content stays as it is: a selection or a hovered link is not lost every refresh.
-    if (fresh.innerHTML !== widget.innerHTML) {
-      widget.replaceChildren.apply(widget, Array.prototype.slice.call(fresh.childNodes));
+    if (fresh.innerHTML !== element.innerHTML) {
+      element.replaceChildren.apply(element, Array.prototype.slice.call(fresh.childNodes));
     }
   }
 
@@ -51,13 +72,20 @@
     return parsed.toString();
   }
 
+  // When a widget's room token should be renewed, by this page's clock: the server says how many
+  // seconds from its answer (data-whos-online-renew), well before the token runs out.
+  function renewalDue(element) {
+    var seconds = element.getAttribute(RENEW);
+    return seconds === null ? Infinity : Date.now() + Number(seconds) * 1000;
+  }
+
   // A room's URLs carry a token that runs out (ROOM_TOKEN_MAX_AGE): once the server refuses it,
-  // the page is fetched again in the background (a request that moves nobody), and the fresh
-  // URLs of the same widget are taken from it. The page's own view decides, as it did the first
-  // time, whether its reader may still see the room. Calls back with whether it worked.
-  function renew(widget, done) {
-    var current = widget.getAttribute("data-whos-online-live");
-    fetch(window.location.href, {
+  // or shortly before it runs out, the page is fetched again in the background (a request that
+  // moves nobody), once for all the widgets in need, and each takes the fresh URLs of the same
+  // widget from it. The page's own view decides, as it did the first time, whether its reader
+  // may still see the room. Resolves to the widgets renewed.
+  function renew(list) {
+    return fetch(window.location.href, {
       credentials: "same-origin",
       headers: { Accept: "text/html", "X-Requested-With": "XMLHttpRequest" },
     })
@@ -66,102 +94,209 @@
       })
       .then(function (html) {
         var page = new DOMParser().parseFromString(html, "text/html");
-        var fresh = Array.prototype.filter.call(
-          page.querySelectorAll("[data-whos-online-live]"),
-          function (candidate) {
-            var url = candidate.getAttribute("data-whos-online-live");
-            return withoutToken(url) === withoutToken(current);
+        var candidates = Array.prototype.slice.call(page.querySelectorAll("[" + LIVE + "]"));
+        return list.filter(function (widget) {
+          var current = withoutToken(widget.element.getAttribute(LIVE));
+          var fresh = candidates.filter(function (candidate) {
+            return withoutToken(candidate.getAttribute(LIVE)) === current;
+          })[0];
+          if (!fresh) {
+            return false;
           }
-        )[0];
-        if (!fresh) {
-          done(false);
-          return;
-        }
-        ["data-whos-online-live", "data-whos-online-presence", "data-whos-online-renew"].forEach(function (name) {
-          if (fresh.hasAttribute(name)) {
-            widget.setAttribute(name, fresh.getAttribute(name));
-          }
+          [LIVE, PRESENCE, RENEW].forEach(function (name) {
+            if (fresh.hasAttribute(name)) {
+              widget.element.setAttribute(name, fresh.getAttribute(name));
+            }
+          });
+          widget.renewAt = renewalDue(widget.element);
+          return true;
         });
-        done(true);
       })
       .catch(function () {
-        done(false);
+        return [];
       });
   }
 
-  function start(widget) {
-    if (widget.hasAttribute(STARTED)) {
-      return;
-    }
-    widget.setAttribute(STARTED, "");
-    var every = Math.max(Number(widget.getAttribute("data-whos-online-refresh")) || 30, 1) * 1000;
-    var timer = null;
-    var stopped = false;
-    var renewAt = renewalDue();
-
-    // When the room's token should be renewed, by this page's clock: the server says how many
-    // seconds from its answer (data-whos-online-renew), well before the token runs out.
-    function renewalDue() {
-      var seconds = widget.getAttribute("data-whos-online-renew");
-      return seconds === null ? Infinity : Date.now() + Number(seconds) * 1000;
-    }
-
-    function schedule() {
-      window.clearTimeout(timer);
-      timer = document.hidden || stopped ? null : window.setTimeout(refresh, every);
-    }
-
-    function renewThenRefresh() {
-      renew(widget, function (worked) {
-        if (worked) {
-          renewAt = renewalDue();
-          refresh(true);
-        } else {
-          stopped = true; // the page no longer shows this room to its reader
-        }
-      });
-    }
-
-    function refresh(renewed) {
-      if (!renewed && Date.now() >= renewAt) {
-        renewThenRefresh();
-        return;
-      }
-      var url = widget.getAttribute("data-whos-online-live");
-      fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
-        .then(function (response) {
-          if (response.status === 403 && !renewed) {
-            return "renew"; // another session (a login elsewhere), or a token run out
-          }
-          var read = response.ok && response.headers.get("Whos-Online-Ok") !== "0";
-          return read ? response.text() : null;
-        })
-        .then(function (html) {
-          if (html === "renew") {
-            renewThenRefresh();
-            return;
-          }
-          if (html !== null) {
-            swap(widget, html);
-            renewAt = renewalDue();
-          }
-          schedule();
-        })
-        .catch(function () {
-          // Offline or a network error: keep showing the last counts.
-          schedule();
-        });
-    }
-
-    document.addEventListener("visibilitychange", function () {
-      if (!document.hidden && timer === null && !stopped) {
-        refresh();
+  // The page no longer shows these widgets' rooms to its reader: they are left as they are.
+  function stopAllBut(list, renewed) {
+    list.forEach(function (widget) {
+      if (renewed.indexOf(widget) < 0) {
+        widget.stopped = true;
       }
     });
-    schedule();
   }
 
-  var PRESENT = {}; // presence URLs already spoken for, so that two widgets send one word
+  function queryOf(widget) {
+    return new URL(widget.element.getAttribute(LIVE), window.location.href).search.slice(1);
+  }
+
+  // Each widget's answer, in the order of ``list`` (null for none): {status, ok, html}. The
+  // widgets that name the widgets view are asked for in one request (several only past
+  // MAX_WIDGETS different widgets), each different widget once.
+  function ask(list) {
+    var answers = list.map(function () {
+      return null;
+    });
+    var groups = {}; // the widgets view's URL -> {queries: [...], positions: {query: [...]}}
+    var requests = [];
+    list.forEach(function (widget, position) {
+      var endpoint = widget.element.getAttribute(WIDGETS);
+      if (!endpoint) {
+        requests.push(askAlone(widget, position, answers));
+        return;
+      }
+      var group = groups[endpoint] || (groups[endpoint] = { queries: [], positions: {} });
+      var query = queryOf(widget);
+      if (!group.positions[query]) {
+        group.positions[query] = [];
+        group.queries.push(query);
+      }
+      group.positions[query].push(position);
+    });
+    Object.keys(groups).forEach(function (endpoint) {
+      var group = groups[endpoint];
+      for (var start = 0; start < group.queries.length; start += MAX_WIDGETS) {
+        requests.push(askTogether(endpoint, group, group.queries.slice(start, start + MAX_WIDGETS), answers));
+      }
+    });
+    return Promise.all(requests).then(function () {
+      return answers;
+    });
+  }
+
+  function askTogether(endpoint, group, queries, answers) {
+    var url =
+      endpoint +
+      "?" +
+      queries
+        .map(function (query) {
+          return "widget=" + encodeURIComponent(query);
+        })
+        .join("&");
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        return response.ok ? response.json() : null;
+      })
+      .then(function (body) {
+        var found = (body && body.widgets) || [];
+        queries.forEach(function (query, index) {
+          group.positions[query].forEach(function (position) {
+            answers[position] = found[index] || null;
+          });
+        });
+      })
+      .catch(function () {
+        // Offline, a network error, or not the view's answer: keep showing the last counts.
+      });
+  }
+
+  function askAlone(widget, position, answers) {
+    return fetch(widget.element.getAttribute(LIVE), {
+      credentials: "same-origin",
+      headers: { Accept: "text/html" },
+    })
+      .then(function (response) {
+        var answer = {
+          status: response.status,
+          ok: response.ok && response.headers.get("Whos-Online-Ok") !== "0",
+        };
+        answers[position] = answer;
+        return answer.ok
+          ? response.text().then(function (html) {
+              answer.html = html;
+            })
+          : null;
+      })
+      .catch(function () {
+        answers[position] = null;
+      });
+  }
+
+  // Asks for ``list`` and swaps each answer in; a widget whose token was refused (another
+  // session, after a login elsewhere; or a token run out) is renewed and asked for again at
+  // once, unless it was just renewed.
+  function refresh(list, renewed) {
+    if (!list.length) {
+      return Promise.resolve();
+    }
+    return ask(list).then(function (answers) {
+      var refused = [];
+      list.forEach(function (widget, position) {
+        var answer = answers[position];
+        if (!answer) {
+          return;
+        }
+        if (answer.status === 403 && !renewed) {
+          refused.push(widget);
+        } else if (answer.status === 200 && answer.ok && typeof answer.html === "string") {
+          swap(widget.element, answer.html);
+          widget.renewAt = renewalDue(widget.element);
+        }
+      });
+      if (!refused.length) {
+        return null;
+      }
+      return renew(refused).then(function (fresh) {
+        stopAllBut(refused, fresh);
+        return refresh(fresh, true);
+      });
+    });
+  }
+
+  function shown() {
+    return widgets.filter(function (widget) {
+      return !widget.stopped && widget.element.isConnected;
+    });
+  }
+
+  // The shortest interval of the page's widgets, in milliseconds (Infinity for none).
+  function interval() {
+    return shown().reduce(function (shortest, widget) {
+      var seconds = Math.max(Number(widget.element.getAttribute("data-whos-online-refresh")) || 30, 1);
+      return Math.min(shortest, seconds * 1000);
+    }, Infinity);
+  }
+
+  function schedule() {
+    window.clearTimeout(timer);
+    timer = null;
+    var every = interval();
+    if (!document.hidden && every !== Infinity) {
+      timer = window.setTimeout(tick, every);
+    }
+  }
+
+  function tick() {
+    timer = null;
+    busy = true;
+    var due = shown().filter(function (widget) {
+      return Date.now() >= widget.renewAt;
+    });
+    var renewal = due.length
+      ? renew(due).then(function (renewed) {
+          stopAllBut(due, renewed);
+        })
+      : Promise.resolve();
+    renewal
+      .then(function () {
+        return refresh(shown(), false);
+      })
+      .catch(function () {
+        // as in ask: keep showing the last counts
+      })
+      .then(function () {
+        busy = false;
+        schedule();
+      });
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && timer === null && !busy) {
+      tick();
+    }
+  });
+
+  var ROOMS = {}; // a room's presence URL, without its token -> the widgets that show the room
   var LEFT = "whos-online-left";
 
   function leftJustNow(url) {
@@ -182,18 +317,24 @@
     }
   }
 
+  // One word per room however many of the page's widgets show it: the first widget of a room
+  // sets its timer and its leaving beacon, the others only join its list.
   function speakFor(widget) {
-    var first = widget.getAttribute("data-whos-online-presence");
-    if (!first || PRESENT[withoutToken(first)]) {
+    var first = widget.element.getAttribute(PRESENCE);
+    if (!first) {
       return;
     }
     var key = withoutToken(first);
-    PRESENT[key] = true;
-    var every = Math.max(Number(widget.getAttribute("data-whos-online-stay")) || 60, 5) * 1000;
+    if (ROOMS[key]) {
+      ROOMS[key].push(widget);
+      return;
+    }
+    var speakers = (ROOMS[key] = [widget]);
+    var every = Math.max(Number(widget.element.getAttribute("data-whos-online-stay")) || 60, 5) * 1000;
 
     function url() {
       // The widget's own, renewed with its token (see renew).
-      return widget.getAttribute("data-whos-online-presence") || first;
+      return widget.element.getAttribute(PRESENCE) || first;
     }
 
     function stay() {
@@ -201,8 +342,8 @@
         fetch(url(), { method: "POST", credentials: "same-origin" })
           .then(function (response) {
             if (response.status === 403) {
-              renew(widget, function (worked) {
-                if (worked) {
+              renew(speakers).then(function (renewed) {
+                if (renewed.length) {
                   fetch(url(), { method: "POST", credentials: "same-origin" }).catch(function () {});
                 }
               });
@@ -233,8 +374,25 @@
     }
   }
 
-  Array.prototype.forEach.call(document.querySelectorAll("[data-whos-online-live]"), function (widget) {
-    start(widget);
-    speakFor(widget);
-  });
+  // Takes in the widgets of the page not seen yet; a shorter interval than the page had so far
+  // takes effect at once.
+  function scan() {
+    var added = false;
+    Array.prototype.forEach.call(document.querySelectorAll("[" + LIVE + "]"), function (element) {
+      if (element.hasAttribute(STARTED)) {
+        return;
+      }
+      element.setAttribute(STARTED, "");
+      var widget = { element: element, renewAt: renewalDue(element), stopped: false };
+      widgets.push(widget);
+      speakFor(widget);
+      added = true;
+    });
+    if (added && !busy) {
+      schedule();
+    }
+  }
+
+  window.whosOnlineLive = { scan: scan };
+  scan();
 })();
