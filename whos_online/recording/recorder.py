@@ -136,9 +136,7 @@ def _recorded(
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
-        cookie is None
-        or epochs.epochs.gone(cookie.epoch, config)
-        or cookie.room != found.room_tag
+        cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
     )
     return Recorded(
         ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)
