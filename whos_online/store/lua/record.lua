@@ -13,7 +13,11 @@
   A user's visit from before their logout or erasure (``gone_prefix``) is not recorded
   at all: it cannot bring back someone who left, or a name that was erased. What the visits add
   to a HyperLogLog, and to the index of rooms (each room's latest visit), is written once per
-  call, after them: a command per batch rather than per visit.
+  call, after them: a command per batch rather than per visit. So are the reads and the
+  online-set writes of the visits of people the call names once (as an entry's member or former
+  identity): their scores, gone marks and rooms are read first, set-at-a-time (ZMSCORE, MGET,
+  HMGET), and their new scores written in one ZADD per set after the loop; nothing in between
+  reads what those write. People named more than once are read and written at their turn.
 
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
   identity of a visit recorded in another shard, or a user logging out), unless it was seen
@@ -235,6 +239,7 @@ for n = 0, count - 1 do
   end
 end
 local ahead = {} -- by entry index: true when its visit reads what was read first
+local deferred = {users = {}, hidden = {}, guests = {}, bots = {}} -- their ZADDs, by set
 local scores = {users = {}, hidden = {}, guests = {}, bots = {}}
 local gone_marks, places = {}, {}
 do
@@ -320,13 +325,9 @@ local function visit(i)
   if read_first then
     -- (Read before the hidden set could be made by this call: nobody else's visit puts them
     -- there.)
-    local read = other and scores.users or scores[kind]
-    before = read[member]
+    before = scores[kind][member]
     if other then
-      in_other = scores.hidden[member]
-      if kind == 'hidden' then
-        before, in_other = in_other, before
-      end
+      in_other = scores[other][member]
     end
   else
     before = rcall('ZSCORE', set, member)
@@ -334,6 +335,7 @@ local function visit(i)
       in_other = rcall('ZSCORE', sets[other], member)
     end
   end
+  local own = before
   -- A user is in one of the two user sets at most; a visit older than either's score is stale.
   if in_other and (not before or tonumber(in_other) > tonumber(before)) then
     before = in_other
@@ -341,7 +343,17 @@ local function visit(i)
   if before and tonumber(before) > when then
     return 0 -- a newer visit of theirs is recorded already
   end
-  local added = rcall('ZADD', set, score, member)
+  local added
+  if read_first then
+    -- Written with the others of its set after the loop, in one ZADD: nothing before then reads
+    -- this person's score (they are named once), and the counts are sampled after it.
+    local pending = deferred[kind]
+    pending[#pending + 1] = score
+    pending[#pending + 1] = member
+    added = own and 0 or 1
+  else
+    added = rcall('ZADD', set, score, member)
+  end
   if kind == 'hidden' then
     hidden_exists = true
   end
@@ -432,6 +444,12 @@ for n = 0, count - 1 do
   end
   arrived[n + 1] = new
   arrivals = arrivals + new
+end
+
+for kind, pending in pairs(deferred) do
+  if #pending > 0 then
+    rcall('ZADD', sets[kind], unpack(pending))
+  end
 end
 
 -- At most MAX_ENTRIES_PER_CALL of each, well within what unpack takes.
