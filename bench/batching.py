@@ -45,6 +45,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from unittest import mock
 
@@ -181,6 +182,8 @@ class Batches:
     rooms: dict[str, list[capacity.Pair]] = field(default_factory=dict)
     naive: list[capacity.Pair] = field(default_factory=list)
     read: list[capacity.Pair] = field(default_factory=list)
+    #: Calls of ``TARGET_BATCH`` made with another checkout's record script (``--against``).
+    against: list[capacity.Pair] = field(default_factory=list)
     #: The floor's scripts (``FLOOR_SCRIPTS``), per visit.
     floor: dict[str, list[capacity.Pair]] = field(default_factory=dict)
     #: The commands the script ran in the calls of ``TARGET_BATCH``, by repetition: per visit,
@@ -205,9 +208,11 @@ def measure_batches(
     *,
     repeats: int,
     reads: int,
+    against: str | None = None,
 ) -> Batches:
     """Every size of call, the rooms' visits apart, the naive ZADD and the snapshot read,
-    ``repeats`` times, each repetition in another order."""
+    ``repeats`` times, each repetition in another order; with ``against`` (the source of
+    another version's record script), calls of ``TARGET_BATCH`` with that script too."""
     found = Batches(
         sizes={size: [] for size in BATCHES}, rooms={name: [] for name, _ in ROOM_KINDS}
     )
@@ -255,6 +260,17 @@ def measure_batches(
         alike = [person for person in who if person.rooms == name]
         phases.append(into(found.rooms[name], functools.partial(in_batches, alike, TARGET_BATCH)))
     phases += [into(found.naive, zadds), into(found.read, snapshots), floors]
+    if against is not None:
+        other = against
+
+        def with_other_script() -> capacity.Pair:
+            from whos_online.store import lua
+
+            # What store.record sends, for this phase only.
+            with mock.patch.object(lua, "RECORD", other):
+                return in_batches(list(who), TARGET_BATCH)
+
+        phases.append(into(found.against, with_other_script))
     for repeat in range(repeats):
         progress(f"batches, repetition {repeat + 1} of {repeats}…")
         for phase in stats.rotated(phases, repeat):
@@ -429,7 +445,14 @@ def measure_flushes(
 
 
 def measure(
-    *, people: int, visits: int, reads: int, repeats: int, flush_repeats: int, seconds: float
+    *,
+    people: int,
+    visits: int,
+    reads: int,
+    repeats: int,
+    flush_repeats: int,
+    seconds: float,
+    against: Path | None = None,
 ) -> Section:
     """Fill a fresh redis-server, then measure the batches and the flushes on it."""
     from django.test import override_settings
@@ -453,7 +476,14 @@ def measure(
         progress(f"recording each of {stats.number(visits)} people once, into their rooms…")
         capacity.warm_up(client, config, who)
         capacity.read(client, config)
-        batches = measure_batches(node, client, admin, config, who, repeats=repeats, reads=reads)
+        other = None
+        if against is not None:
+            from whos_online.store import lua
+
+            other = lua.load("record", against / "whos_online" / "store" / "lua")
+        batches = measure_batches(
+            node, client, admin, config, who, repeats=repeats, reads=reads, against=other
+        )
         cells, idle = measure_flushes(node, server.url, who, repeats=flush_repeats, seconds=seconds)
         version = str(admin.info("server")["redis_version"])
     return report(
@@ -512,6 +542,13 @@ def batch_table(batches: Batches) -> str:
         ]
 
     rows = [row(f"{size} per call", pairs) for size, pairs in batches.sizes.items()]
+    if batches.against:
+        rows.append(
+            row(
+                f"{TARGET_BATCH} per call, the record script of the `--against` checkout",
+                batches.against,
+            )
+        )
     rows += [
         row(f"{TARGET_BATCH} per call, visits {label} only", batches.rooms[name])
         for name, label in ROOM_KINDS
@@ -696,6 +733,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=float, default=2.0, help="seconds of a flush cell at the least"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also send the calls of 20 with this other checkout's record script (it must take "
+        "the same arguments), interleaved, to compare two versions of the script",
+    )
     options = parser.parse_args(argv)
     if options.visits % 100 or options.people < 20 * options.visits:
         parser.error("--visits must be a multiple of 100, and --people 20 times as many")
@@ -710,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats=options.repeats,
         flush_repeats=options.flush_repeats,
         seconds=options.seconds,
+        against=options.against,
     )
     print(section.markdown() + "\n")
     print(targets_table(section.targets))
