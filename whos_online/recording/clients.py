@@ -202,9 +202,9 @@ def guest_network(ip: str, prefix: int) -> str:
         return ip
     value = _ipv6_value(ip)
     if value is not None and prefix > 0:
-        network = value >> (128 - prefix) << (128 - prefix)
-        if network >> 80:
-            return f"{_ipv6_text(network)}/{prefix}"
+        first = value >> (128 - prefix) << (128 - prefix)
+        if first >> 80:
+            return f"{_ipv6_text(first)}/{prefix}"
     try:
         network = ipaddress.IPv6Network((ip, prefix), strict=False)
     except ValueError:
