@@ -217,8 +217,16 @@ class Worker:
         """Give each fixed client the throttle cookie a browser would hold: recorded, written,
         and renewed once the process knows its shard's epoch; until a pass hands out none."""
         from whos_online import flush
+        from whos_online.recording import throttle
 
         handler = self.handlers["whos_online"]
+        # Written afresh, for cookies that run THROTTLE from now: neither an old cookie nor the
+        # process's memory of recent visitors (which hands out a cookie running from the visit
+        # it remembers) spares the first pass.
+        for clients in self.fixed.values():
+            for client in clients:
+                client.throttle = ""
+        throttle.recent.clear()
         for _pass in range(4):
             handed_out = 0
             for clients in self.fixed.values():
