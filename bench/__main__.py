@@ -31,6 +31,7 @@ PARTS: Final = (
     "throughput",
     "redis-work",
     "request-cost",
+    "process-cpu",
     "tags",
     "cleanup",
     "room-flood",
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="CHECKOUT",
         help="also serve the whos_online variants from this other checkout of the project, "
-        "interleaved, and compare (e.g. a `git worktree` of the commit before a change)",
+        "interleaved, and compare (e.g. a `git worktree` of the commit before a change): the "
+        "throughput and process-cpu parts",
     )
     parser.add_argument(
         "--asgi",
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         batching,
         cleanup,
         memory,
+        process_cpu,
         redis_work,
         request_cost,
         room_flood,
@@ -153,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "batching": batching.run,
             "redis-work": redis_work.run,
             "request-cost": request_cost.run,
+            "process-cpu": lambda: process_cpu.run(options.against),
             "tags": tags.run,
             "cleanup": cleanup.run,
             "room-flood": room_flood.run,

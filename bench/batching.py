@@ -45,6 +45,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from unittest import mock
 
@@ -90,6 +91,71 @@ def people_to_visit(config: Config, people: int, count: int, seed: int) -> list[
     return capacity.people_of(config, numbers)
 
 
+#: The floor of a recorded visit: what no visit can do without (its score read and written in
+#: the online set of its kind) and its share of one PFADD per call, in one script per call of
+#: ``TARGET_BATCH`` visits; once a command per visit, once set-at-a-time. KEYS: the users set, the
+#: guests set and a HyperLogLog; ARGV: (set index, score, member) per visit.
+FLOOR_SCRIPTS: Final = {
+    "a command per visit": """
+local visitors = {}
+for i = 1, #ARGV, 3 do
+  local set, member = KEYS[tonumber(ARGV[i])], ARGV[i + 2]
+  redis.call('ZSCORE', set, member)
+  redis.call('ZADD', set, ARGV[i + 1], member)
+  visitors[#visitors + 1] = member
+end
+redis.call('PFADD', KEYS[3], unpack(visitors))
+return 0
+""",
+    "set-at-a-time": """
+local members, scored, visitors = {{}, {}}, {{}, {}}, {}
+for i = 1, #ARGV, 3 do
+  local set = tonumber(ARGV[i])
+  local these, pairs_of = members[set], scored[set]
+  these[#these + 1] = ARGV[i + 2]
+  pairs_of[#pairs_of + 1] = ARGV[i + 1]
+  pairs_of[#pairs_of + 1] = ARGV[i + 2]
+  visitors[#visitors + 1] = ARGV[i + 2]
+end
+for set = 1, 2 do
+  if #members[set] > 0 then
+    redis.call('ZMSCORE', KEYS[set], unpack(members[set]))
+    redis.call('ZADD', KEYS[set], 'GT', unpack(scored[set]))
+  end
+end
+redis.call('PFADD', KEYS[3], unpack(visitors))
+return 0
+""",
+}
+
+
+def floor(
+    node: capacity.Watched, admin: redis.Redis, config: Config, who: Sequence[capacity.Person]
+) -> dict[str, capacity.Pair]:
+    """Per visit, (Lua µs, process CPU µs) of each of ``FLOOR_SCRIPTS`` in calls of
+    ``TARGET_BATCH`` visits of ``who`` (the one Redis's own sets)."""
+    from whos_online import store
+    from whos_online.backend import keyspace
+
+    shard = keyspace.layout(config)[0]
+    keys = [shard.key("users"), shard.key("guests"), shard.key("visitors:floor")]
+    found = {}
+    for name, source in FLOOR_SCRIPTS.items():
+        sha = admin.script_load(source)
+        calls = len(who) // TARGET_BATCH
+
+        def call(index: int, sha: str = sha) -> None:
+            now = time.time()
+            args: list[str | int] = []
+            for person in who[index * TARGET_BATCH : (index + 1) * TARGET_BATCH]:
+                args += [1 if person.user else 2, store.keys.score(now), person.member]
+            admin.evalsha(sha, len(keys), *keys, *args)
+
+        usage = capacity.measure([node], call, calls)
+        found[name] = capacity.per_visit(usage, calls * TARGET_BATCH)
+    return found
+
+
 def naive(
     client: redis.Redis, config: Config, who: Sequence[capacity.Person]
 ) -> Callable[[int], None]:
@@ -116,6 +182,10 @@ class Batches:
     rooms: dict[str, list[capacity.Pair]] = field(default_factory=dict)
     naive: list[capacity.Pair] = field(default_factory=list)
     read: list[capacity.Pair] = field(default_factory=list)
+    #: Calls of ``TARGET_BATCH`` made with another checkout's record script (``--against``).
+    against: list[capacity.Pair] = field(default_factory=list)
+    #: The floor's scripts (``FLOOR_SCRIPTS``), per visit.
+    floor: dict[str, list[capacity.Pair]] = field(default_factory=dict)
     #: The commands the script ran in the calls of ``TARGET_BATCH``, by repetition: per visit,
     #: (calls, µs), from ``INFO commandstats``.
     commands: defaultdict[str, list[tuple[float, float]]] = field(
@@ -138,9 +208,11 @@ def measure_batches(
     *,
     repeats: int,
     reads: int,
+    against: str | None = None,
 ) -> Batches:
     """Every size of call, the rooms' visits apart, the naive ZADD and the snapshot read,
-    ``repeats`` times, each repetition in another order."""
+    ``repeats`` times, each repetition in another order; with ``against`` (the source of
+    another version's record script), calls of ``TARGET_BATCH`` with that script too."""
     found = Batches(
         sizes={size: [] for size in BATCHES}, rooms={name: [] for name, _ in ROOM_KINDS}
     )
@@ -174,17 +246,35 @@ def measure_batches(
         usage = capacity.measure([node], lambda _: capacity.read(client, config), reads)
         return capacity.per_call(usage, reads, 1)
 
-    phases: list[tuple[list[capacity.Pair], Callable[[], capacity.Pair]]] = [
-        (found.sizes[size], functools.partial(in_batches, who, size)) for size in BATCHES
-    ]
+    def floors() -> None:
+        for name, pair in floor(node, admin, config, who).items():
+            found.floor.setdefault(name, []).append(pair)
+
+    def into(
+        results: list[capacity.Pair], phase: Callable[[], capacity.Pair]
+    ) -> Callable[[], None]:
+        return lambda: results.append(phase())
+
+    phases = [into(found.sizes[size], functools.partial(in_batches, who, size)) for size in BATCHES]
     for name, _ in ROOM_KINDS:
         alike = [person for person in who if person.rooms == name]
-        phases.append((found.rooms[name], functools.partial(in_batches, alike, TARGET_BATCH)))
-    phases += [(found.naive, zadds), (found.read, snapshots)]
+        phases.append(into(found.rooms[name], functools.partial(in_batches, alike, TARGET_BATCH)))
+    phases += [into(found.naive, zadds), into(found.read, snapshots), floors]
+    if against is not None:
+        other = against
+
+        def with_other_script() -> capacity.Pair:
+            from whos_online.store import lua
+
+            # What store.record sends, for this phase only.
+            with mock.patch.object(lua, "RECORD", other):
+                return in_batches(list(who), TARGET_BATCH)
+
+        phases.append(into(found.against, with_other_script))
     for repeat in range(repeats):
         progress(f"batches, repetition {repeat + 1} of {repeats}…")
-        for results, phase in stats.rotated(phases, repeat):
-            results.append(phase())
+        for phase in stats.rotated(phases, repeat):
+            phase()
     return found
 
 
@@ -355,7 +445,14 @@ def measure_flushes(
 
 
 def measure(
-    *, people: int, visits: int, reads: int, repeats: int, flush_repeats: int, seconds: float
+    *,
+    people: int,
+    visits: int,
+    reads: int,
+    repeats: int,
+    flush_repeats: int,
+    seconds: float,
+    against: Path | None = None,
 ) -> Section:
     """Fill a fresh redis-server, then measure the batches and the flushes on it."""
     from django.test import override_settings
@@ -379,7 +476,14 @@ def measure(
         progress(f"recording each of {stats.number(visits)} people once, into their rooms…")
         capacity.warm_up(client, config, who)
         capacity.read(client, config)
-        batches = measure_batches(node, client, admin, config, who, repeats=repeats, reads=reads)
+        other = None
+        if against is not None:
+            from whos_online.store import lua
+
+            other = lua.load("record", against / "whos_online" / "store" / "lua")
+        batches = measure_batches(
+            node, client, admin, config, who, repeats=repeats, reads=reads, against=other
+        )
         cells, idle = measure_flushes(node, server.url, who, repeats=flush_repeats, seconds=seconds)
         version = str(admin.info("server")["redis_version"])
     return report(
@@ -438,11 +542,27 @@ def batch_table(batches: Batches) -> str:
         ]
 
     rows = [row(f"{size} per call", pairs) for size, pairs in batches.sizes.items()]
+    if batches.against:
+        rows.append(
+            row(
+                f"{TARGET_BATCH} per call, the record script of the `--against` checkout",
+                batches.against,
+            )
+        )
     rows += [
         row(f"{TARGET_BATCH} per call, visits {label} only", batches.rooms[name])
         for name, label in ROOM_KINDS
     ]
     rows += [
+        *(
+            row(
+                f"the floor, {TARGET_BATCH} per call: ZSCORE and ZADD per visit and one PFADD "
+                f"per call ({name})",
+                pairs,
+                False,
+            )
+            for name, pairs in batches.floor.items()
+        ),
         row("one plain ZADD per call (the naive middleware's write)", batches.naive, False),
         row(f"snapshot read of {capacity.NAMES} names (per read)", batches.read, False),
     ]
@@ -525,7 +645,14 @@ def targets(batches: Batches) -> list[Target]:
         Target(
             f"Redis process CPU per recorded visit at batches of ≥ {TARGET_BATCH}: "
             f"≤ {TARGET_US:g} µs",
-            "; ".join(f"{n} per call: {cpu[n].show(capacity.us1)} µs" for n in sizes),
+            "; ".join(f"{n} per call: {cpu[n].show(capacity.us1)} µs" for n in sizes)
+            + "; the floor at "
+            + str(TARGET_BATCH)
+            + " per call: "
+            + ", ".join(
+                f"{capacity.both(pairs, 1).show(capacity.us1)} µs ({name})"
+                for name, pairs in batches.floor.items()
+            ),
             all(spread.median <= TARGET_US for spread in cpu.values()),
         ),
         Target(
@@ -606,6 +733,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seconds", type=float, default=2.0, help="seconds of a flush cell at the least"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also send the calls of 20 with this other checkout's record script (it must take "
+        "the same arguments), interleaved, to compare two versions of the script",
+    )
     options = parser.parse_args(argv)
     if options.visits % 100 or options.people < 20 * options.visits:
         parser.error("--visits must be a multiple of 100, and --people 20 times as many")
@@ -620,6 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats=options.repeats,
         flush_repeats=options.flush_repeats,
         seconds=options.seconds,
+        against=options.against,
     )
     print(section.markdown() + "\n")
     print(targets_table(section.targets))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
+from django.utils.http import http_date
 
 from whos_online.config.settings import Config, get_config
 from whos_online.recording import pageviews, recorder, rooms, throttle, visits
@@ -174,10 +175,26 @@ def hand_out_cookie(
             epoch=recorded.epoch,
         ),
         max_age=config.window,
+        expires=_expires(config.window),
         httponly=True,
         samesite="Lax",
         secure=request.is_secure(),
     )
+
+
+#: The ``Expires`` of a cookie handed out this second, by max-age: (second, max-age, text).
+_expiry_text: tuple[int, int, str] = (0, 0, "")
+
+
+def _expires(max_age: int) -> str:
+    """What Django's ``set_cookie(max_age=…)`` writes as the cookie's ``Expires``, worked out
+    once a second rather than formatted anew for every cookie handed out."""
+    global _expiry_text  # noqa: PLW0603 (one tuple, swapped whole: safe across threads)
+    second = int(time.time())
+    cached = _expiry_text
+    if cached[0] != second or cached[1] != max_age:
+        cached = _expiry_text = (second, max_age, http_date(second + max_age))
+    return cached[2]
 
 
 def _binding_before_view(request: HttpRequest, state: RequestState, config: Config) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.test import RequestFactory
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -454,3 +454,20 @@ def test_one_pseudonym_per_ipv6_network(settings):
     now = 1_800_000_000.0
     assert guest_id("2001:db8::1", config, now) == guest_id("2001:db8::ffff:1", config, now)
     assert guest_id("2001:db8::1", config, now) != guest_id("2001:db8:0:1::1", config, now)
+
+
+@properties
+@given(st.ip_addresses(v=6), st.integers(min_value=0, max_value=128))
+def test_guest_network_is_what_ipaddress_makes_of_it(address, prefix):
+    # The common forms are read without ipaddress (clients._ipv6_value): the same text.
+    canonical = normalize_ip(str(address))
+    assume(canonical is not None and ":" in canonical)
+    expected = (
+        canonical
+        if prefix == 128
+        else str(ipaddress.IPv6Network((canonical, prefix), strict=False))
+    )
+    assert guest_network(canonical, prefix) == expected
+    assert guest_network(address.exploded.upper(), prefix) == (
+        expected if prefix < 128 else address.exploded.upper()
+    )

@@ -8,6 +8,7 @@ the page hits and the layout the process registers: never a call of its own.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +34,19 @@ def entries(config: Config, item: Item) -> list[Entry]:
     if isinstance(item, Visit):
         return entries_of(config, item)
     return [leave_room_entry(config, item.kind, item.member, item.room, at=item.at)]
+
+
+def _tags(made: list[Entry]) -> frozenset[str]:
+    """The tags of the shards ``made`` go to: one set per shard for an item of one entry, as
+    most are, rather than a new one per item."""
+    if len(made) == 1:
+        return _one_tag(made[0].shard.tag)
+    return frozenset(entry.shard.tag for entry in made)
+
+
+@functools.lru_cache(maxsize=64)
+def _one_tag(tag: str) -> frozenset[str]:
+    return frozenset((tag,))
 
 
 @dataclass
@@ -72,8 +86,11 @@ def prepare(
     for item in items:
         made = entries(config, item)
         for entry in made:
-            groups.setdefault(entry.shard.tag, Group(entry.shard)).entries.append(entry)
-        placed.append((item, frozenset(entry.shard.tag for entry in made)))
+            group = groups.get(entry.shard.tag)
+            if group is None:
+                group = groups[entry.shard.tag] = Group(entry.shard)
+            group.entries.append(entry)
+        placed.append((item, _tags(made)))
     base = keyspace.layout(config)[0]
     if batch is not None and base.tag not in groups:
         groups[base.tag] = Group(base)

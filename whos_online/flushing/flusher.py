@@ -242,7 +242,9 @@ class Flusher:
             hits.buffer().settle(prepared.hits, added=base_written)
         if prepared.layout and base_written:
             self.registration.done(prepared.layout)
-        self.queue.settle([item for item, tags in prepared.items if not tags.isdisjoint(failed)])
+        self.queue.settle(
+            [item for item, tags in prepared.items if not tags.isdisjoint(failed)] if failed else []
+        )
         if failed:
             self._back_off(get_config())
         else:

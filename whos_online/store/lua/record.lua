@@ -13,7 +13,11 @@
   A user's visit from before their logout or erasure (``gone_prefix``) is not recorded
   at all: it cannot bring back someone who left, or a name that was erased. What the visits add
   to a HyperLogLog, and to the index of rooms (each room's latest visit), is written once per
-  call, after them: a command per batch rather than per visit.
+  call, after them: a command per batch rather than per visit. So are the reads and the
+  online-set writes of the visits of people the call names once (as an entry's member or former
+  identity): their scores, gone marks and rooms are read first, set-at-a-time (ZMSCORE, MGET,
+  HMGET), and their new scores written in one ZADD per set after the loop; nothing in between
+  reads what those write. People named more than once are read and written at their turn.
 
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
   identity of a visit recorded in another shard, or a user logging out), unless it was seen
@@ -108,6 +112,13 @@ local first = 18
 local where, index = KEYS[5], KEYS[6]
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
+-- The sets of a person's kind that a room holds them in: a user's both user sets.
+local ROOM_KINDS = {
+  users = {'users', 'hidden'},
+  hidden = {'users', 'hidden'},
+  guests = {'guests'},
+  bots = {'bots'},
+}
 -- The sets and the fields of who is where that a former identity leaves, by the visitor's kind.
 local FORMER = {
   users = {{'guests', 'bots'}, {'guests:', 'bots:'}},
@@ -213,14 +224,91 @@ end
 -- Whether the shard's hidden set exists: without it, a user's visit skips looking there.
 local hidden_exists = rcall('EXISTS', KEYS[2]) == 1
 
+-- What the visits read, read set-at-a-time before them: one ZMSCORE per online set, one MGET of
+-- the users' gone marks and one HMGET of who is where, rather than a command per visit each.
+-- Only for a person named by one entry of the call (as its member or its former identity): the
+-- entries before theirs then wrote nothing of what these read, so the values read first are
+-- those a command at their turn would read. Anyone named twice reads at their turn, as before.
+local named = {}
+for n = 0, count - 1 do
+  local i = first + FIELDS * n
+  local member, former = ARGV[i + 2], ARGV[i + 9]
+  named[member] = (named[member] or 0) + 1
+  if former ~= '' then
+    named[former] = (named[former] or 0) + 2
+  end
+end
+local ahead = {} -- by entry index: true when its visit reads what was read first
+local deferred = {users = {}, hidden = {}, guests = {}, bots = {}} -- their ZADDs, by set
+local scores = {users = {}, hidden = {}, guests = {}, bots = {}}
+local gone_marks, places = {}, {}
+do
+  local by_set = {users = {}, guests = {}, bots = {}}
+  local gone_keys, gone_of, fields, field_of = {}, {}, {}, {}
+  for n = 0, count - 1 do
+    local i = first + FIELDS * n
+    local member = ARGV[i + 2]
+    if ARGV[i] == 'v' and named[member] == 1 then
+      local kind = ARGV[i + 1]
+      ahead[i] = true
+      if OTHER_USER_SET[kind] then
+        local list = by_set.users
+        list[#list + 1] = member
+        gone_keys[#gone_keys + 1] = gone_prefix .. member
+        gone_of[#gone_keys] = member
+        fields[#fields + 1] = 'u:' .. member
+      else
+        local list = by_set[kind]
+        list[#list + 1] = member
+        fields[#fields + 1] = kind .. ':' .. member
+      end
+      field_of[#fields] = fields[#fields]
+    end
+  end
+  local function read_scores(set_kind, members)
+    if #members > 0 then
+      local found = rcall('ZMSCORE', sets[set_kind], unpack(members))
+      local into = scores[set_kind]
+      for k, member in ipairs(members) do
+        into[member] = found[k]
+      end
+    end
+  end
+  read_scores('users', by_set.users)
+  if hidden_exists then
+    read_scores('hidden', by_set.users)
+  end
+  read_scores('guests', by_set.guests)
+  read_scores('bots', by_set.bots)
+  if #gone_keys > 0 then
+    local found = rcall('MGET', unpack(gone_keys))
+    for k, member in ipairs(gone_of) do
+      gone_marks[member] = found[k]
+    end
+  end
+  if #fields > 0 then
+    local found = rcall('HMGET', where, unpack(fields))
+    for k, field in ipairs(field_of) do
+      places[field] = found[k]
+    end
+  end
+end
+
 -- Returns 1 if the visitor was not online until now.
 local function visit(i)
   local kind, member, score, mode = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 11]
   local set = sets[kind]
   local other = OTHER_USER_SET[kind]
+  local read_first = ahead[i]
+  local when = tonumber(score)
   if other then
-    local gone = rcall('GET', gone_prefix .. member)
-    if gone and tonumber(gone) > tonumber(score) then
+    local gone
+    if read_first then
+      gone = gone_marks[member]
+    else
+      gone = rcall('GET', gone_prefix .. member)
+    end
+    if gone and tonumber(gone) > when then
       return 0 -- from before they logged out, or were erased
     end
   end
@@ -233,19 +321,39 @@ local function visit(i)
       mark_gone(former, score) -- a logout
     end
   end
-  local before = rcall('ZSCORE', set, member)
-  -- A user is in one of the two user sets at most; a visit older than either's score is stale.
-  local in_other = nil
-  if other and (other ~= 'hidden' or hidden_exists) then
-    in_other = rcall('ZSCORE', sets[other], member)
-    if in_other and (not before or tonumber(in_other) > tonumber(before)) then
-      before = in_other
+  local before, in_other
+  if read_first then
+    -- (Read before the hidden set could be made by this call: nobody else's visit puts them
+    -- there.)
+    before = scores[kind][member]
+    if other then
+      in_other = scores[other][member]
+    end
+  else
+    before = rcall('ZSCORE', set, member)
+    if other and (other ~= 'hidden' or hidden_exists) then
+      in_other = rcall('ZSCORE', sets[other], member)
     end
   end
-  if before and tonumber(before) > tonumber(score) then
+  local own = before
+  -- A user is in one of the two user sets at most; a visit older than either's score is stale.
+  if in_other and (not before or tonumber(in_other) > tonumber(before)) then
+    before = in_other
+  end
+  if before and tonumber(before) > when then
     return 0 -- a newer visit of theirs is recorded already
   end
-  local added = rcall('ZADD', set, score, member)
+  local added
+  if read_first then
+    -- Written with the others of its set after the loop, in one ZADD: nothing before then reads
+    -- this person's score (they are named once), and the counts are sampled after it.
+    local pending = deferred[kind]
+    pending[#pending + 1] = score
+    pending[#pending + 1] = member
+    added = own and 0 or 1
+  else
+    added = rcall('ZADD', set, score, member)
+  end
   if kind == 'hidden' then
     hidden_exists = true
   end
@@ -262,8 +370,13 @@ local function visit(i)
   -- takes them out of theirs; only a page view puts back someone who left (see includes/rooms).
   local field = place(kind, member)
   local room = ARGV[i + 10]
-  local was, left = room_in(rcall('HGET', where, field))
-  local kinds = other and {'users', 'hidden'} or {kind}
+  local was, left
+  if read_first then
+    was, left = room_in(places[field])
+  else
+    was, left = room_in(rcall('HGET', where, field))
+  end
+  local kinds = ROOM_KINDS[kind]
   if mode == 'keep' then
     room = left and '' or (was or '')
   elseif mode == 'stay' and left then
@@ -313,8 +426,7 @@ local function leave_room_by(i)
   end
   -- Counted in the room until ``leave_grace`` after they left: their score there is set so that
   -- the window ends then. A score from after they left (the reload, recorded first) stands.
-  local kinds = OTHER_USER_SET[kind] and {'users', 'hidden'} or {kind}
-  mark_left(room, kinds, member, left, leave_grace)
+  mark_left(room, ROOM_KINDS[kind], member, left, leave_grace)
 end
 
 local arrived = {}
@@ -332,6 +444,12 @@ for n = 0, count - 1 do
   end
   arrived[n + 1] = new
   arrivals = arrivals + new
+end
+
+for kind, pending in pairs(deferred) do
+  if #pending > 0 then
+    rcall('ZADD', sets[kind], unpack(pending))
+  end
 end
 
 -- At most MAX_ENTRIES_PER_CALL of each, well within what unpack takes.
