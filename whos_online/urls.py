@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from whos_online import views
+from whos_online import staff_views, views
 
 app_name = "whos_online"
 
 urlpatterns = [
-    path("", views.dashboard_page, name="dashboard"),
-    path("refresh/", views.dashboard_refresh, name="dashboard_refresh"),
+    path("", staff_views.dashboard_page, name="dashboard"),
+    path("refresh/", staff_views.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
     path("widgets/", views.widgets, name="widgets"),

@@ -11,36 +11,27 @@ the poll, so the site's own ``whos_online/online.html`` and the plural rules of 
 apply to refreshes as they do to the page. A page refreshes all its widgets at once from
 ``widgets``, which answers each of them as ``widget`` would, in one JSON document.
 
-The dashboard is for active staff users: anonymous visitors are sent to ``LOGIN_URL``, others
-get a 403 (and so does every refresh of a page whose session has ended). Opening it is a visit
-like any other; its own refreshes (``dashboard_refresh``, the part of the page below the header)
-are not recorded.
+The staff dashboard's views are in ``staff_views``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden, QueryDict
-from django.shortcuts import render
 from django.template import Context, Engine, Template
-from django.urls import reverse
-from django.utils import timezone, translation
+from django.utils import translation
 from django.utils.cache import add_never_cache_headers, patch_cache_control
-from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
-from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
-from whos_online.reading import dashboard, room_tokens, snapshots
+from whos_online.reading import room_tokens, snapshots
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.reading.widget import page_language, widget_arguments
 from whos_online.recording import recorder, rooms, throttle
@@ -349,85 +340,3 @@ def _from_this_site(request: HttpRequest) -> bool:
         return origin == f"{request.scheme}://{request.get_host()}"
     except DisallowedHost:
         return False
-
-
-def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
-    """Let active staff users in; send anonymous visitors to ``LOGIN_URL`` or refuse them.
-
-    The dashboard's refreshes are refused rather than redirected: a tab left open after its
-    session ended would otherwise fetch the login page, a page view like any other, forever.
-    A refusal is a page saying why (``forbidden``), not ``PermissionDenied``: someone who is
-    simply not staff is no error worth a traceback in the site's log.
-    """
-
-    def decorator(view: View) -> View:
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not request.user.is_authenticated:
-                if redirect_anonymous:
-                    return redirect_to_login(request.get_full_path())
-                return forbidden(request)
-            if not is_staff(request.user):
-                return forbidden(request)
-            return view(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorator
-
-
-def forbidden(request: HttpRequest) -> HttpResponse:
-    """The 403 page of the dashboard: it needs staff access; back to the site, or log in."""
-    user = request.user
-    return render(
-        request,
-        "whos_online/dashboard_forbidden.html",
-        {
-            "username": user.get_username() if user.is_authenticated else "",
-            "login_url": redirect_to_login(reverse("whos_online:dashboard"))["Location"],
-        },
-        status=403,
-    )
-
-
-def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
-    config = get_config()
-    try:
-        precision = dashboard.parse_precision(request.GET.get("precision"), config)
-    except ValueError as error:
-        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
-    now = timezone.now()
-    shown = dashboard.collect(precision, now=now.timestamp())
-    return render(
-        request,
-        template,
-        {
-            "dashboard": shown,
-            "precisions": [
-                (choice, dashboard.precision_label(choice), choice == precision)
-                for choice in config.counter_precisions
-            ],
-            "precision_label": dashboard.precision_label(precision),
-            "refresh_url": f"{reverse('whos_online:dashboard_refresh')}?precision={precision}",
-            "refresh_interval": config.refresh_interval,
-            "now": now,
-            "a_minute_ago": now - timedelta(minutes=1),
-        },
-    )
-
-
-@never_cache
-@require_safe
-@staff_only(redirect_anonymous=True)
-def dashboard_page(request: HttpRequest) -> HttpResponse:
-    """Online now, the peak, today's visitors and a chart of each counter at one precision."""
-    return _render_dashboard(request, "whos_online/dashboard.html")
-
-
-@not_recorded
-@never_cache
-@require_safe
-@staff_only(redirect_anonymous=False)
-def dashboard_refresh(request: HttpRequest) -> HttpResponse:
-    """The dashboard below its header, which the page fetches every ``REFRESH_INTERVAL``."""
-    return _render_dashboard(request, "whos_online/dashboard_body.html")
