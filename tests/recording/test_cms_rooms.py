@@ -209,3 +209,15 @@ def test_the_cleanup_forgets_the_titles_of_rooms_it_emptied(backend, r, monkeypa
     call_command("whos_online_cleanup", verbosity=0)
 
     assert titles.read(r, config, ["page:2", "page:3"]) == {"page:3": "Post 1"}
+
+
+def test_a_title_comes_back_with_the_next_visitor_after_redis_lost_its_data(backend, r):
+    HOOKS.append(room_hook)
+    reader = Client()
+    reader.get("/about-us/", **PAGE_VIEW)
+    r.flushdb()  # a restart without persistence
+    whos_online.online_counts()  # the process learns of it
+
+    reader.get("/about-us/", **PAGE_VIEW)  # written again: its cookie speaks of what was lost
+
+    assert titles.read(r, get_config(), ["page:2"]) == {"page:2": "About us"}

@@ -45,7 +45,6 @@ from whos_online.flushing import batches, hits, lifecycle
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.flushing.thread import FlushThread
-from whos_online.flushing.titles import RoomTitles
 from whos_online.store import counters, epochs
 
 if TYPE_CHECKING:
@@ -72,8 +71,6 @@ class Flusher:
         self.queue = VisitQueue()
         #: Writes a flush makes before the queue's: a logout's (``flush_jobs``).
         self.jobs = FlushJobs()
-        #: Rooms' titles new to this process, written before the queue.
-        self.titles = RoomTitles()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
         #: The process's flushing thread (``thread``).
@@ -108,8 +105,6 @@ class Flusher:
             return self._flush(get_config())
 
     def _flush(self, config: Config) -> frozenset[str]:
-        if self.titles.pending():
-            self.titles.write()  # seldom: rooms' titles new to this process (``titles``)
         return self._run_jobs(config) | self._write_queue(config)
 
     def _run_jobs(self, config: Config) -> frozenset[str]:

@@ -74,8 +74,7 @@ def record_request(
     if isinstance(found, Recorded):
         return found
     assert visitor is not None
-    visit = _visit_of(visitor, config, now, placement)
-    _note_title(request, placement)
+    visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
     queued = queue(config, visit, room_tag=found.room_tag)
     failed = flusher.after_recording(config)
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
@@ -96,12 +95,11 @@ async def arecord_request(
         return found
     assert visitor is not None
     try:
-        visit = _visit_of(visitor, config, now, placement)
+        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
     except SynchronousOnlyOperation:
         # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
         await sync_to_async(visitor.details)(config)
-        visit = _visit_of(visitor, config, now, placement)
-    _note_title(request, placement)
+        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
     queued = queue(config, visit, room_tag=found.room_tag)
     if flusher.writes_at_once(config):
         failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
@@ -110,20 +108,21 @@ async def arecord_request(
     return _recorded(config, request, visit, found, queued=queued, failed=failed)
 
 
-def _note_title(request: HttpRequest, placement: Placement) -> None:
-    """A visit into a room with a title: the process writes the title with its next flush."""
-    title = state_of(request).room_title
-    if placement.mode == GO and placement.room and title:
-        flusher.current().titles.note(placement.room, title)
-
-
-def _visit_of(visitor: Visitor, config: Config, now: float, placement: Placement) -> Visit:
+def _visit_of(
+    visitor: Visitor, config: Config, now: float, placement: Placement, title: str
+) -> Visit:
+    title = title if placement.mode == GO and placement.room else ""
     details = visitor.details(config)
     if details is None:
         return member_visit(
-            visitor.kind, visitor.member, now, room=placement.room, room_mode=placement.mode
+            visitor.kind,
+            visitor.member,
+            now,
+            room=placement.room,
+            room_mode=placement.mode,
+            title=title,
         )
-    return user_visit(details, now, room=placement.room, room_mode=placement.mode)
+    return user_visit(details, now, room=placement.room, room_mode=placement.mode, title=title)
 
 
 def _recorded(

@@ -39,6 +39,7 @@ def user_visit(
     former_guest: str = "",
     room: str = "",
     room_mode: str = GO,
+    title: str = "",
 ) -> Visit:
     pk = details.pk
     return Visit(
@@ -50,6 +51,7 @@ def user_visit(
         visitor=clients.visitor_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
+        title=title,
     )
 
 
@@ -61,6 +63,7 @@ def member_visit(
     former_user: str = "",
     room: str = "",
     room_mode: str = GO,
+    title: str = "",
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     visitor = "" if kind == "bots" else clients.visitor_id(f"g:{member}", timestamp)
@@ -72,6 +75,7 @@ def member_visit(
         visitor=visitor,
         room=room,
         room_mode=room_mode,
+        title=title,
     )
 
 

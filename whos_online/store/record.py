@@ -82,6 +82,7 @@ ENTRY_ARGUMENTS: Final = (
     "former",
     "room",
     "mode",
+    "title",
 )
 ENTRY_FIELDS: Final = len(ENTRY_ARGUMENTS)
 #: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
@@ -145,6 +146,7 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
         former,
         visit.room,
         visit.room_mode,
+        visit.title,
     )
     entries.append(Entry(shard, day, fields, now))
     return entries

@@ -56,6 +56,8 @@ class Visit:
     room: str = ""
     #: How the visit places the visitor (``GO``, ``KEEP`` or ``STAY``).
     room_mode: str = GO
+    #: The room's title for people, written as the visitor enters it ("" for none).
+    title: str = ""
 
     @property
     def joined(self) -> str:

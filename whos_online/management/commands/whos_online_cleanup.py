@@ -181,10 +181,6 @@ class Command(BaseCommand):
                     lambda: self.report_rooms(rooms.people, rooms.emptied, dry_run=False)
                 ):
                     pruning.prune_rooms(client, config, now=now, between_chunks=between, into=rooms)
-                # A title can only lose its room when a room leaves an index.
-                untitled = store.titles.prune(client, config) if rooms.emptied else 0
-                if untitled:
-                    self.log(f"Forgot the titles of {_plural(untitled, 'room')} gone.", level=2)
                 found = pruning.sample_counts(client, config, now=now)
                 if found is not None:
                     users = _plural(found.visible + found.hidden, "user")

@@ -3,8 +3,8 @@
   ZSCAN cursor and, for each room, takes the members last seen before a time out of the room's
   four sets, and out of the HASH of who is where when it still names this room for them (or
   says they left it: see includes/rooms). A room
-  left with no member leaves the index, so that no key of it is left and the cleanup stops
-  visiting it. A room with nobody in it costs an EXISTS and a ZREM, so a page of them is cheap:
+  left with no member leaves the index, and its title the HASH of titles, so that no key of it is
+  left and the cleanup stops visiting it. A room with nobody in it costs an EXISTS and a ZREM, so a page of them is cheap:
   a flood of empty rooms is walked a page per call, not a call per room.
 
   Bounded twice: a page is ARGV[4] rooms (ZSCAN's COUNT, which it may pass by a few), and at most
@@ -18,7 +18,8 @@
 
   Input:
     KEYS[1]  the shard's sorted set of rooms
-    KEYS[2]  the shard's HASH of who is in which room
+    KEYS[2]  the shard's HASH of who is in which room (``…rooms:where``; the HASH of the rooms'
+             titles beside it, ``…rooms:titles``, is named from it)
     ARGV[1]  how the keys of a room's sets begin in this shard
     ARGV[2]  the score before which a member is stale
     ARGV[3]  the ZSCAN cursor to read the page from ('0' for the first page)
@@ -33,6 +34,7 @@
 --- @include "includes/rooms"
 
 local index, where = KEYS[1], KEYS[2]
+local titles = string.gsub(where, 'where$', 'titles')
 local room_prefix, cutoff, budget = ARGV[1], '(' .. ARGV[2], tonumber(ARGV[5])
 local kinds = {'users', 'hidden', 'guests', 'bots'}
 -- How each kind's members are named in the HASH of who is where: users by pk, hidden or not.
@@ -79,6 +81,7 @@ for i = 1, #page[2], 2 do
   if left == 0 then
     -- ZSCAN may name a room twice: the second ZREM finds nothing, and it is counted once.
     emptied = emptied + redis.call('ZREM', index, room)
+    redis.call('HDEL', titles, room)
   elseif removed >= budget then
     return {ARGV[3], removed, emptied, 0}
   end

@@ -36,7 +36,8 @@
 
   Input:
     KEYS[1..4]  the users, hidden, guests and bots sorted sets
-    KEYS[5]     the shard's HASH of who is in which room
+    KEYS[5]     the shard's HASH of who is in which room (``…rooms:where``; the HASH of the
+                rooms' titles beside it, ``…rooms:titles``, is named from it in Lua)
     KEYS[6]     the shard's sorted set of rooms, by their latest visit
     KEYS[7]     the shard's epoch
     KEYS[8]     the peak HASH, on the shard whose slot holds the site-wide keys (shard 0, the
@@ -64,7 +65,7 @@
     ARGV[14]  window: WINDOW, how long a visit counts (and a logout's mark lives)
     ARGV[15]  leave_grace: seconds a reader who left a page still counts in its room
     ARGV[16]  gone_prefix: how the keys that mark when a user logged out or was erased begin
-    ARGV[17]  count: how many entries follow, of 12 arguments each:
+    ARGV[17]  count: how many entries follow, of 13 arguments each:
                 op         'v' a visit, 'l' an identity leaving, 'r' a reader leaving a room
                 kind       'users', 'hidden', 'guests' or 'bots' ('l': the kind of the sets
                            left, 'users' for both user sets, 'guests' for both anonymous ones)
@@ -81,6 +82,8 @@
                            if they left theirs), any other request; 'stay' into ``room``
                            unless they are in another, or left it and no longer count there,
                            a page's word that its reader is still on it
+                title      the room's title for people, set as the visitor enters it ('' for
+                           none)
     ARGV[…]   on the base shard, the page-hit batch and its increments (see includes/counters,
               ``add_batch``), after the entries
 
@@ -107,9 +110,11 @@ local leave_grace = tonumber(ARGV[15])
 local gone_prefix = ARGV[16]
 local count = tonumber(ARGV[17])
 -- The entries' arguments, each as ``store.record.ENTRY_ARGUMENTS`` lists them.
-local FIELDS = 12
+local FIELDS = 13
 local first = 18
 local where, index = KEYS[5], KEYS[6]
+-- The shard's HASH of rooms' titles, beside the HASH of who is where (``rooms:titles``).
+local titles = string.gsub(where, 'where$', 'titles')
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
 -- The sets of a person's kind that a room holds them in: a user's both user sets.
@@ -404,6 +409,9 @@ local function visit(i)
   if room ~= '' then
     if was ~= room or left then
       rcall('HSET', where, field, room)
+      if ARGV[i + 12] ~= '' then
+        rcall('HSET', titles, room, ARGV[i + 12])
+      end
     end
     rcall('ZADD', room_prefix .. room .. ':' .. kind, score, member)
     if other then
