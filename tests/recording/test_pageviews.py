@@ -17,8 +17,14 @@ DOCUMENT: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "document"}
 
 @pytest.mark.parametrize(
     "headers",
-    [DOCUMENT, {"HTTP_SEC_FETCH_DEST": "iframe"}, {}, {"HTTP_SEC_PURPOSE": "something-else"}],
-    ids=["document", "iframe", "no-fetch-metadata", "another-purpose"],
+    [
+        DOCUMENT,
+        {"HTTP_SEC_FETCH_DEST": "iframe"},
+        {"HTTP_SEC_FETCH_DEST": "iframe", "HTTP_SEC_FETCH_SITE": "cross-site"},
+        {},
+        {"HTTP_SEC_PURPOSE": "something-else"},
+    ],
+    ids=["document", "iframe", "framed-elsewhere", "no-fetch-metadata", "another-purpose"],
 )
 def test_a_get_answered_with_a_page_is_a_page_view(headers):
     request = RequestFactory().get("/", **headers)
@@ -44,6 +50,16 @@ def test_a_page_fetched_ahead_of_time_is_no_page_view(headers):
 
     assert pageviews.is_speculative(request)
     assert not pageviews.may_be_page_view(request)
+    assert not pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+
+
+@pytest.mark.parametrize("destination", ["iframe", "frame", "IFrame"])
+def test_a_frame_of_the_site_s_own_page_is_part_of_that_page_not_a_page_view(destination):
+    """A CMS's preview panel, a widget the site embeds in its own admin."""
+    request = RequestFactory().get(
+        "/", HTTP_SEC_FETCH_DEST=destination, HTTP_SEC_FETCH_SITE="same-origin"
+    )
+
     assert not pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
 
 

@@ -639,6 +639,21 @@ def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(bac
     assert counts() == GUEST  # still on the site
 
 
+def test_a_frame_of_the_site_s_own_pages_keeps_its_reader_in_the_room(backend):
+    """An editor reading a topic opens a preview of another page, framed in the site's own
+    admin: they stay in the topic's room."""
+    reader = client_of()
+    reader.get("/forum/topic/1/", **PAGE_VIEW)
+    reader.cookies.pop(throttle.COOKIE_NAME)
+
+    framed = {"HTTP_SEC_FETCH_DEST": "iframe", "HTTP_SEC_FETCH_SITE": "same-origin"}
+    reader.get("/forum/topic/2/", **framed)
+    reader.get("/forum/", **framed)
+
+    assert counts(TOPIC_1) == GUEST
+    assert counts(TOPIC_2) == NOBODY
+
+
 def test_a_reader_who_left_is_not_put_back_by_a_request_that_is_no_page_view(backend):
     """The leave is final: the reader's next background request (another tab's fetch, a 404, a
     script's POST) keeps them online, and out of the room."""

@@ -21,6 +21,11 @@ page shown later from such a fetch sends no request: its reader is put in its ro
 widget's "still here", or by their next page view. Nor is ``HEAD``, which asks for the headers of
 a page without its content: a link checker, a monitor, a script, never a person reading.
 
+A frame of the site's own pages (``iframe`` or ``frame`` with ``Sec-Fetch-Site: same-origin``) is
+part of the page around it, not somewhere its person went: a CMS's preview panel, a widget the
+site embeds in its own admin. It keeps its person where the page around it put them. A frame of
+the site in another site's page is the site's page as that person sees it, and a page view.
+
 Either way the answer must be a page, that is a 2xx ``text/html`` response: a redirect after a
 form's POST, an error page, a 404 for a topic that does not exist, a download or a JSON reply
 moves nobody. A 404 therefore never creates a room.
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
 
 #: The ``Sec-Fetch-Dest`` values of a page the person is looking at.
 PAGE_DESTINATIONS: Final = frozenset({"document", "iframe", "frame"})
+#: Those of a page inside another page, which is no page view when that page is the site's own.
+FRAMES: Final = frozenset({"iframe", "frame"})
 #: The media types of a page.
 PAGE_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 #: The headers (as ``request.META`` names them) that say a page is fetched ahead of time, and
@@ -66,7 +73,10 @@ def may_be_page_view(request: HttpRequest) -> bool:
         return False
     destination = request.META.get("HTTP_SEC_FETCH_DEST")
     if destination is not None:
-        return destination.lower() in PAGE_DESTINATIONS
+        destination = destination.lower()
+        if destination in FRAMES:
+            return request.META.get("HTTP_SEC_FETCH_SITE", "").lower() != "same-origin"
+        return destination in PAGE_DESTINATIONS
     return (
         request.method == "GET"
         and request.META.get("HTTP_X_REQUESTED_WITH") is None
