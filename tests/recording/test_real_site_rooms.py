@@ -646,7 +646,7 @@ def test_a_frame_of_the_site_s_own_pages_keeps_its_reader_in_the_room(backend):
     reader.get("/forum/topic/1/", **PAGE_VIEW)
     reader.cookies.pop(throttle.COOKIE_NAME)
 
-    framed = {"HTTP_SEC_FETCH_DEST": "iframe", "HTTP_SEC_FETCH_SITE": "same-origin"}
+    framed: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "iframe", "HTTP_SEC_FETCH_SITE": "same-origin"}
     reader.get("/forum/topic/2/", **framed)
     reader.get("/forum/", **framed)
 

@@ -75,7 +75,8 @@ def may_be_page_view(request: HttpRequest) -> bool:
     if destination is not None:
         destination = destination.lower()
         if destination in FRAMES:
-            return request.META.get("HTTP_SEC_FETCH_SITE", "").lower() != "same-origin"
+            site: str = request.META.get("HTTP_SEC_FETCH_SITE", "")
+            return site.lower() != "same-origin"
         return destination in PAGE_DESTINATIONS
     return (
         request.method == "GET"
