@@ -22,6 +22,7 @@ from django.test import AsyncClient, Client
 import whos_online
 from tests.support import wsgi_server
 from tests.support.helpers import configure, members
+from whos_online.backend import connection as connection_module
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
@@ -167,6 +168,21 @@ def test_a_process_writing_as_it_exits_is_left_to_end_by_itself(r, queued, defau
     stopping.WriteThenHandOn(signal.SIG_DFL)(signal.SIGTERM, None)
 
     assert default_action == []
+
+
+def test_once_written_at_exit_the_process_holds_no_client_and_a_second_hook_makes_none(r, queued):
+    # atexit and multiprocessing's finalizers both write at exit. A client made after the first
+    # is closed by the garbage collector while the interpreter is taken down, where redis-py 5.0
+    # under gevent printed a traceback for each (the gevent --preload load test's worker log).
+    recording.count_hit()
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
+
+    stopping.flush_at_exit()
+    assert connection_module._clients.peek() is None
+    flushing.write_at_exit()
+
+    assert connection_module._clients.peek() is None
+    assert hits_counted() == 1
 
 
 @pytest.mark.parametrize(

@@ -357,11 +357,22 @@ def close(client: Client) -> None:
     pool.disconnect()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.backend.connection.reset")
-def reset(**kwargs: object) -> None:
+def release() -> None:
+    """Close and drop the clients this process made, so that the next call makes new ones.
+
+    Called as the process exits, once what it held is written: a client left to the garbage
+    collector is closed while the interpreter is taken down, and redis-py's ``__del__`` then
+    takes its pool's lock with half the modules gone (under gevent, redis-py 5.0 prints a
+    traceback for each such client).
+    """
     held = _clients.replace()
     for client in [] if held is None else list(held.made.values()):
         close(client)
+
+
+@receiver(config_changed, dispatch_uid="whos_online.backend.connection.reset")
+def reset(**kwargs: object) -> None:
+    release()
     breaker.reset()
     refusals.reset()
     masters.reset()

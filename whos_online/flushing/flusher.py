@@ -80,6 +80,9 @@ class Flusher:
         #: Whether the site has kept data in another layout of shards, as the base shard's last
         #: batch said (until one has, assumed so: a logout then reads which).
         self.layouts_in_use = True
+        #: How many batches of page hits there were when the key that remembers them was last
+        #: forgotten: a process's second exit hook (atexit and multiprocessing's) has nothing to do.
+        self._hits_forgotten_at = 0
 
     # The request path
 
@@ -285,14 +288,19 @@ class Flusher:
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
-            if not self.pending() and not hits.buffer().numbered:
+            if not self.pending() and hits.buffer().numbered == self._hits_forgotten_at:
                 # Nothing to write, nor a key to forget: the settings are not read, which a
                 # process that never recorded (a site not configured yet) may not have right.
                 return
             failed = self._flush(get_config())
-            if not failed and hits.buffer().numbered and not hits.buffer().total():
+            numbered = hits.buffer().numbered
+            if not failed and numbered and not hits.buffer().total():
                 key = counters.applied_key(get_config(), hits.buffer().token)
-                connection.call(None, lambda client, _config: client.delete(key), writes=True)
+                forgot = connection.call(
+                    None, lambda client, _config: client.delete(key), writes=True
+                )
+                if forgot is not None:
+                    self._hits_forgotten_at = numbered
         finally:
             self._lock.release()
 

@@ -41,6 +41,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from whos_online.backend import connection
 from whos_online.flushing import flusher, lifecycle
 
 if TYPE_CHECKING:
@@ -48,8 +49,10 @@ if TYPE_CHECKING:
 
 
 def flush_at_exit() -> None:
-    """Write what the process holds as it exits (see ``flusher.Flusher.close``)."""
+    """Write what the process holds as it exits (see ``flusher.Flusher.close``), then close its
+    Redis clients while the interpreter is still whole (``connection.release``)."""
     flusher.write_at_exit()
+    connection.release()
 
 
 def install_signal_handler() -> None:
