@@ -8,15 +8,19 @@ and the README stays a short front page that sends readers there.
 from __future__ import annotations
 
 import ast
+import logging
+import logging.config
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.dispatch import Signal
 
 import whos_online
 from whos_online import signals
+from whos_online.backend.breakers import CircuitBreaker
 from whos_online.config.settings import DEFAULTS
 from whos_online.templatetags.whos_online import register
 
@@ -188,6 +192,30 @@ def test_the_python_snippets_parse_and_none_is_a_stray_tuple():
         tree = ast.parse(block)
         stray = [node for node in tree.body if isinstance(node, ast.Expr)]
         assert not [node for node in stray if isinstance(node.value, ast.Tuple)], (page, block)
+
+
+def test_the_documented_logging_shows_an_outage_and_the_recovery(capsys):
+    """The ``LOGGING`` of the failure page makes both lines of an outage appear, the INFO too."""
+    [snippet] = [block for page, block in code_blocks("python") if "LOGGING" in block]
+    namespace: dict[str, Any] = {}
+    exec(snippet, namespace)
+    logger = logging.getLogger("whos_online")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    breaker = CircuitBreaker()
+    try:
+        logging.config.dictConfig(namespace["LOGGING"])
+        generation = breaker.generation("redis://docs")
+        breaker.failed("redis://docs", ConnectionError("refused"), 1.0)
+        breaker.succeeded("redis://docs", breaker.generation("redis://docs"))
+        assert generation < breaker.generation("redis://docs")
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(";")[0] for line in lines] == [
+        "Redis at redis://docs is unavailable (ConnectionError: refused)",
+        "Redis at redis://docs answers again",
+    ]
 
 
 def test_the_tutorials_base_template_fits_a_phone_and_puts_the_peak_on_its_own_line():
