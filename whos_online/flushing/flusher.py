@@ -229,7 +229,7 @@ class Flusher:
                 failed.add(group.shard.tag)
                 continue
             for raw in replies:
-                reply = store.record.parse_reply(raw)
+                reply = store.replies.parse_reply(raw)
                 epochs.epochs.learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:
                     self.layouts_in_use = reply.layouts > 0
