@@ -66,10 +66,13 @@ TEMPLATES = [
 # (ISOLATE_TESTS): they assert exact key names ("{whos_online}:users"), and start from an empty
 # Redis each (tests/conftest.py). The tests of that isolation (tests/config/test_isolation.py)
 # turn it on.
+# Nor do flushes publish what they changed (LIVE_UPDATES), which the flushing thread would do
+# while a test counts the round trips of a request; the tests of the live streams turn it on.
 WHOS_ONLINE: dict[str, object] = {
     "SNAPSHOT_MAX_AGE": 0,
     "FLUSH_INTERVAL": 0,
     "ISOLATE_TESTS": False,
+    "LIVE_UPDATES": False,
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

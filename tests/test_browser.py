@@ -117,7 +117,7 @@ class Pages:
             viewport={"width": width, "height": height}, user_agent=USER_AGENT
         )
         context.set_default_timeout(TIMEOUT_MS)
-        context.route("**/*", with_csp)
+        context.route(is_routed, with_csp)
         self.contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda error: self.errors.append(f"{page.url}: {error}"))
@@ -139,6 +139,15 @@ def is_favicon(url: str) -> bool:
     """The browser's own request for the site's icon, which the test site has not: Chromium
     logs its 404 on some pages and not on others, whatever the page does."""
     return urlsplit(url).path == "/favicon.ico"
+
+
+#: The live stream's path: never routed, since a route's fetch reads the answer to its end, and a
+#: stream has none.
+STREAM = "/online/stream/"
+
+
+def is_routed(url: str) -> bool:
+    return urlsplit(url).path != STREAM
 
 
 def with_csp(route: Route) -> None:

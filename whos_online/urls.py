@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from whos_online import staff_views, views
+from whos_online import staff_views, stream_views, views
 
 app_name = "whos_online"
 
@@ -14,5 +14,6 @@ urlpatterns = [
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
     path("widgets/", views.widgets, name="widgets"),
+    path("stream/", stream_views.stream, name="stream"),
     path("presence/", views.presence, name="presence"),
 ]

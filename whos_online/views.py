@@ -167,7 +167,7 @@ def _rooms_shown(arguments: dict[str, Any]) -> list[str]:
     return [room, ""] if room and arguments["site"] else [room]
 
 
-def _read_for_widgets(
+def read_for_widgets(
     request: HttpRequest, config: Config, rooms: Iterable[str], *, names: bool
 ) -> set[str]:
     """Read the snapshots of ``rooms`` in one round trip and keep them on the request, where the
@@ -214,7 +214,7 @@ def widget(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    unread = _read_for_widgets(request, config, _rooms_shown(arguments), names=names)
+    unread = read_for_widgets(request, config, _rooms_shown(arguments), names=names)
     body, language = _render_widget(request, Engine.get_default(), arguments, request.GET)
     response = HttpResponse(body)
     response[OK_HEADER] = "0" if unread else "1"
@@ -224,7 +224,7 @@ def widget(request: HttpRequest) -> HttpResponse:
     return response
 
 
-class _Accepted(NamedTuple):
+class Accepted(NamedTuple):
     """A widget of a ``widgets`` request that is answered: its answer (its HTML is added once
     every snapshot is read), its query and tag arguments, and when its room token was issued."""
 
@@ -257,8 +257,27 @@ def widgets(request: HttpRequest) -> HttpResponse:
     if not 1 <= len(queries) <= MAX_WIDGETS:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
+    answers, accepted = widget_answers(request, config, queries)
+    names = may_see_names(request, config)
+    shown = rooms_of(accepted)
+    unread = read_for_widgets(request, config, shown, names=names) if shown else set()
+    render_answers(request, accepted, unread)
+    response = HttpResponse(answers_body(answers), content_type="application/json")
+    if any(answer["status"] == 403 for answer in answers):
+        add_never_cache_headers(response)
+    else:
+        _poll_cache_control(request, response, config, names=names, rooms=shown)
+    return response
+
+
+def widget_answers(
+    request: HttpRequest, config: Config, queries: Iterable[str]
+) -> tuple[list[dict[str, Any]], list[Accepted]]:
+    """The answer of each widget ``widgets`` is asked for (its status alone for now: 400 or
+    403, or 200 for those accepted, whose answers ``render_answers`` completes), and those
+    accepted."""
     answers: list[dict[str, Any]] = []
-    accepted: list[_Accepted] = []
+    accepted: list[Accepted] = []
     for raw in queries:
         query = QueryDict(raw)
         try:
@@ -272,22 +291,28 @@ def widgets(request: HttpRequest) -> HttpResponse:
             answers.append({"status": 403})
             continue
         answers.append({"status": 200})
-        accepted.append(_Accepted(answers[-1], query, arguments, room_tokens.issued(request)))
-    names = may_see_names(request, config)
-    shown = [room for widget in accepted for room in _rooms_shown(widget.arguments)]
-    unread = _read_for_widgets(request, config, shown, names=names) if shown else set()
+        accepted.append(Accepted(answers[-1], query, arguments, room_tokens.issued(request)))
+    return answers, accepted
+
+
+def rooms_of(accepted: Iterable[Accepted]) -> list[str]:
+    """The rooms the accepted widgets show ("" for the site), in order, with repeats."""
+    return [room for widget in accepted for room in _rooms_shown(widget.arguments)]
+
+
+def render_answers(request: HttpRequest, accepted: Iterable[Accepted], unread: set[str]) -> None:
+    """Complete the answers of the accepted widgets with their HTML, from the snapshots kept on
+    ``request`` (``unread``: the rooms whose snapshot could not be read)."""
     engine = Engine.get_default()
     for widget in accepted:
         room_tokens.use_issued(request, widget.issued)  # its URLs keep its token's issue time
         widget.answer["ok"] = not unread.intersection(_rooms_shown(widget.arguments))
         widget.answer["html"] = _render_widget(request, engine, widget.arguments, widget.query)[0]
-    body = json.dumps({"widgets": answers})
-    response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    if any(answer["status"] == 403 for answer in answers):
-        add_never_cache_headers(response)
-    else:
-        _poll_cache_control(request, response, config, names=names, rooms=shown)
-    return response
+
+
+def answers_body(answers: list[dict[str, Any]]) -> str:
+    """The JSON document of ``widgets``: ``{"widgets": answers}``, inert as HTML."""
+    return json.dumps({"widgets": answers}).translate(_HTML_SAFE)
 
 
 @csrf_exempt  # sendBeacon cannot send Django's token; _from_this_site stands in for it

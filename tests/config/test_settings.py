@@ -43,6 +43,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "COUNT_HITS": False,
     "SHOW_NAMES_TO": "staff",
     "REFRESH_INTERVAL": 30,
+    "LIVE_UPDATES": True,
     "JSON_MAX_AGE": 10,
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,

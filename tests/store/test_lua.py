@@ -49,7 +49,7 @@ def test_each_script_opens_with_what_it_takes_and_returns(name):
 
 def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     source = lua.load("record")
-    header = source[: source.index("]]")]
+    header = source[: source.index("  Output:")]
     named = re.findall(r"^    ARGV\[(\d+)\]\s+(\w+):", header, re.MULTILINE)
     entry = re.findall(r"^ {16}(\w+)(?:, (\w+))? {2,}", header, re.MULTILINE)
 
@@ -60,6 +60,18 @@ def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     assert [name for pair in entry for name in pair if name] == list(store.record.ENTRY_ARGUMENTS)
     assert f"\nlocal FIELDS = {store.record.ENTRY_FIELDS}\n" in source
     assert f"\nlocal first = {len(store.record.HEADER_ARGUMENTS) + 1}\n" in source
+
+
+def test_the_record_script_replies_with_what_python_reads_back():
+    source = lua.load("record")
+    output = source[source.index("  Output:") : source.index("]]")]
+    fields = re.findall(r"^    (\w+) {2,}", output, re.MULTILINE)
+    change = re.findall(r"^ {17}(\w+) {2,}", output, re.MULTILINE)
+
+    assert fields == list(store.replies.REPLY_FIELDS)
+    assert f"{{{', '.join(store.replies.REPLY_FIELDS)}}}" in output
+    assert change == list(store.replies.CHANGE_FIELDS)
+    assert f"\nreturn {{{', '.join(store.replies.REPLY_FIELDS)}}}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

@@ -76,9 +76,16 @@ def gunicorn(
 
 @contextlib.contextmanager
 def uvicorn(
-    env: dict[str, str], log: Path, *, ready_path: str, workers: int = 1, checkout: Path = ROOT
+    env: dict[str, str],
+    log: Path,
+    *,
+    ready_path: str,
+    workers: int = 1,
+    checkout: Path = ROOT,
+    factory: str = "django.core.asgi:get_asgi_application",
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """Serve Django's ASGI application with uvicorn until the block ends (see ``gunicorn``)."""
+    """Serve Django's ASGI application (or the one ``factory`` returns) with uvicorn until the
+    block ends (see ``gunicorn``)."""
     port = free_port()
     command = [
         sys.executable,
@@ -96,7 +103,7 @@ def uvicorn(
         "--app-dir",
         str(checkout),
         "--factory",
-        "django.core.asgi:get_asgi_application",
+        factory,
     ]
     with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
         yield port, process

@@ -169,7 +169,7 @@ def _made_here(client: redis.Redis) -> bool:
     return type(client.connection_pool) in {redis.ConnectionPool, SentinelConnectionPool}
 
 
-def _no_retry(timeout: float) -> dict[str, Any]:
+def no_retry(timeout: float) -> dict[str, Any]:
     """What every client of this module gets: its timeouts, no retries, no health checks."""
     return {
         "socket_timeout": timeout,
@@ -180,7 +180,7 @@ def _no_retry(timeout: float) -> dict[str, Any]:
 
 
 def _make_client(config: Config, *, admin: bool) -> Client:
-    overrides = _no_retry(ADMIN_TIMEOUT if admin else REQUEST_TIMEOUT)
+    overrides = no_retry(ADMIN_TIMEOUT if admin else REQUEST_TIMEOUT)
     if config.redis_url and config.redis_cluster:
         # The cluster client follows MOVED and ASK replies itself; Retry(…, 0) stops it from
         # retrying a failed node, and the timeouts reach every node's connections.
@@ -203,7 +203,7 @@ def _make_client(config: Config, *, admin: bool) -> Client:
         # A pool of a kind this module cannot copy: use it as the site configured it.
         return base  # type: ignore [no-any-return]
     kwargs = {**pool.connection_kwargs, **overrides}
-    _drop_retry_options(kwargs)
+    drop_retry_options(kwargs)
     # A BlockingConnectionPool would make a request wait for a free connection; a plain pool
     # with the same limit raises at once instead, which the breaker treats like an outage.
     new_pool = redis.ConnectionPool(
@@ -214,18 +214,17 @@ def _make_client(config: Config, *, admin: bool) -> Client:
     return redis.Redis(connection_pool=new_pool)
 
 
-def _drop_retry_options(kwargs: dict[str, Any]) -> None:
+def drop_retry_options(kwargs: dict[str, Any]) -> None:
     # retry_on_timeout would retry despite Retry(…, 0) in older redis-py; never wanted here.
     kwargs.pop("retry_on_timeout", None)
     kwargs.pop("retry_on_error", None)
 
 
-def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) -> redis.Redis:
-    """A client of the master that ``pool``'s Sentinels name, with our timeouts and no retries.
-
-    The Sentinels themselves are asked with the same timeouts, so that a Sentinel that does not
-    answer costs a request no more than a Redis that does not.
-    """
+def sentinel_parts(
+    pool: SentinelConnectionPool, overrides: dict[str, Any]
+) -> tuple[list[tuple[str, int]], dict[str, Any], dict[str, Any]]:
+    """What a client of ``pool``'s master is made from: the Sentinels' addresses, the options
+    they are asked with, and those of the master's connections, each with ``overrides``."""
     manager = pool.sentinel_manager
     sentinels = [
         (
@@ -235,18 +234,28 @@ def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) ->
         for sentinel in manager.sentinels
     ]
     sentinel_kwargs = {**(manager.sentinel_kwargs or {}), **overrides}
-    _drop_retry_options(sentinel_kwargs)
+    drop_retry_options(sentinel_kwargs)
     connection_kwargs = {
         name: value
         for name, value in pool.connection_kwargs.items()
         if name not in {"service_name", "sentinel_manager", "is_master", "check_connection"}
     }
     connection_kwargs.update(overrides)
-    _drop_retry_options(connection_kwargs)
+    drop_retry_options(connection_kwargs)
     connection_kwargs.pop("connection_class", None)
+    return sentinels, sentinel_kwargs, connection_kwargs
+
+
+def _sentinel_client(pool: SentinelConnectionPool, overrides: dict[str, Any]) -> redis.Redis:
+    """A client of the master that ``pool``'s Sentinels name, with our timeouts and no retries.
+
+    The Sentinels themselves are asked with the same timeouts, so that a Sentinel that does not
+    answer costs a request no more than a Redis that does not.
+    """
+    sentinels, sentinel_kwargs, connection_kwargs = sentinel_parts(pool, overrides)
     sentinel = FollowingSentinel(
         sentinels,
-        min_other_sentinels=manager.min_other_sentinels,
+        min_other_sentinels=pool.sentinel_manager.min_other_sentinels,
         sentinel_kwargs=sentinel_kwargs,
         **connection_kwargs,
     )

@@ -24,11 +24,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
@@ -38,10 +36,12 @@ from django.dispatch import Signal, receiver
 
 from whos_online.config import isolation, rules
 from whos_online.config.audiences import name_audience
+from whos_online.config.redaction import redact_url
 from whos_online.config.room_rules import RoomRule, rules_of
 from whos_online.config.validation import across_keys
 
 if TYPE_CHECKING:
+    import re
     from collections.abc import Callable
 
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -196,6 +196,8 @@ class Config:
     refresh_interval: int = rules.setting(
         "REFRESH_INTERVAL", 30, "whos_online.E023", rules.whole(1)
     )
+    #: Whether flushes publish what they changed and the stream view serves pages (``live``).
+    live_updates: bool = rules.setting("LIVE_UPDATES", True, "whos_online.E036", rules.boolean)
     json_max_age: int = rules.setting("JSON_MAX_AGE", 10, "whos_online.E024", rules.whole(0))
     shards: int = rules.setting(
         "SHARDS",
@@ -269,15 +271,6 @@ class Config:
             where = redact_url(self.redis_url)
             return f"cluster {where}" if self.redis_cluster else where
         return f"cache alias {self.redis_alias!r}"
-
-
-def redact_url(url: str) -> str:
-    """Hide passwords, given before the host or as ``?password=``, from log lines."""
-    parts = urlsplit(url)
-    if parts.password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(query=query).geturl()
 
 
 def user_settings() -> Mapping[str, Any]:

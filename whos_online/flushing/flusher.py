@@ -22,9 +22,10 @@ Reads made by the process (the snapshot of the tags and the JSON view, the API's
 its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
 on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just before the read.
 ``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
-0 there is no thread: each recorded request writes the queue itself, as it writes its own visit.
+0 each recorded request writes the queue itself; the thread then only tells what changed.
 
-What the process holds when it stops is written as it exits (``stopping``).
+What the process holds when it stops is written as it exits (``stopping``). What the flushes
+changed is told from the thread (``events``): signals, and one message on Redis per second.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, hits, lifecycle
+from whos_online.flushing import batches, events, hits, lifecycle
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.flushing.thread import FlushThread
@@ -73,8 +74,10 @@ class Flusher:
         self.jobs = FlushJobs()
         #: One flush at a time, so that a batch that failed is sent again before newer ones.
         self._lock = threading.Lock()
-        #: The process's flushing thread (``thread``).
-        self.thread = FlushThread(lambda: bool(self.flush()))
+        #: The process's flushing thread (``thread``), which also tells what flushes changed.
+        self.thread = FlushThread(self._on_thread)
+        #: What flushes changed, not told yet (``events``).
+        self.changes = events.Pending()
         #: When the process's layout was last registered with a batch.
         self.registration = batches.Registration()
         #: Whether the site has kept data in another layout of shards, as the base shard's last
@@ -106,6 +109,15 @@ class Flusher:
         follow in a second pass, as does what was queued while the first was on its way."""
         with self._lock:
             return self._flush(get_config())
+
+    def _on_thread(self) -> bool:
+        """Flush, then tell what flushes changed, whichever thread wrote them; True if failed."""
+        failed = bool(self.flush())
+        if self.changes.holds():
+            due = self.changes.deliver(get_config(), Flusher)
+            if due is not None:
+                self.thread.schedule(due)
+        return failed
 
     def _flush(self, config: Config) -> frozenset[str]:
         return self._run_jobs(config) | self._write_queue(config)
@@ -224,15 +236,20 @@ class Flusher:
         """Take in how the write of ``prepared`` went (each group's replies, None for a group
         whose write failed); returns the tags of the shards that failed."""
         failed = set()
+        config = get_config()
+        changed = False
         for group, replies in zip(prepared.groups, results, strict=True):
             if replies is None:
                 failed.add(group.shard.tag)
                 continue
-            for raw in replies:
-                reply = store.record.parse_reply(raw)
+            parsed = [store.replies.parse_reply(raw) for raw in replies]
+            for reply in parsed:
                 epochs.epochs.learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:
                     self.layouts_in_use = reply.layouts > 0
+            changed = self.changes.take_in(config, group.entries, parsed) or changed
+        if changed and not self.thread.is_current():
+            self.thread.schedule(0)  # told from the thread, never from a request
         base_written = bool(prepared.groups) and not any(
             group.shard.is_base and group.shard.tag in failed for group in prepared.groups
         )
@@ -244,7 +261,7 @@ class Flusher:
             [item for item, tags in prepared.items if not tags.isdisjoint(failed)] if failed else []
         )
         if failed:
-            self._back_off(get_config())
+            self._back_off(config)
         else:
             self.thread.recovered()
             self.queue.report_drops()
@@ -283,24 +300,25 @@ class Flusher:
     def close(self) -> None:
         """Write what the process holds as it exits: first let a flush the thread has started
         finish (the exit would cut it off), then flush; and once the page hits are all written,
-        forget the key that remembered this process's batches of them."""
+        forget the key that remembered this process's batches of them; then tell what changed.
+        With nothing to write nor a key to forget, the settings are not read, which a process
+        that never recorded (a site not configured yet) may not have right."""
         self.thread.stop()
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
-            if not self.pending() and hits.buffer().numbered == self._hits_forgotten_at:
-                # Nothing to write, nor a key to forget: the settings are not read, which a
-                # process that never recorded (a site not configured yet) may not have right.
-                return
-            failed = self._flush(get_config())
-            numbered = hits.buffer().numbered
-            if not failed and numbered and not hits.buffer().total():
-                key = counters.applied_key(get_config(), hits.buffer().token)
-                forgot = connection.call(
-                    None, lambda client, _config: client.delete(key), writes=True
-                )
-                if forgot is not None:
-                    self._hits_forgotten_at = numbered
+            if self.pending() or hits.buffer().numbered != self._hits_forgotten_at:
+                failed = self._flush(get_config())
+                numbered = hits.buffer().numbered
+                if not failed and numbered and not hits.buffer().total():
+                    key = counters.applied_key(get_config(), hits.buffer().token)
+                    forgot = connection.call(
+                        None, lambda client, _config: client.delete(key), writes=True
+                    )
+                    if forgot is not None:
+                        self._hits_forgotten_at = numbered
+            if self.changes.holds():
+                self.changes.deliver(get_config(), Flusher, at_once=True)
         finally:
             self._lock.release()
 

@@ -52,6 +52,10 @@ class FlushThread:
                 )
                 self._thread.start()
 
+    def is_current(self) -> bool:
+        """Whether the caller runs on this thread."""
+        return self._thread is threading.current_thread()
+
     def back_off(self, seconds: float) -> None:
         """Leave Redis alone for ``seconds``: a flush failed, or a breaker held it back."""
         self._retry_at = time.monotonic() + seconds

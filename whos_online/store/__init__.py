@@ -5,7 +5,8 @@ One module per concern, each importing only those listed before it:
 - ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
 - ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
 - ``visit``: a visit to record, and how it places its person among the rooms;
-- ``record``: the record script's batches of visits (the one call a flush makes per shard);
+- ``record``: the record script's batches of visits (the one call a flush makes per shard),
+  and ``replies``, what those calls answer (who arrived, the rooms changed);
 - ``presence``: whether given users are online, and taking one off;
 - ``reading``: one read of the site or a room, combined over the shards;
 - ``site``: the all-time peak and the day's unique visitors;
@@ -28,6 +29,28 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, keys, presence, reading, record, scripts, site, titles, visit
+from whos_online.store import (
+    cleanup,
+    keys,
+    presence,
+    reading,
+    record,
+    replies,
+    scripts,
+    site,
+    titles,
+    visit,
+)
 
-__all__ = ["cleanup", "keys", "presence", "reading", "record", "scripts", "site", "titles", "visit"]
+__all__ = [
+    "cleanup",
+    "keys",
+    "presence",
+    "reading",
+    "record",
+    "replies",
+    "scripts",
+    "site",
+    "titles",
+    "visit",
+]

@@ -57,6 +57,13 @@ def epoch_key(shard: keyspace.Shard) -> str:
     return shard.key("epoch")
 
 
+def changes_channel(config: Config) -> str:
+    """The pub/sub channel on which flushes publish what they changed, for the live streams
+    (``flushing.events``), under the base tag: a channel is no key, but the tag keeps it
+    the site's, and on a Cluster a sharded channel would live in the base tag's slot."""
+    return keyspace.key(config, "changes")
+
+
 def score(now: float) -> str:
     """A time as the sorted sets hold it: Unix seconds, to the millisecond."""
     return f"{now:.3f}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from django.dispatch import receiver
 
@@ -34,6 +34,7 @@ from whos_online.store.keys import (
     visitors_key,
 )
 from whos_online.store.presence import LEAVE_GRACE
+from whos_online.store.replies import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -174,22 +175,6 @@ def leave_room_entry(config: Config, kind: str, member: str, room: str, *, at: f
     shard = member_shard(config, kind, member)
     fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(at), hll="0", room=room)
     return Entry(shard, None, fields)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a batch's call answers: the shard's epoch, whether each entry's visitor was not
-    online until then ('1') or was ('0'), and on the base shard how many layouts are recorded
-    (a site that changed ``SHARDS``)."""
-
-    epoch: str
-    arrived: str
-    layouts: int
-
-
-def parse_reply(raw: Sequence[Any]) -> Reply:
-    epoch, arrived, layouts = raw
-    return Reply(keyspace.text(epoch), keyspace.text(arrived), int(layouts))
 
 
 @dataclass(frozen=True)

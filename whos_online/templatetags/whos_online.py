@@ -217,6 +217,10 @@ def _live(
         # Where live.js refreshes every widget of the page at once (see views.widgets).
         "widgets": reverse("whos_online:widgets"),
     }
+    if config.live_updates:
+        # Where it follows them as they change instead, under ASGI (see stream_views; under
+        # WSGI the view says 204 and the page polls).
+        shown["stream"] = reverse("whos_online:stream")
     if room is not None:
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.

@@ -27,6 +27,19 @@
  *
  * A room's URLs carry a token that runs out: before it does (data-whos-online-renew), or when the
  * server refuses it, the page is fetched again in the background for fresh ones (see renew).
+ *
+ * Where the server offers it (data-whos-online-stream, under ASGI) and the browser has
+ * EventSource, the page follows its widgets on ONE stream instead of asking every interval: each
+ * state the stream sends is the widgets view's answer, swapped in as a refresh's is, and the
+ * widgets it carries are not polled while it is open (see follow). The page polls as before, at
+ * once and until the stream is tried again, when it cannot be opened (204 under WSGI or with
+ * LIVE_UPDATES off, an error), when it breaks, and while the server says it is stale (Redis is
+ * down: the stream stays open, and its next state ends the polling). When a room token runs out
+ * (event "end"), or when the page renews its tokens itself, the stream is opened again with
+ * fresh ones. A stream that fails, or ends, within a minute of opening counts as a failure: the
+ * next try waits 5 s, then twice as long each time, up to 5 minutes. A hidden tab closes its
+ * stream (a browser opens only six connections per site over HTTP/1.1) and opens a new one when
+ * shown again, whose first state is the current one.
  */
 (function () {
   "use strict";
@@ -41,11 +54,20 @@
   var WIDGETS = "data-whos-online-widgets";
   var PRESENCE = "data-whos-online-presence";
   var RENEW = "data-whos-online-renew";
+  var STREAM = "data-whos-online-stream";
   var MAX_WIDGETS = 32; // the most one request of the widgets view answers (views.MAX_WIDGETS)
 
   var widgets = []; // the page's widgets: {element, renewAt, stopped}
   var timer = null;
   var busy = false; // a refresh, or the renewal before it, is under way
+
+  var RETRY_FIRST = 5000; // ms before the stream is tried again after a first failure
+  var RETRY_MOST = 300000; // and at most, however many failures follow
+  var HEALTHY = 60000; // ms: a stream that lasted this long did not fail
+  var stream = null; // the open stream: {source, url, widgets, queries, since, stale}
+  var failures = 0; // streams that failed in a row
+  var retryAt = 0; // no stream before then (Date.now())
+  var retryTimer = null;
 
   function swap(element, html) {
     var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[" + LIVE + "]");
@@ -164,16 +186,24 @@
     });
   }
 
-  function askTogether(endpoint, group, queries, answers) {
-    var url =
+  // The widgets view's (or the stream's) URL for these widgets' queries.
+  function together(endpoint, queries) {
+    return (
       endpoint +
       "?" +
       queries
         .map(function (query) {
           return "widget=" + encodeURIComponent(query);
         })
-        .join("&");
-    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .join("&")
+    );
+  }
+
+  function askTogether(endpoint, group, queries, answers) {
+    return fetch(together(endpoint, queries), {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    })
       .then(function (response) {
         return response.ok ? response.json() : null;
       })
@@ -212,6 +242,25 @@
       });
   }
 
+  // Swaps each answer in (``answers`` in the order of ``list``, null for none), whether a
+  // refresh or the stream brought them; returns the widgets whose token was refused.
+  function apply(list, answers) {
+    var refused = [];
+    list.forEach(function (widget, position) {
+      var answer = answers[position];
+      if (!answer) {
+        return;
+      }
+      if (answer.status === 403) {
+        refused.push(widget);
+      } else if (answer.status === 200 && answer.ok && typeof answer.html === "string") {
+        swap(widget.element, answer.html);
+        widget.renewAt = renewalDue(widget.element);
+      }
+    });
+    return refused;
+  }
+
   // Asks for ``list`` and swaps each answer in; a widget whose token was refused (another
   // session, after a login elsewhere; or a token run out) is renewed and asked for again at
   // once, unless it was just renewed.
@@ -220,20 +269,8 @@
       return Promise.resolve();
     }
     return ask(list).then(function (answers) {
-      var refused = [];
-      list.forEach(function (widget, position) {
-        var answer = answers[position];
-        if (!answer) {
-          return;
-        }
-        if (answer.status === 403 && !renewed) {
-          refused.push(widget);
-        } else if (answer.status === 200 && answer.ok && typeof answer.html === "string") {
-          swap(widget.element, answer.html);
-          widget.renewAt = renewalDue(widget.element);
-        }
-      });
-      if (!refused.length) {
+      var refused = apply(list, answers);
+      if (!refused.length || renewed) {
         return null;
       }
       return renew(refused).then(function (fresh) {
@@ -266,6 +303,13 @@
     }
   }
 
+  // The widgets to ask for: all but those an open stream brings (unless it is stale).
+  function polled() {
+    return shown().filter(function (widget) {
+      return !stream || stream.stale || stream.widgets.indexOf(widget) < 0;
+    });
+  }
+
   function tick() {
     timer = null;
     busy = true;
@@ -279,7 +323,8 @@
       : Promise.resolve();
     renewal
       .then(function () {
-        return refresh(shown(), false);
+        follow(); // a stream of renewed widgets is opened again with their fresh tokens
+        return refresh(polled(), false);
       })
       .catch(function () {
         // as in ask: keep showing the last counts
@@ -290,9 +335,168 @@
       });
   }
 
-  document.addEventListener("visibilitychange", function () {
-    if (!document.hidden && timer === null && !busy) {
+  // Polls at once, rather than at the end of an interval (which may be long where the stream
+  // was expected to bring every change).
+  function pollNow() {
+    if (!busy && !document.hidden) {
+      window.clearTimeout(timer);
       tick();
+    }
+  }
+
+  // The widgets the page's one stream may follow: those that offer it, of its first endpoint,
+  // each different query once and at most MAX_WIDGETS of them.
+  function streamable() {
+    var endpoint = null;
+    var queries = [];
+    var list = shown().filter(function (widget) {
+      var offered = widget.element.getAttribute(STREAM);
+      if (!offered || !widget.element.getAttribute(WIDGETS) || !widget.element.getAttribute(LIVE)) {
+        return false;
+      }
+      endpoint = endpoint || offered;
+      var query = queryOf(widget);
+      if (offered !== endpoint || (queries.indexOf(query) < 0 && queries.length >= MAX_WIDGETS)) {
+        return false;
+      }
+      if (queries.indexOf(query) < 0) {
+        queries.push(query);
+      }
+      return true;
+    });
+    return { endpoint: endpoint, queries: queries, widgets: list };
+  }
+
+  // Opens the page's stream for the widgets that offer one, or opens it again where their URLs
+  // changed (a renewal, new widgets); nothing while the tab is hidden, without EventSource, or
+  // before the stream's next try.
+  function follow() {
+    if (!window.EventSource || document.hidden || Date.now() < retryAt) {
+      return;
+    }
+    var wanted = streamable();
+    var url = wanted.widgets.length ? together(wanted.endpoint, wanted.queries) : null;
+    if (stream && stream.url === url) {
+      return;
+    }
+    closeStream(false);
+    if (url === null) {
+      return;
+    }
+    var source = new window.EventSource(url);
+    var current = {
+      source: source,
+      url: url,
+      widgets: wanted.widgets,
+      queries: wanted.queries,
+      since: Date.now(),
+      stale: false,
+    };
+    stream = current;
+
+    source.addEventListener("message", function (event) {
+      if (stream !== current) {
+        return;
+      }
+      var body = null;
+      try {
+        body = JSON.parse(event.data);
+      } catch (error) {
+        return; // not the widgets view's answer: keep showing the last counts
+      }
+      var found = (body && body.widgets) || [];
+      current.stale = false;
+      var refused = apply(
+        current.widgets,
+        current.widgets.map(function (widget) {
+          return found[current.queries.indexOf(queryOf(widget))] || null;
+        })
+      );
+      if (refused.length) {
+        // A token refused when the stream opened (a tab hidden for long): renewed as a
+        // refresh's would be, and the stream opened again with the fresh one.
+        reopen(current);
+      }
+    });
+    source.addEventListener("stale", function () {
+      // Redis cannot be read: the stream stays open (its next state says it is back), and the
+      // page polls meanwhile.
+      if (stream === current && !current.stale) {
+        current.stale = true;
+        pollNow();
+      }
+    });
+    source.addEventListener("end", function () {
+      if (stream === current) {
+        reopen(current);
+      }
+    });
+    source.addEventListener("error", function () {
+      // Not opened (204, another status, not an event stream), or cut off: EventSource would
+      // reconnect on its own every few seconds for as long as it fails; the page polls instead,
+      // and tries a stream again later.
+      if (stream === current) {
+        closeStream(true);
+        pollNow();
+      }
+    });
+  }
+
+  // Closes the stream. After a failure the next one is tried only after a back-off, polling
+  // meanwhile; a stream that lasted HEALTHY first wipes out the failures before it.
+  function closeStream(failed) {
+    if (!stream) {
+      return;
+    }
+    stream.source.close();
+    if (Date.now() - stream.since >= HEALTHY) {
+      failures = 0;
+    }
+    stream = null;
+    if (failed) {
+      failures += 1;
+      var wait = Math.min(RETRY_FIRST * Math.pow(2, failures - 1), RETRY_MOST);
+      retryAt = Date.now() + wait;
+      window.clearTimeout(retryTimer);
+      retryTimer = window.setTimeout(function () {
+        retryAt = 0;
+        follow();
+      }, wait);
+    }
+  }
+
+  // The stream ended (a token ran out) or refused a token: its widgets are renewed, then
+  // followed on a new stream, or polled while it waits for its next try. One that does so
+  // within HEALTHY of opening counts as a failure, lest a token refused again and again make
+  // a loop of it.
+  function reopen(current) {
+    var list = current.widgets;
+    closeStream(Date.now() - current.since < HEALTHY);
+    renew(list).then(function (renewed) {
+      stopAllBut(list, renewed);
+      follow();
+      if (!stream) {
+        pollNow();
+      }
+    });
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) {
+      closeStream(false); // opened again when the tab is shown
+      return;
+    }
+    follow();
+    if (timer === null && !busy) {
+      tick();
+    }
+  });
+  window.addEventListener("pagehide", function () {
+    closeStream(false);
+  });
+  window.addEventListener("pageshow", function (event) {
+    if (event.persisted) {
+      follow(); // back from the back/forward cache
     }
   });
 
@@ -388,6 +592,9 @@
       speakFor(widget);
       added = true;
     });
+    if (added) {
+      follow();
+    }
     if (added && !busy) {
       schedule();
     }

@@ -88,8 +88,20 @@
               ``add_batch``), after the entries
 
   Output:
-    {the shard's epoch, one character per entry ('1' for a visitor who was not online until
-     now, else '0'), and on the base shard how many layouts are recorded (0 elsewhere)}
+    {epoch, arrived, layouts, changes}
+    epoch      the shard's epoch
+    arrived    one character per entry: '1' for a visitor who was not online until now, else '0'
+    layouts    on the base shard, how many layouts are recorded (0 elsewhere)
+    changes    the batch's room changes, a flat list of four values per change:
+                 entry      the entry's number in the batch (from 1)
+                 who        '' for the entry's member, or '<kind>:<member>' for another
+                            identity whose room a step of the entry left (a visit's former
+                            identity, an 'l' entry's), of the set that held it ('hidden' for a
+                            user held by neither user set: never named by mistake)
+                 left       the room they were in and no longer are ('' for none); a reader's
+                            leave ('r') that took effect counts, though they still count there
+                            for ``leave_grace`` seconds
+                 entered    the room they are in and were not, or had left ('' for none)
 ]]
 
 --- @include "includes/counters"
@@ -139,8 +151,21 @@ local function place(kind, member)
   return kind .. ':' .. member
 end
 
+-- The room changes of the batch (see Output), and the number of the entry being run.
+local changes = {}
+local entry_number = 0
+
+local function changed(who, left, entered)
+  local n = #changes
+  changes[n + 1] = entry_number
+  changes[n + 2] = who
+  changes[n + 3] = left or ''
+  changes[n + 4] = entered or ''
+end
+
 -- Takes ``member`` off the ``kinds`` sets and out of its room, as of ``score``: unless one of
--- those sets saw it after that (the same address's next visitor, a user's other device).
+-- those sets saw it after that (the same address's next visitor, a user's other device). A room
+-- it leaves is a change of the entry's, by ``<kind>:<member>``.
 local function leave_as_of(kinds, prefixes, member, score)
   for _, set in ipairs(kinds) do
     local seen = rcall('ZSCORE', sets[set], member)
@@ -148,11 +173,20 @@ local function leave_as_of(kinds, prefixes, member, score)
       return
     end
   end
+  local held_by
   for _, set in ipairs(kinds) do
-    rcall('ZREM', sets[set], member)
+    if rcall('ZREM', sets[set], member) == 1 then
+      held_by = held_by or set
+    end
   end
   for _, prefix in ipairs(prefixes) do
-    leave_room(where, room_prefix, prefix .. member, member)
+    local room = leave_room(where, room_prefix, prefix .. member, member)
+    if room then
+      -- A user's field does not say which user set held them: a user in neither (pruned from
+      -- the sets before the rooms) is told as hidden, never named by mistake.
+      local kind = prefix == 'u:' and (held_by or 'hidden') or string.sub(prefix, 1, -2)
+      changed(kind .. ':' .. member, room, '')
+    end
   end
 end
 
@@ -393,6 +427,11 @@ local function visit(i)
   elseif mode == 'stay' and was and was ~= room then
     room = was -- a later page of theirs (another tab) put them in another room
   end
+  if was and not left and was ~= room then
+    changed('', was, room)
+  elseif room ~= '' and (was ~= room or left) then
+    changed('', '', room)
+  end
   if was and (was ~= room or left) then
     if room ~= '' then
       -- Out of the room they were in (or left). A user may still be in its set of the other
@@ -435,6 +474,7 @@ local function leave_room_by(i)
   -- Counted in the room until ``leave_grace`` after they left: their score there is set so that
   -- the window ends then. A score from after they left (the reload, recorded first) stands.
   mark_left(room, ROOM_KINDS[kind], member, left, leave_grace)
+  changed('', room, '')
 end
 
 local arrived = {}
@@ -443,6 +483,7 @@ for n = 0, count - 1 do
   local i = first + FIELDS * n
   local op = ARGV[i]
   local new = 0
+  entry_number = n + 1
   if op == 'v' then
     new = visit(i)
   elseif op == 'l' then
@@ -511,4 +552,5 @@ if samples or has_hits then
   end
 end
 
-return {epoch, table.concat(arrived), layouts}
+arrived = table.concat(arrived)
+return {epoch, arrived, layouts, changes}

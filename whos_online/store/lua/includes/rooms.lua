@@ -11,7 +11,8 @@
 
   ``room_in`` reads a value of ``where``: the room, and whether it was left. ``leave_room``
   takes ``member`` out of the room ``where`` gives for ``field``, left or not, from the sets of
-  its kind (a user from both user sets), and forgets the field. The room's sets are named from
+  its kind (a user from both user sets), and forgets the field; it returns the room they were
+  still in (nil when they were in none, or had left it already). The room's sets are named from
   ``room_prefix`` in Lua: they share the shard's hash tag, so they live in the slot of the
   declared keys.
 ]]
@@ -29,9 +30,9 @@ local function room_in(value)
 end
 
 local function leave_room(where, room_prefix, field, member)
-  local room = room_in(redis.call('HGET', where, field))
+  local room, left = room_in(redis.call('HGET', where, field))
   if not room then
-    return
+    return nil
   end
   local kind = string.match(field, '^[^:]+')
   local sets = kind == 'u' and {'users', 'hidden'} or {kind}
@@ -39,4 +40,8 @@ local function leave_room(where, room_prefix, field, member)
     redis.call('ZREM', room_prefix .. room .. ':' .. set, member)
   end
   redis.call('HDEL', where, field)
+  if left then
+    return nil
+  end
+  return room
 end

@@ -1,0 +1,122 @@
+"""Django's ASGI handler driven by hand, for a response that never ends: the live stream.
+
+Django's ``AsyncClient`` reads a response to its end; a stream ends only when the page goes. This
+calls the ASGI application with a scope of its own and reads what it sends as it comes, one
+server-sent event at a time, then says the client is gone (``http.disconnect``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from http.cookies import SimpleCookie
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from django.core.handlers.asgi import ASGIHandler
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+class Stream:
+    """One request through the ASGI stack, its status, headers and events as they come."""
+
+    def __init__(self, url: str, *, cookies: dict[str, str] | None = None) -> None:
+        parts = urlsplit(url)
+        headers = [(b"host", b"testserver"), (b"accept", b"text/event-stream")]
+        if cookies:
+            jar = SimpleCookie(cookies)
+            headers.append(
+                (b"cookie", "; ".join(f"{k}={v.value}" for k, v in jar.items()).encode())
+            )
+        self.scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": parts.path,
+            "raw_path": parts.path.encode(),
+            "query_string": parts.query.encode(),
+            "root_path": "",
+            "headers": headers,
+            "client": ("203.0.113.7", 50000),
+            "server": ("testserver", 80),
+        }
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[Mapping[str, Any]] = asyncio.Queue()
+        self._buffer = ""
+        self.ended = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def open(self, timeout: float = 30) -> Stream:
+        await self._inbox.put({"type": "http.request", "body": b"", "more_body": False})
+        self._task = asyncio.ensure_future(
+            ASGIHandler()(self.scope, self._inbox.get, self._outbox.put)
+        )
+        getting = asyncio.ensure_future(self._outbox.get())
+        await asyncio.wait(
+            [getting, self._task], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not getting.done():
+            getting.cancel()
+            if self._task.done():
+                self._task.result()  # what the application raised
+            raise asyncio.TimeoutError
+        start = getting.result()
+        assert start["type"] == "http.response.start"
+        self.status = start["status"]
+        self.headers = {k.decode().lower(): v.decode() for k, v in start["headers"]}
+        return self
+
+    async def event(self, timeout: float = 10) -> tuple[str, str]:
+        """The next event, as (its name, its data): ("message", …) for a state, ("", "") for
+        the end of the stream. Comments are skipped."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            while "\n\n" in self._buffer:
+                block, self._buffer = self._buffer.split("\n\n", 1)
+                name, data = "message", []
+                for line in block.split("\n"):
+                    field, _, value = line.partition(":")
+                    value = value.removeprefix(" ")
+                    if field == "event":
+                        name = value
+                    elif field == "data":
+                        data.append(value)
+                if data:
+                    return name, "\n".join(data)
+            if self.ended:
+                return "", ""
+            message = await asyncio.wait_for(self._outbox.get(), deadline - loop.time())
+            self._buffer += message.get("body", b"").decode()
+            self.ended = not message.get("more_body", False)
+
+    async def state(self, timeout: float = 10) -> list[dict[str, Any]]:
+        """The next state the stream sends (its widgets' answers), skipping other events."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            name, data = await self.event(deadline - loop.time())
+            if name == "message":
+                found: list[dict[str, Any]] = json.loads(data)["widgets"]
+                return found
+            assert name, "the stream ended"
+
+    async def body(self, timeout: float = 10) -> bytes:
+        """The whole body of a response that ends (a 204, a 400)."""
+        chunks = []
+        while not self.ended:
+            message = await asyncio.wait_for(self._outbox.get(), timeout)
+            chunks.append(message.get("body", b""))
+            self.ended = not message.get("more_body", False)
+        return b"".join(chunks)
+
+    async def close(self) -> None:
+        await self._inbox.put({"type": "http.disconnect"})
+        if self._task is not None:
+            await asyncio.wait_for(self._task, 10)

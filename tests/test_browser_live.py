@@ -1,0 +1,288 @@
+"""The live widget on the stream (uvicorn, ASGI) and without it (WSGI), in Chromium.
+
+Under uvicorn the site (tests/load_settings.py, on the real redis-server) refreshes its widgets
+every 600 s: only the stream can bring a change in time. Under the WSGI live server the stream
+answers 204, and the widget polls as before. The browser and the pages are tests/test_browser.py's
+(Chromium from Debian, a strict CSP, any script error fails the test).
+
+The test under uvicorn measures, over ``WHOS_ONLINE_LIVE_ROUNDS`` rounds (3 unless set), how long
+an arrival and a leave took to show on the other reader's page, and prints the median and the
+95th percentile (``-s`` shows them): figures to report, not to assert, on a shared machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import expect
+
+import whos_online
+from tests import test_browser
+from tests.support import wsgi_server
+from tests.support.helpers import configure
+from tests.test_browser import (
+    ROOT,
+    STREAM,
+    TIMEOUT_MS,
+    Sent,
+    is_renewal,
+    widget_list,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from playwright.sync_api import Page, Route
+    from playwright.sync_api import Response as PlaywrightResponse
+
+    from tests.test_browser import Pages
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.parametrize("backend", ["real"], indirect=True),
+    pytest.mark.skipif(sys.platform == "win32", reason="uvicorn's workers run on Unix here"),
+]
+
+#: tests/test_browser.py's fixtures: its Chromium, its pages, its site on the live server.
+browser, open_page, site = test_browser.browser, test_browser.open_page, test_browser.site
+TOPIC = "/topics/1/"
+#: The site of tests/test_browser.py as a deployment runs it: the load test's settings (a real
+#: Redis, a shared database file, flushes every tenth of a second, LIVE_UPDATES on), with
+#: refreshes so rare that a test sees a change only if the stream brought it.
+SETTINGS = """from tests.load_settings import *
+
+WHOS_ONLINE = {
+    **WHOS_ONLINE,
+    "TRUSTED_PROXY_COUNT": 0,
+    "REFRESH_INTERVAL": 600,
+    "SHOW_NAMES_TO": "authenticated",
+}
+"""
+#: Django's ASGI application with the static files (live.js) served beside it, as runserver does.
+APPLICATION = """from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.asgi import get_asgi_application
+
+
+def application():
+    return ASGIStaticFilesHandler(get_asgi_application())
+"""
+PREPARE = """
+import django
+django.setup()
+from django.core.management import call_command
+from django.contrib.auth.models import User
+call_command("migrate", verbosity=0)
+User.objects.bulk_create([User(username="alice"), User(username="bob")])
+"""
+ROUNDS = int(os.environ.get("WHOS_ONLINE_LIVE_ROUNDS", "3"))
+#: Records, on the page, each text the widget's list shows and when (the page's clock, which is
+#: this machine's: ``Date.now()`` and ``time.time()`` agree).
+WATCH = """() => {
+  const widget = document.querySelector(".whos-online");
+  window.whosOnlineTexts = [];
+  const note = () => {
+    const text = widget.querySelector(".whos-online-list").textContent;
+    const texts = window.whosOnlineTexts;
+    if (!texts.length || texts[texts.length - 1].text !== text) {
+      texts.push({ at: Date.now() / 1000, text: text });
+    }
+  };
+  note();
+  new MutationObserver(note).observe(widget, {
+    subtree: true, childList: true, characterData: true, attributes: true,
+  });
+}"""
+
+
+@pytest.fixture(scope="module")
+def asgi_site(real_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The test site under uvicorn, with users alice and bob in its own database."""
+    directory = tmp_path_factory.mktemp("live")
+    (directory / "live_settings.py").write_text(SETTINGS)
+    (directory / "live_asgi.py").write_text(APPLICATION)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "live_settings",
+        "WHOS_ONLINE_LOAD_DB": str(directory / "live.sqlite3"),
+        "REDIS_URL": real_redis_url,
+    }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    subprocess.run([sys.executable, "-c", PREPARE], cwd=ROOT, env=env, check=True)
+    with wsgi_server.uvicorn(
+        env, directory / "uvicorn.log", ready_path="/plain/", factory="live_asgi:application"
+    ) as (port, _process):
+        yield f"http://127.0.0.1:{port}"
+
+
+def texts_since(page: Page, moment: float) -> list[tuple[float, str]]:
+    found = page.evaluate("window.whosOnlineTexts")
+    return [(entry["at"], entry["text"]) for entry in found if entry["at"] >= moment]
+
+
+def first_time(page: Page, moment: float, *, shows_alice: bool) -> float:
+    """How long after ``moment`` the widget first showed (or stopped showing) alice."""
+    for at, text in texts_since(page, moment):
+        if ("alice" in text) == shows_alice:
+            return at - moment
+    raise AssertionError(texts_since(page, moment))
+
+
+def until(page: Page, condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` on what ``page`` sent, letting Playwright take in its events
+    meanwhile (a plain sleep would hold them back)."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never came true"
+        page.wait_for_timeout(50)
+
+
+def nearest_rank(values: list[float], percent: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(math.ceil(percent / 100 * len(ordered)) - 1, 0)]
+
+
+def report(name: str, delays: list[float]) -> None:
+    print(
+        f"\n{name} over {len(delays)} rounds: median {statistics.median(delays):.2f} s, "
+        f"p95 {nearest_rank(delays, 95):.2f} s, max {max(delays):.2f} s "
+        f"({', '.join(f'{delay:.2f}' for delay in delays)})"
+    )
+
+
+def is_stream(response: PlaywrightResponse) -> bool:
+    return urlsplit(response.url).path == STREAM
+
+
+def test_under_asgi_the_stream_shows_who_comes_and_goes(backend, asgi_site, open_page):
+    """bob's page never polls (600 s): alice coming to the topic, and leaving the site (her
+    page's leaving beacon, the only word of it the site gets), reach it on the stream, round
+    after round, without a reload.
+
+    She leaves for about:blank rather than by closing the tab: in runs that closed it with
+    ``page.close(run_before_unload=True)``, about one leave in ten never took effect (Redis still
+    had her in the room ten seconds later and her throttle cookie was unspent: the beacon did
+    not arrive, or was not acted on), with or without the stream (5 of 15 on the WSGI live
+    server, polling): still to be found out."""
+    bobs: Page = open_page()
+    bobs.goto(f"{asgi_site}/login/bob/")
+    sent = Sent(bobs)
+    with bobs.expect_response(is_stream) as opened:
+        bobs.goto(f"{asgi_site}{TOPIC}")
+    assert opened.value.status == 200
+    assert opened.value.headers["content-type"].startswith("text/event-stream")
+    expect(widget_list(bobs)).to_have_text("bob")
+    bobs.evaluate(WATCH)
+    bobs.evaluate("window.whosOnlineTestMark = true")
+
+    arrivals: list[float] = []
+    leaves: list[float] = []
+    for _ in range(ROUNDS):
+        alices: Page = open_page()
+        alices.goto(f"{asgi_site}/login/alice/")
+        moment = time.time()
+        alices.goto(f"{asgi_site}{TOPIC}")
+        expect(widget_list(bobs)).to_have_text("alice and bob", timeout=TIMEOUT_MS)
+        arrivals.append(first_time(bobs, moment, shows_alice=True))
+        expect(widget_list(alices)).to_contain_text("alice")
+
+        moment = time.time()
+        # alice leaves the site: only her page's leaving beacon can say so.
+        alices.goto("about:blank")
+        try:
+            expect(widget_list(bobs)).to_have_text("bob", timeout=TIMEOUT_MS)
+        except AssertionError as error:
+            # Whether the leave was written, or written and not pushed.
+            in_room = [user.name for user in whos_online.online_users(room="topic:1")]
+            shown = texts_since(bobs, 0)
+            msg = f"round {len(leaves)}: the room holds {in_room}; the page showed {shown}"
+            raise AssertionError(msg) from error
+        leaves.append(first_time(bobs, moment, shows_alice=False))
+
+    # Every change came on the one stream the page opened: no refresh, no second stream.
+    assert sent.to(STREAM) == 1
+    assert sent.to("/online/widgets/") == 0
+    assert bobs.evaluate("window.whosOnlineTestMark") is True
+    report("arrival", arrivals)
+    report("leave", leaves)
+
+
+def test_under_wsgi_the_widget_polls_and_tries_the_stream_again_rarely(
+    site, open_page: Pages, settings, alice, bob
+):
+    """The live server is WSGI: the stream answers 204, and the widget polls every second as
+    before; it tries the stream again after 5 s, then after longer and longer waits, never in
+    a loop. The page's timers are moved by the test, from the moment the first try failed."""
+    configure(settings, LIVE_UPDATES=True)
+    bobs = open_page()
+    bobs.clock.install()
+    bobs.goto(f"{site}/login/bob/")
+    sent = Sent(bobs)
+    with bobs.expect_response(is_stream) as opened:
+        bobs.goto(f"{site}{TOPIC}")
+    assert opened.value.status == 204
+    now = bobs.evaluate("Date.now()") / 1000 + 0.05
+    bobs.clock.pause_at(datetime.fromtimestamp(now, tz=timezone.utc))
+    expect(widget_list(bobs)).to_have_text("bob")
+
+    alices = open_page()
+    alices.goto(f"{site}/login/alice/")
+    alices.goto(f"{site}{TOPIC}")
+    with bobs.expect_response(lambda response: "/online/widgets/" in response.url):
+        bobs.clock.run_for(1_000)
+    expect(widget_list(bobs)).to_have_text("alice and bob")
+
+    with bobs.expect_response(is_stream) as again:
+        bobs.clock.run_for(5_000)  # the first failure's wait
+    assert again.value.status == 204
+    for _ in range(60):  # a minute: the next tries come after 10, 20 and 40 s more
+        bobs.clock.run_for(1_000)
+    until(bobs, lambda: sent.to(STREAM) >= 4)
+    assert sent.to(STREAM) == 4  # 0, 5, 15 and 35 s; the next at 75 s
+
+    alices.goto(f"{site}/plain/")  # alice leaves: the polls still bring it
+    bobs.clock.run_for(1_000)
+    expect(widget_list(bobs)).to_have_text("bob")
+
+
+def test_a_stream_that_ends_is_renewed_and_opened_again(
+    site, open_page: Pages, settings, alice, bob
+):
+    """The stream says its token ran out ("end"): the page fetches itself in the background for
+    fresh tokens, polls meanwhile (a stream that ends as soon as it opens counts as failed), and
+    opens a new one after the back-off. The stream is the widgets view's answer, sent by the
+    test, then "end"."""
+    configure(settings, LIVE_UPDATES=True, REFRESH_INTERVAL=600)
+    page = open_page()
+    page.goto(f"{site}/login/alice/")
+    sent = Sent(page)
+    streams: list[str] = []
+
+    def ending(route: Route) -> None:
+        streams.append(route.request.url)
+        state = route.fetch(url=route.request.url.replace(STREAM, "/online/widgets/")).text()
+        body = f"data: {state}\n\nevent: end\ndata: \n\n"
+        route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    page.route(f"**{STREAM}?*", ending)
+    try:
+        with page.expect_request(is_renewal):
+            page.goto(f"{site}{TOPIC}")
+        expect(widget_list(page)).to_have_text("alice")
+        until(page, lambda: sent.to("/online/widgets/") == 1)  # polled while the stream waits
+        whos_online.record_user(bob, room="topic:1")
+        with page.expect_request(lambda request: urlsplit(request.url).path == STREAM):
+            pass  # the next try, 5 s after the first
+        expect(widget_list(page)).to_have_text("bob and alice")
+        assert len(streams) == 2
+    finally:
+        page.unroute_all(behavior="ignoreErrors")

@@ -1,0 +1,231 @@
+"""What the flushes changed, told off the request path: Django signals for the site's code, and
+one message on Redis for the open pages' live streams.
+
+A flush reads back from each shard's reply who came online (was not online until the visit) and
+which rooms each entry left and entered (``store.replies``). The flusher notes that here
+(``Pending.take_in``), on whatever thread wrote the batch, and its own thread then sends it
+(``Pending.deliver``), so that neither a receiver nor the publish ever runs on a request:
+
+- one signal per change: ``came_online``, ``entered_room``, ``left_room`` (a person moving from
+  one room to another left one and entered the other);
+- at most one message per ``PUBLISH_EVERY`` seconds per process on ``{prefix}:changes``: the
+  rooms changed since the last one and whether the site's list changed (someone came online, or
+  an identity left the online sets: a login's guest, a logout's user). A reader who left a page
+  still counts in its room for ``LEAVE_GRACE`` seconds (a reload must not take them out), so
+  their room is published again once those have passed, when the pages can show them gone.
+
+What is sent when a flush is retried: a batch whose write failed is sent again, and its changes
+are told once it is written, as they are found then; a batch that was written but whose reply was
+lost (a timeout after Redis ran it) is not told, and its retry finds nobody new and no room
+changed. Receivers hear of a change at most once, and in the rare second case not at all. A
+receiver that raises is logged and the others still hear of it.
+
+``went_offline`` is sent by the cleanup (``whos_online.signals.reporter``), not from here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Final
+
+from django.dispatch import Signal
+
+from whos_online.backend import connection
+from whos_online.store.keys import changes_channel
+from whos_online.store.people import USER_KINDS
+from whos_online.store.presence import LEAVE_GRACE
+from whos_online.store.record import (
+    ENTRY_ARGUMENTS,
+    LEAVE,
+    LEAVE_ROOM,
+    MAX_ENTRIES_PER_CALL,
+    VISIT,
+)
+from whos_online.store.users import pk_values
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from whos_online.config.settings import Config
+    from whos_online.store.record import Entry
+    from whos_online.store.replies import Reply
+
+logger = logging.getLogger("whos_online")
+
+#: Sent once per person who came online (was not online until a visit a flush wrote), with
+#: ``kind`` ("users", "hidden", "guests" or "bots"), ``member`` (a user's pk as text, a guest's or
+#: bot's pseudonym), ``user_id`` (the pk as the user model has it, None for a guest or bot) and
+#: ``at`` (when, an aware datetime).
+came_online = Signal()
+#: Sent once per person who entered a room (``room``), with the arguments of ``came_online``.
+entered_room = Signal()
+#: Sent once per person who left a room (``room``): a page view elsewhere, their page closed (its
+#: leaving word; they count there ``LEAVE_GRACE`` seconds more), a login or logout.
+left_room = Signal()
+#: Sent by the cleanup once per chunk of people it took off the online sets, their window run
+#: out: ``kind``, ``members`` and ``user_ids`` (empty for guests and bots).
+went_offline = Signal()
+
+#: Seconds between two messages of one process at least.
+PUBLISH_EVERY: Final = 1.0
+#: Rooms a message names at most; beyond, it says that every room may have changed.
+MAX_ROOMS: Final = 1000
+#: Seconds after a leaver's grace ends before their room is published again, for clocks.
+GRACE_MARGIN: Final = 0.25
+
+_OP, _KIND, _MEMBER, _SCORE, _FORMER = (
+    ENTRY_ARGUMENTS.index(name) for name in ("op", "kind", "member", "score", "former")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change to tell the site's receivers of."""
+
+    signal: Signal
+    kind: str
+    member: str
+    at: float
+    room: str = ""
+
+    def send(self, sender: object) -> None:
+        arguments: dict[str, object] = {
+            "kind": self.kind,
+            "member": self.member,
+            "user_id": pk_values([self.member])[0] if self.kind in USER_KINDS else None,
+            "at": datetime.fromtimestamp(self.at, tz=timezone.utc),
+        }
+        if self.room:
+            arguments["room"] = self.room
+        for receiver, result in self.signal.send_robust(sender=sender, **arguments):
+            if isinstance(result, Exception):
+                logger.error(
+                    "A receiver of whos_online's signals failed: %r", receiver, exc_info=result
+                )
+
+
+def _person(entry: Entry, who: str) -> tuple[str, str]:
+    if not who:
+        return entry.fields[_KIND], entry.fields[_MEMBER]
+    kind, _, member = who.partition(":")
+    return kind, member
+
+
+class Pending:
+    """What flushes changed and nobody was told yet: the signals to send, and the rooms (and
+    whether the site) to publish."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: list[Event] = []
+        self._rooms: set[str] = set()
+        self._site = False
+        #: Rooms to publish again at a time (Unix), once their leavers' grace has passed.
+        self._later: dict[str, float] = {}
+        #: When (monotonic) this process last published.
+        self._published = float("-inf")
+
+    def take_in(self, config: Config, entries: Sequence[Entry], replies: Sequence[Reply]) -> bool:
+        """Note what the calls that wrote a shard's ``entries`` changed (``MAX_ENTRIES_PER_CALL``
+        entries to each call, in order), as their ``replies`` say; returns whether there is
+        anything to send."""
+        noted = False
+        for number, reply in enumerate(replies):
+            start = number * MAX_ENTRIES_PER_CALL
+            noted = (
+                self._take_in(config, entries[start : start + MAX_ENTRIES_PER_CALL], reply) or noted
+            )
+        return noted
+
+    def _take_in(self, config: Config, entries: Sequence[Entry], reply: Reply) -> bool:
+        publishes = config.live_updates
+        events: list[Event] = []
+        site = "1" in reply.arrived
+        if site and came_online.has_listeners():
+            events += [
+                Event(came_online, entry.fields[_KIND], entry.fields[_MEMBER], entry.at)
+                for entry, flag in zip(entries, reply.arrived, strict=False)
+                if flag == "1"
+            ]
+        rooms: set[str] = set()
+        later: dict[str, float] = {}
+        for change in reply.changes:
+            entry = entries[change.entry]
+            kind, member = _person(entry, change.who)
+            at = float(entry.fields[_SCORE])
+            if change.left:
+                rooms.add(change.left)
+                if entry.fields[_OP] == LEAVE_ROOM:
+                    later[change.left] = at + LEAVE_GRACE + GRACE_MARGIN
+                if left_room.has_listeners():
+                    events.append(Event(left_room, kind, member, at, change.left))
+            if change.entered:
+                rooms.add(change.entered)
+                if entered_room.has_listeners():
+                    events.append(Event(entered_room, kind, member, at, change.entered))
+        if not site and publishes:
+            site = any(
+                entry.fields[_OP] == LEAVE or (entry.fields[_OP] == VISIT and entry.fields[_FORMER])
+                for entry in entries
+            )
+        if not (events or (publishes and (rooms or site))):
+            return False
+        with self._lock:
+            self._events += events
+            if publishes:
+                self._rooms |= rooms
+                self._site = self._site or site
+                for room, at in later.items():
+                    self._later[room] = max(at, self._later.get(room, 0.0))
+        return True
+
+    def deliver(self, config: Config, sender: object, *, at_once: bool = False) -> float | None:
+        """Send the signals noted, and publish what changed if this process has not published
+        for ``PUBLISH_EVERY`` seconds (or ``at_once``: as it exits). Returns in how many seconds
+        something more is due (a publish held back, a leaver's room), or None."""
+        with self._lock:
+            events, self._events = self._events, []
+        for event in events:
+            event.send(sender)
+        now, clock = time.time(), time.monotonic()
+        with self._lock:
+            due = {room for room, at in self._later.items() if at <= now or at_once}
+            for room in due:
+                del self._later[room]
+            self._rooms |= due
+            if not (self._rooms or self._site):
+                return self._next(now)
+            wait = self._published + PUBLISH_EVERY - clock
+            if wait > 0 and not at_once:
+                later = self._next(now)
+                return wait if later is None else min(wait, later)
+            rooms, site = self._rooms, self._site
+            self._rooms, self._site, self._published = set(), False, clock
+        publish(config, rooms, site=site)
+        return self._next(now)
+
+    def _next(self, now: float) -> float | None:
+        return max(min(self._later.values()) - now, 0.0) if self._later else None
+
+    def holds(self) -> bool:
+        return bool(self._events or self._rooms or self._site or self._later)
+
+
+def message(rooms: set[str], *, site: bool) -> str:
+    """What a publish says: ``{"rooms": [...], "site": true|false}``, or ``{"all": true}`` when
+    more than ``MAX_ROOMS`` rooms changed."""
+    if len(rooms) > MAX_ROOMS:
+        return json.dumps({"all": True})
+    return json.dumps({"rooms": sorted(rooms), "site": site}, ensure_ascii=False)
+
+
+def publish(config: Config, rooms: set[str], *, site: bool) -> None:
+    """One PUBLISH, behind the breaker: while Redis is down the message is dropped (the streams
+    say they are stale, and read everything again once they can)."""
+    channel, body = changes_channel(config), message(rooms, site=site)
+    connection.call(None, lambda client, _config: client.publish(channel, body))

@@ -1,0 +1,288 @@
+"""The process's one subscription to what the flushes publish, fanned out to its open streams.
+
+The first live stream of a process (of its event loop: ASGI) starts it: an asyncio task that
+subscribes to ``{prefix}:changes`` (``flushing.events``) with a redis.asyncio client
+(``backend.async_client``), however many streams are open. For a message, the snapshots of the
+rooms that the streams concerned show are read in ONE read, in a thread (the request path's own
+code, ``snapshots.read_many``), and each of those streams renders its widgets from it in that
+same thread (``Listener.render``; streams that would render the same answer share one). The
+messages that come in while a read is under way are taken together by the next one: a process
+makes one read at a time, whatever the number of processes that publish.
+
+Everything is read again every ``REFRESH_INTERVAL`` seconds, since nothing is published when
+someone's window runs out, and after a subscription was made again.
+
+While it cannot subscribe (Redis down, a failover), the streams are told they are stale (their
+widgets poll meanwhile), the log says so once per outage (``breaker``), and it subscribes again
+after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Without a message
+for ``HEALTH_EVERY`` seconds it pings, so that a Redis that stopped answering is noticed too.
+Once no stream has been open for ``LINGER`` seconds, it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Final, Protocol
+
+from asgiref.sync import sync_to_async
+from django.dispatch import receiver
+
+from whos_online.backend import async_client
+from whos_online.backend.breakers import CircuitBreaker
+from whos_online.backend.connection import REDIS_ERRORS
+from whos_online.backend.per_process import PerProcess
+from whos_online.config.settings import config_changed, get_config
+from whos_online.reading import snapshots
+from whos_online.store.keys import changes_channel
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    import redis.asyncio
+
+    from whos_online.store.results import Snapshot
+
+logger = logging.getLogger("whos_online")
+
+#: Seconds without a message after which the subscription pings Redis, and waits as long for
+#: its answer.
+HEALTH_EVERY: Final = 5.0
+#: Seconds the subscription stays up with no stream open.
+LINGER: Final = 30.0
+#: Seconds before the first attempt to subscribe again; each failure doubles it.
+FIRST_BACKOFF: Final = 0.5
+#: Seconds one wait for a message lasts at most.
+_POLL: Final = 1.0
+
+breaker: Final = CircuitBreaker(
+    "The live streams' subscription to Redis at %s failed (%s: %s); the live widgets poll "
+    "meanwhile, and whos_online subscribes again within %g s.",
+    "The live streams' subscription to Redis at %s is back.",
+)
+
+
+class Listener(Protocol):
+    """An open stream, as the subscription sees it."""
+
+    #: The rooms it shows ("" for the site's list).
+    rooms: frozenset[str]
+
+    def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
+        """Its event for these snapshots (of its rooms, at least), or None when it has nothing
+        new to send; ``shared`` holds the answers rendered for the others of the same read. Run
+        in a thread."""
+
+    def send(self, event: str) -> None:
+        """Hand it ``event`` to send (on the event loop)."""
+
+    def stale(self) -> None:
+        """Tell it the subscription is down: what it shows may be out of date."""
+
+
+class Hub:
+    """The subscription of one event loop, and the streams it feeds."""
+
+    def __init__(self) -> None:
+        self.listeners: set[Listener] = set()
+        #: Whether the subscription is up, and whether it failed (until it is up again).
+        self.live = False
+        self.down = False
+        self.done = False
+        #: Counts the changes announced: a stream that read its first state before it joined
+        #: is read again if this moved meanwhile (``catch_up``).
+        self.generation = 0
+        #: Streams to read for whatever changed.
+        self._joining: set[Listener] = set()
+        #: The rooms changed and not read yet ("" for the site), or None for every room.
+        self._changed: set[str] | None = set()
+        self._wake = asyncio.Event()
+        self._idle_since = time.monotonic()
+        self._tasks = [
+            asyncio.ensure_future(self._subscribe()),
+            asyncio.ensure_future(self._read()),
+        ]
+
+    def add(self, listener: Listener) -> None:
+        self.listeners.add(listener)
+        if self.down:
+            listener.stale()
+
+    def catch_up(self, listener: Listener) -> None:
+        """Read ``listener``'s rooms for it: something changed between its first read and its
+        joining."""
+        self._joining.add(listener)
+        self._wake.set()
+
+    def discard(self, listener: Listener) -> None:
+        self.listeners.discard(listener)
+        self._joining.discard(listener)
+        if not self.listeners:
+            self._idle_since = time.monotonic()
+
+    def changed(self, rooms: set[str] | None) -> None:
+        """Have the streams of ``rooms`` (None: of every room) read and told."""
+        self.generation += 1
+        if rooms is None or self._changed is None:
+            self._changed = None
+        else:
+            self._changed |= rooms
+        self._wake.set()
+
+    def stop(self) -> None:
+        self.done = True
+        for task in self._tasks:
+            task.cancel()
+
+    # The subscription
+
+    async def _subscribe(self) -> None:
+        failures = 0
+        try:
+            while not self._lingered():
+                config = get_config()
+                client: redis.asyncio.Redis | None = None
+                try:
+                    client = async_client.subscriber(config, failures)
+                    async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+                        await pubsub.subscribe(changes_channel(config))
+                        self._up(config.redis_target)
+                        failures = 0
+                        await self._listen(pubsub, config.refresh_interval)
+                except (*REDIS_ERRORS, TimeoutError, asyncio.TimeoutError, LookupError) as error:
+                    failures += 1
+                    backoff = min(FIRST_BACKOFF * 2 ** (failures - 1), config.failure_backoff or 1)
+                    self._down(config.redis_target, error, backoff)
+                    await asyncio.sleep(backoff)
+                finally:
+                    if client is not None:
+                        with contextlib.suppress(*REDIS_ERRORS):
+                            await client.aclose()
+        finally:
+            self.done = True
+            self._tasks[1].cancel()
+
+    def _lingered(self) -> bool:
+        return not self.listeners and time.monotonic() - self._idle_since >= LINGER
+
+    async def _listen(self, pubsub: redis.asyncio.client.PubSub, every: float) -> None:
+        """Take messages until the subscription fails, or no stream has been open for a while."""
+        quiet_since = resynced = time.monotonic()
+        pinged = False
+        while not self._lingered():
+            message = await pubsub.get_message(timeout=_POLL)
+            now = time.monotonic()
+            if message is not None:
+                quiet_since, pinged = now, False
+                if message.get("type") == "message":
+                    self.changed(_rooms_of(message.get("data")))
+            elif now - quiet_since >= HEALTH_EVERY * (2 if pinged else 1):
+                if pinged:
+                    msg = "no answer to a ping"
+                    raise TimeoutError(msg)
+                await pubsub.ping()
+                pinged = True
+            if now - resynced >= every:
+                resynced = now
+                self.changed(None)
+
+    def _up(self, target: str) -> None:
+        self.live, self.down = True, False
+        breaker.succeeded(target, breaker.generation(target))
+        self.changed(None)  # what changed while it was down
+
+    def _down(self, target: str, error: BaseException, backoff: float) -> None:
+        self.live, self.down = False, True
+        breaker.failed(target, error, backoff)
+        for listener in list(self.listeners):
+            listener.stale()
+
+    # Reading for the streams
+
+    async def _read(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            changed, self._changed = self._changed, set()
+            joining, self._joining = self._joining, set()
+            affected = [
+                listener
+                for listener in self.listeners
+                if changed is None or listener in joining or not listener.rooms.isdisjoint(changed)
+            ]
+            if not affected:
+                continue
+            rooms = sorted(set().union(*(listener.rooms for listener in affected)))
+            events = await sync_to_async(read_and_render, thread_sensitive=False)(rooms, affected)
+            if events is None:
+                for listener in affected:
+                    listener.stale()
+                continue
+            for listener, event in zip(affected, events, strict=True):
+                if event is not None:
+                    listener.send(event)
+
+
+def read_and_render(rooms: Sequence[str], listeners: Sequence[Listener]) -> list[str | None] | None:
+    """One read of ``rooms``, and each listener's event from it (in a thread); None when Redis
+    could not be read."""
+    config = get_config()
+    found = snapshots.read_many(config.display_limit, rooms)
+    if all(one is None for one in found.values()):
+        return None
+    shared: dict[object, str] = {}
+    events: list[str | None] = []
+    for listener in listeners:
+        try:
+            events.append(listener.render(found, shared))
+        except Exception:
+            logger.exception("A live stream of whos_online could not render its widgets.")
+            events.append(None)
+    return events
+
+
+def _rooms_of(data: object) -> set[str] | None:
+    """The rooms a message names ("" for the site), None for every room; an empty set for a
+    message that cannot be read."""
+    try:
+        body = json.loads(data)  # type: ignore [arg-type]
+    except (TypeError, ValueError):
+        return set()
+    if not isinstance(body, dict):
+        return set()
+    if body.get("all"):
+        return None
+    rooms = {room for room in body.get("rooms", ()) if isinstance(room, str)}
+    if body.get("site"):
+        rooms.add("")
+    return rooms
+
+
+_hubs: Final = PerProcess(dict[asyncio.AbstractEventLoop, Hub])
+
+
+def hub() -> Hub:
+    """The subscription of the running event loop, started if it is not running."""
+    loop = asyncio.get_running_loop()
+    hubs = _hubs.get()
+    found = hubs.get(loop)
+    if found is None or found.done:
+        for other in [other for other in hubs if other.is_closed()]:
+            del hubs[other]
+        found = hubs[loop] = Hub()
+    return found
+
+
+@receiver(config_changed, dispatch_uid="whos_online.reading.subscription.reset")
+def reset(**kwargs: object) -> None:
+    """Stop every subscription of the process (settings changed: tests)."""
+    hubs = _hubs.peek()
+    for loop, found in list((hubs or {}).items()):
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(found.stop)
+    if hubs is not None:
+        hubs.clear()
+    breaker.reset()

@@ -1,0 +1,187 @@
+"""The live stream: a page's live widgets pushed to it as they change (Server-Sent Events, ASGI).
+
+``stream`` takes what ``views.widgets`` takes (``?widget=<query>&widget=<query>…``, each the query
+string of one widget's URL), under the same rules: a room only with its token (or what
+``ROOM_ACCESS`` says), names only to whom ``SHOW_NAMES_TO`` allows, hidden users never named. Its
+answer is a ``text/event-stream`` of:
+
+- the current state first: the same JSON document as ``widgets`` (a page that reconnects gets
+  the state of the moment, never a replay of what it missed);
+- the document again whenever one of its rooms (or the site's list, if it shows it) changed, as
+  the process's one subscription learns (``reading.subscription``), rendered from one read for
+  all the streams concerned, and only when it differs from the last one sent;
+- a comment every ``HEARTBEAT`` seconds, so that proxies keep the connection and a closed one is
+  noticed;
+- ``event: stale`` while the subscription is down: the page polls meanwhile;
+- ``event: end``, and the end of the stream, once a room token it was opened with runs out, or
+  ``ROOM_TOKEN_MAX_AGE`` seconds after it opened in any case: the page renews its tokens where
+  needed and opens a new stream, whose rules are checked again. The page does the same when it
+  renews its tokens itself, shortly before they run out.
+
+Under WSGI a worker cannot hold a connection open: the view answers 204 No Content (which tells
+``EventSource`` not to reconnect), and so it does with ``LIVE_UPDATES`` off; the widgets poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.views.decorators.http import require_safe
+
+from whos_online.config.settings import get_config
+from whos_online.decorators import not_recorded
+from whos_online.reading import room_tokens, snapshots, subscription
+from whos_online.reading.visibility import may_see_names
+from whos_online.store.results import EMPTY_SNAPSHOT
+from whos_online.views import (
+    MAX_WIDGETS,
+    answers_body,
+    read_for_widgets,
+    render_answers,
+    rooms_of,
+    widget_answers,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from django.http import HttpRequest
+
+    from whos_online.config.settings import Config
+    from whos_online.store.results import Snapshot
+    from whos_online.views import Accepted
+
+#: Seconds between two comments of an idle stream.
+HEARTBEAT: Final = 15.0
+#: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
+RETRY_MS: Final = 2000
+STALE: Final = "event: stale\ndata: \n\n"
+END: Final = "event: end\ndata: \n\n"
+
+
+class Stream:
+    """One open stream: its request (whose viewer and tokens its renders keep), its widgets,
+    and the events waiting to be sent."""
+
+    def __init__(
+        self,
+        request: HttpRequest,
+        answers: list[dict[str, Any]],
+        accepted: list[Accepted],
+        *,
+        names: bool,
+        ends_at: float,
+    ) -> None:
+        self.request = request
+        self.answers = answers
+        self.accepted = accepted
+        self.rooms = frozenset(rooms_of(accepted))
+        #: When (Unix time) the stream ends.
+        self.ends_at = ends_at
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        #: What makes two streams' answers the same, given the same snapshots: every widget's
+        #: query (tokens and language included) and status, the viewer, and the names rule.
+        self._key = (
+            names,
+            room_tokens.viewer_of(request),
+            tuple(widget.query.urlencode() for widget in accepted),
+            tuple(answer["status"] for answer in answers),
+        )
+        self._last: str | None = None
+        self._stale = False
+
+    def first(self) -> str:
+        """The first event: the state its first read rendered."""
+        body = answers_body(self.answers)
+        self._last = body
+        return f"retry: {RETRY_MS}\ndata: {body}\n\n"
+
+    def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
+        body = shared.get(self._key)
+        if body is None:
+            for room in self.rooms:
+                one = found.get(room)
+                snapshots.keep_on_request(
+                    self.request, EMPTY_SNAPSHOT if one is None else one, room
+                )
+            unread = {room for room in self.rooms if found.get(room) is None}
+            render_answers(self.request, self.accepted, unread)
+            body = shared[self._key] = answers_body(self.answers)
+        if body == self._last and not self._stale:
+            return None
+        self._last, self._stale = body, False
+        return f"data: {body}\n\n"
+
+    def send(self, event: str) -> None:
+        self.queue.put_nowait(event)
+
+    def stale(self) -> None:
+        self._stale = True
+        self.queue.put_nowait(STALE)
+
+
+def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
+    """Check every widget, read their rooms and render the first state (in a thread: the rules
+    may load the user, and the read is the request path's)."""
+    answers, accepted = widget_answers(request, config, queries)
+    names = may_see_names(request, config)
+    shown = rooms_of(accepted)
+    unread = read_for_widgets(request, config, shown, names=names) if shown else set()
+    render_answers(request, accepted, unread)
+    now = time.time()
+    ends_at = now + config.room_token_max_age
+    if config.room_access is None:
+        for widget in accepted:
+            if widget.arguments["room"] is not None and widget.issued is not None:
+                ends_at = min(ends_at, widget.issued + config.room_token_max_age)
+    return Stream(request, answers, accepted, names=names, ends_at=ends_at)
+
+
+@not_recorded
+@require_safe
+async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """The page's live widgets as a stream of events (see the module's docstring)."""
+    config = get_config()
+    if not isinstance(request, ASGIRequest) or not config.live_updates:
+        return HttpResponse(status=204)
+    queries = request.GET.getlist("widget")
+    if not 1 <= len(queries) <= MAX_WIDGETS:
+        msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
+        return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
+    hub = subscription.hub()
+    seen = hub.generation
+    opened = await sync_to_async(_open)(request, config, queries)
+    response = StreamingHttpResponse(
+        _events(hub, opened, seen), content_type="text/event-stream; charset=utf-8"
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIterator[str]:
+    hub.add(opened)
+    try:
+        if hub.generation != seen:
+            hub.catch_up(opened)
+        yield opened.first()
+        if not opened.rooms:
+            yield END  # nothing to follow
+            return
+        while True:
+            remaining = opened.ends_at - time.time()
+            if remaining <= 0:
+                yield END
+                return
+            try:
+                event = await asyncio.wait_for(opened.queue.get(), min(HEARTBEAT, remaining))
+            except asyncio.TimeoutError:
+                event = ": still here\n\n"
+            yield event
+    finally:
+        hub.discard(opened)
