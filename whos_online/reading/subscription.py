@@ -100,6 +100,8 @@ class Hub:
         #: The rooms changed and not read yet ("" for the site), or None for every room.
         self._changed: set[str] | None = set()
         self._wake = asyncio.Event()
+        #: Whether a read of every room is due, after one that failed (``_read_again``).
+        self._retrying = False
         self._idle_since = time.monotonic()
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
@@ -202,6 +204,22 @@ class Hub:
 
     # Reading for the streams
 
+    def _read_again(self) -> None:
+        """A read failed while the subscription may be up (the request path's breaker, open
+        since the outage, outlasts the subscription's shorter back-off): read every room again
+        once that breaker may let it through, instead of leaving the streams stale until the
+        next message or ``REFRESH_INTERVAL``. While the subscription is down, ``_up`` does."""
+        if self._retrying:
+            return
+        self._retrying = True
+
+        def again() -> None:
+            self._retrying = False
+            if self.live and not self.done:
+                self.changed(None)
+
+        asyncio.get_running_loop().call_later(get_config().failure_backoff or 1.0, again)
+
     async def _read(self) -> None:
         while True:
             await self._wake.wait()
@@ -220,6 +238,7 @@ class Hub:
             if events is None:
                 for listener in affected:
                     listener.stale()
+                self._read_again()
                 continue
             for listener, event in zip(affected, events, strict=True):
                 if event is not None:
