@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
@@ -168,19 +169,34 @@ async def open_streams(port: int, path: str, args: argparse.Namespace) -> list[S
     return streams
 
 
+@dataclass
+class Rounds:
+    """What the changes measured."""
+
+    #: Seconds from the page view to the new state, one per stream and round.
+    latencies: list[float] = field(default_factory=list)
+    #: The stream-rounds that did not get the new state within 30 s.
+    missed: int = 0
+    #: PUBLISH commands per round.
+    published: list[int] = field(default_factory=list)
+    #: Per round, the seconds until the first stream had it (the publish and the one read).
+    firsts: list[float] = field(default_factory=list)
+    #: Per round, the worker's CPU seconds from the page view until every stream had it.
+    cpu: list[float] = field(default_factory=list)
+
+
 async def changes(
-    port: int, admin: redis.Redis, streams: list[Stream], rounds: int
-) -> tuple[list[float], int, list[int]]:
-    """A new guest enters the room ``rounds`` times: the seconds until each stream had the new
-    count, the streams that did not within 30 s, and the PUBLISH commands of each round."""
-    latencies: list[float] = []
-    missed = 0
-    published: list[int] = []
+    port: int, pid: int, admin: redis.Redis, streams: list[Stream], rounds: int
+) -> Rounds:
+    """A new guest enters the room ``rounds`` times: when each stream had the new count, and
+    what it cost."""
+    measured = Rounds()
     guests = 1
     for round_number in range(rounds):
         progress(f"round {round_number + 1} of {rounds}…")
         before = publishes(admin)
         guests += 1
+        cpu = servers.cpu_seconds([pid])
         sent = time.perf_counter()
         status, _page = await request(
             port, "/room/", f"10.1.{round_number >> 8}.{round_number & 255}"
@@ -191,16 +207,14 @@ async def changes(
         while waiting and time.perf_counter() < deadline:
             await asyncio.sleep(0.1)
             waiting = [stream for stream in waiting if stream.arrived(guests, sent) is None]
-        for stream in streams:
-            at = stream.arrived(guests, sent)
-            if at is None:
-                missed += 1
-            else:
-                latencies.append(at - sent)
+        measured.cpu.append(servers.cpu_seconds([pid]) - cpu)
+        arrived = [stream.arrived(guests, sent) for stream in streams]
+        measured.latencies += [at - sent for at in arrived if at is not None]
+        measured.missed += sum(1 for at in arrived if at is None)
+        measured.firsts.append(min((at for at in arrived if at is not None), default=sent) - sent)
         await asyncio.sleep(1.5)  # a publish coalesced late would still count
-        published.append(publishes(admin) - before)
-
-    return latencies, missed, published
+        measured.published.append(publishes(admin) - before)
+    return measured
 
 
 async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namespace) -> list[str]:
@@ -227,7 +241,7 @@ async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namesp
     idle_cpu = (servers.cpu_seconds([pid]) - cpu_before) / (time.perf_counter() - wall_before)
     channel, numsub, subscribed = subscribers(admin)
 
-    latencies, missed, published = await changes(port, admin, streams, args.rounds)
+    rounds = await changes(port, pid, admin, streams, args.rounds)
     for stream in streams:
         stream.close()
     return report(
@@ -236,9 +250,7 @@ async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namesp
         rss=(rss_before, rss_after),
         idle_cpu=idle_cpu,
         subscribers=(channel, numsub, subscribed),
-        published=published,
-        latencies=latencies,
-        missed=missed,
+        rounds=rounds,
     )
 
 
@@ -249,9 +261,7 @@ def report(
     rss: tuple[int, int],
     idle_cpu: float,
     subscribers: tuple[str, int, int],
-    published: list[int],
-    latencies: list[float],
-    missed: int,
+    rounds: Rounds,
 ) -> list[str]:
     mib = 1024 * 1024
     rows = [
@@ -267,10 +277,21 @@ def report(
             "subscribed to anything (`CLIENT LIST`)",
             f"{subscribers[1]} / {subscribers[2]}",
         ],
-        ["PUBLISH per change (`INFO commandstats`), each round", ", ".join(map(str, published))],
+        [
+            "PUBLISH per change (`INFO commandstats`), each round",
+            ", ".join(map(str, rounds.published)),
+        ],
+        [
+            "visit to the first stream's new state, each round",
+            ", ".join(f"{first:.3f} s" for first in rounds.firsts),
+        ],
+        [
+            "worker CPU from the visit until every stream had it, each round",
+            ", ".join(f"{cpu:.2f} s" for cpu in rounds.cpu),
+        ],
     ]
-    if latencies:
-        ordered = sorted(latencies)
+    if rounds.latencies:
+        ordered = sorted(rounds.latencies)
         p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
         for label, value in (
             ("median", statistics.median(ordered)),
@@ -284,7 +305,7 @@ def report(
                     f"{value / POLLING:.3f} × the 30 s polling",
                 ]
             )
-    rows.append(["stream-rounds that missed the change within 30 s", str(missed)])
+    rows.append(["stream-rounds that missed the change within 30 s", str(rounds.missed)])
     return [stats.table(["measure", "value"], rows)]
 
 
