@@ -57,6 +57,11 @@ LINGER: Final = 30.0
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
 _POLL: Final = 1.0
+#: Streams of one event loop that read their first state at the same time, at most. Django runs
+#: each ASGI request's sync code in a thread of its own: the pages that all reconnect after a
+#: restart would otherwise read at once on more connections than the request client's pool
+#: holds (redis-py's default 100), and its breaker would take that for an outage.
+OPENING: Final = 8
 
 breaker: Final = CircuitBreaker(
     "The live streams' subscription to Redis at %s failed (%s: %s); the live widgets poll "
@@ -100,6 +105,8 @@ class Hub:
         #: The rooms changed and not read yet ("" for the site), or None for every room.
         self._changed: set[str] | None = set()
         self._wake = asyncio.Event()
+        #: Held by a stream while it reads its first state (``OPENING``).
+        self.opening = asyncio.Semaphore(OPENING)
         #: Whether a read of every room is due, after one that failed (``_read_again``).
         self._retrying = False
         self._idle_since = time.monotonic()
