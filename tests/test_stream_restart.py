@@ -5,6 +5,7 @@ logged once; once it is back the process subscribes again and a change reaches e
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -121,3 +122,31 @@ def test_a_restart_under_open_streams(server, alice: AbstractUser, caplog):
     assert len(messages) == len(set(messages)), messages  # one warning per outage and kind
     recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any("subscription" in m and "is back" in m for m in recovered), recovered
+
+
+#: Streams opened at once: more than the request client's pool holds (redis-py's default 100).
+BURST = 300
+
+
+def test_a_burst_of_streams_opening_at_once_keeps_redis_up(server, caplog):
+    """Every page of a site reconnects its stream within seconds of a restart. Each opening
+    reads Redis in a thread of its own (Django runs each request's sync code in its own): all
+    at once, they would take more connections than the pool has, and the breaker would take
+    that for an outage of the whole process."""
+
+    async def scenario() -> list[tuple[str, str]]:
+        opening = [Stream(stream_url(room_widget())).open(timeout=WAIT) for _ in range(BURST)]
+        streams = await asyncio.gather(*opening)
+        firsts = [await stream.event(timeout=WAIT) for stream in streams]
+        for stream in streams:
+            await stream.close()
+        return firsts
+
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        # Not through async_to_sync (``run``), whose thread would take every opening in turn,
+        # as no server does: each request gets a thread of its own, as under uvicorn.
+        firsts = asyncio.run(scenario())
+
+    assert [r.getMessage() for r in caplog.records] == []
+    assert [name for name, _data in firsts] == ["message"] * BURST
+    assert not [data for _name, data in firsts if '"ok": false' in data]
