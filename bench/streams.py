@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import html
 import os
 import re
@@ -217,7 +218,37 @@ async def changes(
     return measured
 
 
-async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namespace) -> list[str]:
+def connections(port: int) -> int:
+    """Connections to the worker's port that the worker has not closed yet (Linux's TCP table:
+    its side of each, in any state but LISTEN, TIME_WAIT and CLOSE)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local, state = fields[1], fields[3]
+                if int(local.rpartition(":")[2], 16) == port and state not in {"0A", "06", "07"}:
+                    count += 1
+    return count
+
+
+async def closed(port: int) -> float:
+    """Seconds until the worker has closed every stream whose page went (at most 60)."""
+    started = time.perf_counter()
+    for _tick in range(600):
+        if connections(port) == 0:
+            break
+        await asyncio.sleep(0.1)
+    return time.perf_counter() - started
+
+
+def log_lines(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.strip()]
+
+
+async def measure(
+    port: int, pid: int, admin: redis.Redis, log: Path, args: argparse.Namespace
+) -> list[str]:
     status, page = await request(port, "/room/", "10.0.0.1")
     if status != 200:
         raise RuntimeError(f"the room's page answered {status}")
@@ -233,7 +264,7 @@ async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namesp
     streams = await open_streams(port, path, args)
     opened_in = time.perf_counter() - started
     await asyncio.sleep(2)
-    rss_after = rss_bytes(pid)
+    rss_after, open_connections = rss_bytes(pid), connections(port)
 
     progress(f"idle for {args.idle:g} s…")
     cpu_before, wall_before = servers.cpu_seconds([pid]), time.perf_counter()
@@ -244,9 +275,12 @@ async def measure(port: int, pid: int, admin: redis.Redis, args: argparse.Namesp
     rounds = await changes(port, pid, admin, streams, args.rounds)
     for stream in streams:
         stream.close()
+    closed_in = await closed(port)
     return report(
         args,
         opened_in=opened_in,
+        connections=(open_connections, connections(port), closed_in),
+        warnings=log_lines(log),
         rss=(rss_before, rss_after),
         idle_cpu=idle_cpu,
         subscribers=(channel, numsub, subscribed),
@@ -258,6 +292,8 @@ def report(
     args: argparse.Namespace,
     *,
     opened_in: float,
+    connections: tuple[int, int, float],
+    warnings: list[str],
     rss: tuple[int, int],
     idle_cpu: float,
     subscribers: tuple[str, int, int],
@@ -306,6 +342,15 @@ def report(
                 ]
             )
     rows.append(["stream-rounds that missed the change within 30 s", str(rounds.missed)])
+    rows.append(
+        [
+            "worker's connections on its port: with the streams open / after the pages went",
+            f"{connections[0]} / {connections[1]} ({connections[2]:.1f} s later)",
+        ]
+    )
+    rows.append(["lines in the worker's log (warnings, errors)", str(len(warnings))])
+    if warnings:
+        progress("the worker's log:\n" + "\n".join(warnings[:20]))
     return [stats.table(["measure", "value"], rows)]
 
 
@@ -323,16 +368,9 @@ async def _main(args: argparse.Namespace) -> list[str]:
                 raise RuntimeError("uvicorn started workers: the worker is not its process")
             admin = redis.Redis.from_url(server.url)
             try:
-                return await measure(port, process.pid, admin, args)
+                return await measure(port, process.pid, admin, log, args)
             finally:
                 admin.close()
-                problems = [
-                    line
-                    for line in log.read_text().splitlines()
-                    if "Error" in line or "ERROR" in line
-                ]
-                if problems:
-                    progress("uvicorn's log:\n" + "\n".join(problems[:20]))
 
 
 def main(argv: list[str] | None = None) -> int:
