@@ -154,8 +154,9 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
     hub = subscription.hub()
-    seen = hub.generation
-    opened = await sync_to_async(_open)(request, config, queries)
+    async with hub.opening:
+        seen = hub.generation
+        opened = await sync_to_async(_open)(request, config, queries)
     response = StreamingHttpResponse(
         _events(hub, opened, seen), content_type="text/event-stream; charset=utf-8"
     )

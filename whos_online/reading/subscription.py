@@ -57,6 +57,11 @@ LINGER: Final = 30.0
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
 _POLL: Final = 1.0
+#: Streams of one event loop that read their first state at the same time, at most. Django runs
+#: each ASGI request's sync code in a thread of its own: the pages that all reconnect after a
+#: restart would otherwise read at once on more connections than the request client's pool
+#: holds (redis-py's default 100), and its breaker would take that for an outage.
+OPENING: Final = 8
 
 breaker: Final = CircuitBreaker(
     "The live streams' subscription to Redis at %s failed (%s: %s); the live widgets poll "
@@ -100,6 +105,10 @@ class Hub:
         #: The rooms changed and not read yet ("" for the site), or None for every room.
         self._changed: set[str] | None = set()
         self._wake = asyncio.Event()
+        #: Held by a stream while it reads its first state (``OPENING``).
+        self.opening = asyncio.Semaphore(OPENING)
+        #: Whether a read of every room is due, after one that failed (``_read_again``).
+        self._retrying = False
         self._idle_since = time.monotonic()
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
@@ -202,6 +211,22 @@ class Hub:
 
     # Reading for the streams
 
+    def _read_again(self) -> None:
+        """A read failed while the subscription may be up (the request path's breaker, open
+        since the outage, outlasts the subscription's shorter back-off): read every room again
+        once that breaker may let it through, instead of leaving the streams stale until the
+        next message or ``REFRESH_INTERVAL``. While the subscription is down, ``_up`` does."""
+        if self._retrying:
+            return
+        self._retrying = True
+
+        def again() -> None:
+            self._retrying = False
+            if self.live and not self.done:
+                self.changed(None)
+
+        asyncio.get_running_loop().call_later(get_config().failure_backoff or 1.0, again)
+
     async def _read(self) -> None:
         while True:
             await self._wake.wait()
@@ -220,6 +245,7 @@ class Hub:
             if events is None:
                 for listener in affected:
                     listener.stale()
+                self._read_again()
                 continue
             for listener, event in zip(affected, events, strict=True):
                 if event is not None:

@@ -1,0 +1,15 @@
+"""Settings of the live streams benchmark (``bench.streams``): the benchmark site with whos_online,
+``LIVE_UPDATES`` on, its URLs mounted, and one page in a room that shows the room's live widget
+(``bench.streams_urls``)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("WHOS_ONLINE_BENCH_VARIANT", "throttled")
+
+from bench.site import *  # noqa: F403
+from bench.site import WHOS_ONLINE as _BASE
+
+ROOT_URLCONF = "bench.streams_urls"
+WHOS_ONLINE = {**_BASE, "KEY_PREFIX": "bench-streams", "LIVE_UPDATES": True}

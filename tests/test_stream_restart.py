@@ -1,0 +1,152 @@
+"""A real redis-server killed (SIGKILL) and started again on the same port under 200 open live
+streams, driven through Django's ASGI handler in this process (``tests.support.asgi_stream``):
+while it is down the streams say they are stale and pages are still served; the outage is
+logged once; once it is back the process subscribes again and a change reaches every stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+from asgiref.sync import sync_to_async
+from django.test import Client
+
+from tests.support.asgi_stream import Stream
+from tests.support.helpers import configure
+from tests.support.redis_server import RedisServer
+from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from django.contrib.auth.models import AbstractUser
+
+STREAMS = 200
+#: Pages requested while Redis is down, each by another guest.
+PAGES = 5
+#: Generous: waits end as soon as what they wait for comes.
+WAIT = 60.0
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server(settings, db) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (the session's must not be killed), the site on it,
+    live updates on, a short back-off; and no read of every room every ``REFRESH_INTERVAL``
+    within the test, so that only the subscription can bring the streams back."""
+    own = RedisServer()
+    own.start()
+    configure(
+        settings,
+        REDIS_URL=own.url,
+        LIVE_UPDATES=True,
+        SHOW_NAMES_TO="everyone",
+        FAILURE_BACKOFF=1,
+        REFRESH_INTERVAL=3600,
+    )
+    try:
+        yield own
+    finally:
+        own.close()
+
+
+async def next_named(stream: Stream, wanted: str) -> tuple[str, list[str]]:
+    """Events until one called ``wanted`` ("message" for a state): its name and texts."""
+    while True:
+        name, data = await stream.event(timeout=WAIT)
+        assert name, "the stream ended"
+        if name == wanted:
+            return name, texts(json.loads(data)["widgets"]) if name == "message" else []
+
+
+async def until_named(stream: Stream, who: str) -> list[str]:
+    """States until one names ``who``; that one's texts."""
+    while True:
+        state = texts(await stream.state(timeout=WAIT))
+        if any(who in text for text in state):
+            return state
+
+
+def test_a_restart_under_open_streams(server, alice: AbstractUser, caplog):
+    page = Client()
+
+    def visit(number: int) -> int:
+        response = page.get("/topics/1/", REMOTE_ADDR=f"198.51.100.{number}")
+        return response.status_code
+
+    async def scenario() -> dict[str, Any]:
+        assert await sync_to_async(visit)(1) == 200
+        streams = [await Stream(stream_url(room_widget())).open() for _ in range(STREAMS)]
+        firsts = [texts(await stream.state(timeout=WAIT)) for stream in streams]
+
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait(timeout=10)
+        stale = [await next_named(stream, "stale") for stream in streams]
+        down_pages = [await sync_to_async(visit)(10 + n) for n in range(PAGES)]
+
+        server.start()  # on the same port, empty
+        # Subscribed again: every stream is sent the state of the moment.
+        back = [await next_named(stream, "message") for stream in streams]
+        subscribers = redis.Redis.from_url(server.url).pubsub_numsub("{whos_online}:changes")
+        await record_user(alice, room=ROOM)  # a change after the restart
+        after = [await until_named(stream, "alice") for stream in streams]
+        for stream in streams:
+            await stream.close()
+        return {
+            "firsts": firsts,
+            "stale": stale,
+            "down_pages": down_pages,
+            "back": back,
+            "subscribers": subscribers,
+            "after": after,
+        }
+
+    with caplog.at_level(logging.INFO, logger="whos_online"):
+        seen = run(scenario)
+
+    assert seen["firsts"] == [["Here now: 1 guest"]] * STREAMS
+    assert [name for name, _ in seen["stale"]] == ["stale"] * STREAMS
+    assert seen["down_pages"] == [200] * PAGES
+    assert [name for name, _ in seen["back"]] == ["message"] * STREAMS
+    assert seen["subscribers"] == [(b"{whos_online}:changes", 1)]
+    assert all("alice" in " ".join(state) for state in seen["after"])
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    subscription = [m for m in messages if "subscription" in m]
+    assert len(subscription) == 1, messages
+    assert len(messages) == len(set(messages)), messages  # one warning per outage and kind
+    recovered = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("subscription" in m and "is back" in m for m in recovered), recovered
+
+
+#: Streams opened at once: more than the request client's pool holds (redis-py's default 100).
+BURST = 300
+
+
+def test_a_burst_of_streams_opening_at_once_keeps_redis_up(server, caplog):
+    """Every page of a site reconnects its stream within seconds of a restart. Each opening
+    reads Redis in a thread of its own (Django runs each request's sync code in its own): all
+    at once, they would take more connections than the pool has, and the breaker would take
+    that for an outage of the whole process."""
+
+    async def scenario() -> list[tuple[str, str]]:
+        opening = [Stream(stream_url(room_widget())).open(timeout=WAIT) for _ in range(BURST)]
+        streams = await asyncio.gather(*opening)
+        firsts = [await stream.event(timeout=WAIT) for stream in streams]
+        for stream in streams:
+            await stream.close()
+        return firsts
+
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        # Not through async_to_sync (``run``), whose thread would take every opening in turn,
+        # as no server does: each request gets a thread of its own, as under uvicorn.
+        firsts = asyncio.run(scenario())
+
+    assert [r.getMessage() for r in caplog.records] == []
+    assert [name for name, _data in firsts] == ["message"] * BURST
+    assert not [data for _name, data in firsts if '"ok": false' in data]
