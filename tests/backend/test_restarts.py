@@ -94,10 +94,11 @@ def guests_stored(server: RedisServer) -> int:
         client.close()
 
 
-def stored_soon(server: RedisServer, expected: int) -> int:
+def stored_soon(server: RedisServer, expected: int, wait: float = 5) -> int:
     """The guests stored once the site's flush had time to write ``expected`` of them (it holds
-    visits up to FLUSH_INTERVAL): the count then, or after a few seconds if it never gets there."""
-    deadline = time.monotonic() + 5
+    visits up to FLUSH_INTERVAL): the count then, or after ``wait`` seconds if it never gets
+    there."""
+    deadline = time.monotonic() + wait
     while (found := guests_stored(server)) < expected and time.monotonic() < deadline:
         time.sleep(0.02)
     return found
@@ -151,6 +152,8 @@ def test_a_redis_restart_costs_at_most_one_warning_and_recording_resumes(tmp_pat
             recorded.append(stored_soon(server, CONCURRENT * (round_number + 1)))
         elapsed = time.monotonic() - started
         warnings = WARNING.findall(log.read_text())
+        # Past a back-off (FAILURE_BACKOFF, 10 s) the queue has written everything it held.
+        settled = stored_soon(server, CONCURRENT * ROUNDS_AFTER, wait=15)
 
     print(
         f"\n{kind}: restart in {took:.2f} s; after it, {ROUNDS_AFTER} rounds of {CONCURRENT} "
@@ -158,7 +161,12 @@ def test_a_redis_restart_costs_at_most_one_warning_and_recording_resumes(tmp_pat
         f"{len(warnings)} warning(s)"
     )
     assert len(warnings) <= 1
-    # Every visit of every round is stored, but for at most the one call that met a dead
-    # connection (and opened the breaker: then the rounds in its back-off store nothing).
     expected = [CONCURRENT * (n + 1) for n in range(ROUNDS_AFTER)]
-    assert recorded == expected
+    if not warnings:
+        assert recorded == expected
+    else:
+        # The one call that met a dead connection opened the breaker: its visits, and those the
+        # rounds of its back-off queued, wait in the queue and are written after it. Rounds are
+        # stored late then, none lost.
+        assert all(stored <= due for stored, due in zip(recorded, expected, strict=True))
+    assert settled == expected[-1]
