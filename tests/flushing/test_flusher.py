@@ -128,6 +128,32 @@ def test_the_thread_writes_within_the_interval(r, settings, redis_calls):
     assert [trip for trip in redis_calls.trips if trip != ["ZCARD"]] == [["EVALSHA"]]
 
 
+def test_a_settings_change_stops_the_thread_before_it_closes_the_clients(
+    r, queued, settings, monkeypatch
+):
+    # The thread may be inside a call as the settings change (tests change them all the time):
+    # closing its client's socket under it failed there (fakeredis: "generator already executing").
+    Client(REMOTE_ADDR=GUEST_IP).get("/plain/")
+    assert whos_online.flush() is True  # the request client is made
+    Client(REMOTE_ADDR="198.51.100.1").get("/plain/")  # the thread waits to write this one
+    thread = flushing.current().thread._thread
+    assert thread is not None
+    assert thread.is_alive()
+    alive_at_close: list[bool] = []
+    close = connection.close
+
+    def noting_close(client: Any) -> None:
+        alive_at_close.append(thread.is_alive())
+        close(client)
+
+    monkeypatch.setattr(connection, "close", noting_close)
+
+    configure(settings, FLUSH_INTERVAL=5)
+
+    assert alive_at_close
+    assert not any(alive_at_close)
+
+
 def test_flush_interval_zero_writes_each_visit_in_its_request(r, redis_calls):
     assert get_config().flush_interval == 0  # as the test settings have it
     Client(REMOTE_ADDR=GUEST_IP).get("/plain/")

@@ -35,7 +35,7 @@ from redis.sentinel import SentinelConnectionPool
 from whos_online.backend.breakers import Attempt, breaker, refusals
 from whos_online.backend.per_process import PerProcess
 from whos_online.backend.sentinels import FollowingSentinel
-from whos_online.config.settings import Config, config_changed, get_config
+from whos_online.config.settings import Config, config_dropped, get_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -379,7 +379,7 @@ def release() -> None:
         close(client)
 
 
-@receiver(config_changed, dispatch_uid="whos_online.backend.connection.reset")
+@receiver(config_dropped, dispatch_uid="whos_online.backend.connection.reset")
 def reset(**kwargs: object) -> None:
     release()
     breaker.reset()

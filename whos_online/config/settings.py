@@ -373,6 +373,9 @@ def _build(*, isolated: bool) -> Config:
 #: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``): every module
 #: that caches something derived from settings clears it.
 config_changed = Signal()
+#: Sent next: the Redis clients are closed only once ``config_changed`` has stopped what uses them
+#: from threads of its own (the flushing thread), which a closed socket would otherwise meet.
+config_dropped = Signal()
 
 #: Settings a ``Config`` (or something cached from one) is read from.
 _READ_SETTINGS: Final = frozenset(
@@ -391,3 +394,4 @@ def reset() -> None:
     _config.cache_clear()
     _config_under_tests.cache_clear()
     config_changed.send(sender=Config)
+    config_dropped.send(sender=Config)
