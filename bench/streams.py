@@ -254,9 +254,8 @@ def log_lines(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if line.strip()]
 
 
-async def measure(
-    port: int, pid: int, admin: redis.Redis, log: Path, args: argparse.Namespace
-) -> list[str]:
+async def stream_path(port: int) -> str:
+    """The room's page seen once (by a first guest): the URL of its live widget's stream."""
     status, page = await request(port, "/room/", "10.0.0.1")
     if status != 200:
         raise RuntimeError(f"the room's page answered {status}")
@@ -264,7 +263,13 @@ async def measure(
     if found is None:
         raise RuntimeError("the room's page has no live widget")
     query = html.unescape(found[1]).partition("?")[2]
-    path = f"/online/stream/?{urlencode([('widget', query)])}"
+    return f"/online/stream/?{urlencode([('widget', query)])}"
+
+
+async def measure(
+    port: int, pid: int, admin: redis.Redis, log: Path, args: argparse.Namespace
+) -> list[str]:
+    path = await stream_path(port)
     await asyncio.sleep(1.5)  # the first guest written and published
     rss_before = rss_bytes(pid)
 

@@ -74,6 +74,9 @@ class Outage:
     down_for: float = 0.0
     #: Seconds from the restart until each stream received a state (those that did).
     back: list[float] = field(default_factory=list)
+    #: The guests each stream's first new state counted (Redis came back empty: those the
+    #: worker queued while it was down, once written).
+    guests: list[int] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
 
@@ -149,6 +152,9 @@ async def outage(
         after = [at for at in stream.received if at >= restarted]
         if after:
             seen.back.append(after[0] - restarted)
+        counted = [guests for at, guests in stream.states if at >= restarted]
+        if counted:
+            seen.guests.append(counted[0])
     await asyncio.sleep(1)  # a recovery's lines, if any
     seen.stale_events = sum(len(s.stales) - before for s, before in zip(open_, stales, strict=True))
     seen.log = streams.log_lines(log)[logged:]
@@ -195,6 +201,10 @@ def report(outages: list[Outage], args: argparse.Namespace) -> tuple[str, list[s
         [
             "restart to the new state, over the streams: median / p95 / max",
             *(seconds(o.back) for o in outages),
+        ],
+        [
+            "guests in the room in that state: median (min–max) over the streams",
+            *(stats.Spread.of(o.guests).show(stats.number) if o.guests else "—" for o in outages),
         ],
         [
             "lines in the worker's log, kill to the last new state",

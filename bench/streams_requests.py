@@ -56,6 +56,9 @@ GUESTS: Final = 200
 #: Addresses a recorded cell may take: each cell starts a block of this many new guests.
 FRESH_BLOCK: Final = 1 << 18
 TICKS: Final = os.sysconf("SC_CLK_TCK")
+#: The share of a core under which the worker counts as idle between cells (the heartbeats of
+#: 5 000 streams, about 330 a second, take a few percent).
+IDLE_SHARE: Final = 0.15
 
 
 def process_cpu(pid: int) -> float:
@@ -94,9 +97,11 @@ class Bench:
         self.cookies = ThrottleCookies({"anonymous": self.crowd})
         self.open: list[streams.Stream] = []
         self.fresh = 0
+        #: The streams open, and the seconds the worker took to fall idle, after each change.
+        self.settled: list[tuple[int, float]] = []
 
     async def streams_open(self, wanted: int) -> None:
-        """Open or close streams until ``wanted`` are open."""
+        """Open or close streams until ``wanted`` are open, and wait for the worker to idle."""
         if wanted < len(self.open):
             for stream in self.open[wanted:]:
                 stream.close()
@@ -106,7 +111,19 @@ class Bench:
         elif wanted > len(self.open):
             more = argparse.Namespace(streams=wanted - len(self.open), batch=self.batch)
             self.open += await streams.open_streams(self.site.port, self.path, more)
-            await asyncio.sleep(2)  # the last ones' first reads done
+        self.settled.append((wanted, await self.idle()))
+
+    async def idle(self, longest: float = 120.0) -> float:
+        """Wait until the worker spends less than ``IDLE_SHARE`` of a core over a second: it
+        goes on working for a while after its socket closed (5 000 streams closed keep it busy
+        for many seconds, and a cell then would measure that); the seconds it took."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < longest:
+            before = process_cpu(self.site.master)
+            await asyncio.sleep(1)
+            if process_cpu(self.site.master) - before < IDLE_SHARE:
+                break
+        return time.perf_counter() - started
 
     async def cell(self, kind: str, seconds: int) -> Cell:
         if kind == "throttled":
@@ -157,9 +174,15 @@ async def measure(bench: Bench, args: argparse.Namespace) -> Sequence_:
     for index, level in enumerate(order):
         progress(f"cell {index + 1} of {len(order)}: {level} streams open…")
         await bench.streams_open(level)
+        progress(f"  the worker fell idle {bench.settled[-1][1]:.0f} s after")
         found = {}
         for kind in KINDS if index % 2 == 0 else KINDS[::-1]:
-            found[kind] = await bench.cell(kind, args.seconds)
+            cell = found[kind] = await bench.cell(kind, args.seconds)
+            progress(
+                f"  {kind}: {cell.result.requests} requests ({cell.result.errors} failed) in "
+                f"{cell.result.seconds:.1f} s, worker CPU {cell.worker_cpu:.2f} s, Redis "
+                f"{cell.redis_cpu:.2f} s, {cell.states} states on the streams"
+            )
         ran.append((level, found))
     await bench.streams_open(0)
     return ran
@@ -177,7 +200,8 @@ def ratios(ran: Sequence_) -> dict[tuple[str, int], dict[str, list[float]]]:
         for kind, cell in cells.items():
             for name, metric in METRICS.items():
                 base = (metric(before[kind]) + metric(after[kind])) / 2
-                found[kind, level][name].append(metric(cell) / base)
+                if base > 0:
+                    found[kind, level][name].append(metric(cell) / base)
     return found
 
 
@@ -278,6 +302,13 @@ async def _main(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             finally:
                 admin.close()
         table, notes = report(ran, args)
+        for level in sorted({level for level, _took in bench.settled}):
+            took = [t for at, t in bench.settled if at == level]
+            notes.append(
+                f"Before the cells with {level} streams open, the worker fell idle (under "
+                f"{IDLE_SHARE:.0%} of a core over a second) {min(took):.0f}–{max(took):.0f} s "
+                "after the streams were " + ("closed" if level == 0 else "opened") + "."
+            )
         lines = streams.log_lines(log)
         notes.append(f"Lines in the worker's log (warnings, errors): {len(lines)}.")
         if lines:
