@@ -1,7 +1,9 @@
 """What open live streams cost one uvicorn worker, and how soon a change reaches them.
 
 Run from the repository root: ``python3 scripts/dev.py bench streams`` (``--help`` for the
-options; ``--streams`` and ``--rounds`` bound its time).
+options; ``--streams`` and ``--rounds`` bound its time). Its streams serve two more benchmarks:
+``bench.streams_requests`` (the site's requests with streams open) and ``bench.streams_outage``
+(Redis killed under open streams).
 
 A real redis-server and ONE uvicorn process (no supervisor) serving ``bench.streams_site``
 (``LIVE_UPDATES`` on; a page in a room that shows the room's live widget) on loopback. This
@@ -93,10 +95,12 @@ async def request(port: int, path: str, address: str) -> tuple[int, str]:
 
 
 class Stream:
-    """One open stream: the guests each state counted, and when it arrived."""
+    """One open stream: the guests each state counted and when; when each state and stale came."""
 
     def __init__(self) -> None:
         self.states: list[tuple[float, int]] = []
+        self.received: list[float] = []
+        self.stales: list[float] = []
         self.first = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task[None] | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -118,7 +122,12 @@ class Stream:
             buffer += chunk
             *blocks, buffer = buffer.split(b"\n\n")
             for block in blocks:
-                found = GUESTS.search(block) if block.startswith((b"data:", b"retry:")) else None
+                if block.startswith(b"event: stale"):
+                    self.stales.append(now)
+                state = block.startswith((b"data:", b"retry:"))
+                if state:
+                    self.received.append(now)
+                found = GUESTS.search(block) if state else None
                 if found is not None:
                     self.states.append((now, int(found[1])))
                     if not self.first.done():
@@ -152,8 +161,7 @@ def subscribers(admin: redis.Redis) -> tuple[str, int, int]:
 
 
 def publishes(admin: redis.Redis) -> int:
-    stats_ = admin.info("commandstats")
-    return int(stats_.get("cmdstat_publish", {}).get("calls", 0))
+    return int(admin.info("commandstats").get("cmdstat_publish", {}).get("calls", 0))
 
 
 async def open_streams(port: int, path: str, args: argparse.Namespace) -> list[Stream]:
@@ -246,9 +254,8 @@ def log_lines(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if line.strip()]
 
 
-async def measure(
-    port: int, pid: int, admin: redis.Redis, log: Path, args: argparse.Namespace
-) -> list[str]:
+async def stream_path(port: int) -> str:
+    """The room's page seen once (by a first guest): the URL of its live widget's stream."""
     status, page = await request(port, "/room/", "10.0.0.1")
     if status != 200:
         raise RuntimeError(f"the room's page answered {status}")
@@ -256,7 +263,13 @@ async def measure(
     if found is None:
         raise RuntimeError("the room's page has no live widget")
     query = html.unescape(found[1]).partition("?")[2]
-    path = f"/online/stream/?{urlencode([('widget', query)])}"
+    return f"/online/stream/?{urlencode([('widget', query)])}"
+
+
+async def measure(
+    port: int, pid: int, admin: redis.Redis, log: Path, args: argparse.Namespace
+) -> list[str]:
+    path = await stream_path(port)
     await asyncio.sleep(1.5)  # the first guest written and published
     rss_before = rss_bytes(pid)
 

@@ -1,5 +1,6 @@
-"""The live streams benchmark's pages: one page in a room that shows the room's live widget, and
-whos_online's views (the stream among them)."""
+"""The live streams benchmark's pages: one page in a room that shows the room's live widget,
+whos_online's views (the stream among them), and the throughput benchmark's page at ``/`` (in no
+room), which ``bench.streams_requests`` loads with wrk while streams are open."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.urls import include, path
 
+from bench.urls import page
 from whos_online.decorators import in_room
 
 ROOM = "bench-room"
@@ -26,6 +28,7 @@ def ready(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
+    path("", page),
     path("static/ready", ready),
     path("room/", room_page),
     path("online/", include("whos_online.urls")),

@@ -29,6 +29,8 @@ local clients = {
 }
 local requests = {}
 local next_one = 0
+-- -1: the clients in turn; otherwise a new client each request, from this number on.
+local fresh = %(fresh)d
 
 init = function(args)
   for i, headers in ipairs(clients) do
@@ -37,6 +39,14 @@ init = function(args)
 end
 
 request = function()
+  if fresh >= 0 then
+    fresh = fresh + 1
+    local headers = {}
+    for name, value in pairs(clients[1]) do headers[name] = value end
+    headers["X-Forwarded-For"] = string.format("10.%%d.%%d.%%d",
+      math.floor(fresh / 65536) %% 256, math.floor(fresh / 256) %% 256, fresh %% 256)
+    return wrk.format("GET", "/", headers)
+  end
   next_one = next_one %% #requests + 1
   return requests[next_one]
 end
@@ -76,17 +86,22 @@ def _lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def script(clients: Sequence[Mapping[str, str]]) -> str:
+def script(clients: Sequence[Mapping[str, str]], fresh: int = -1) -> str:
+    """The Lua script: the clients in turn or, with ``fresh`` ≥ 0, a new client for each request
+    (the first client's headers with the address ``10.a.b.c`` of ``fresh + 1``, ``fresh + 2``
+    and so on), whom no cookie and no memory of the site spares a write."""
     rows = [
         "  {" + ", ".join(f"[{_lua_string(k)}] = {_lua_string(v)}" for k, v in c.items()) + "},"
         for c in clients
     ]
-    return _SCRIPT % {"clients": "\n".join(rows), "marker": MARKER}
+    return _SCRIPT % {"clients": "\n".join(rows), "marker": MARKER, "fresh": fresh}
 
 
-def run(port: int, clients: Sequence[Mapping[str, str]], seconds: int) -> Result:
+def run(
+    port: int, clients: Sequence[Mapping[str, str]], seconds: int, *, fresh: int = -1
+) -> Result:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", prefix="whos-online-wrk-") as lua:
-        lua.write(script(clients))
+        lua.write(script(clients, fresh))
         lua.flush()
         finished = subprocess.run(
             [
