@@ -6,6 +6,11 @@ second), and one sent just before a test's pages closed is answered after the te
 test database is being flushed or after database access was blocked again: the flush breaks and
 the next test finds the previous test's users. Closing the gate and waiting for the requests
 already inside Django, before the test's database goes away, keeps every test to itself.
+
+It also lets one request at a time into Django. For an in-memory SQLite database, Django's live
+server hands the test's one connection to all its threads, and two requests using it at once
+(a page's "still here" and its refresh, sent by the same timer tick) read each other's rows:
+a session read back empty, so a logged-in reader turned anonymous for a request.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class LiveServerGate:
         self._open = False
         self._in_flight = 0
         self._changed = threading.Condition()
+        #: Held from a request's start until its response is closed (see the module's docstring).
+        self._serving = threading.Lock()
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         with self._changed:
@@ -38,6 +45,7 @@ class LiveServerGate:
                 start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
                 return [b"No test is running.\n"]
             self._in_flight += 1
+        self._serving.acquire()
         try:
             response = self.app(environ, start_response)
         except BaseException:
@@ -61,6 +69,7 @@ class LiveServerGate:
                 )
 
     def _finished(self) -> None:
+        self._serving.release()
         with self._changed:
             self._in_flight -= 1
             self._changed.notify_all()
