@@ -36,19 +36,25 @@ import os
 import re
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlencode
 
 import redis
 
 from bench import servers, stats
 from tests.support import wsgi_server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.support.redis_server import RedisServer
 
 STREAMS: Final = 10_000
 ROUNDS: Final = 5
@@ -368,22 +374,53 @@ def report(
 
 
 async def _main(args: argparse.Namespace) -> list[str]:
+    with streams_worker() as (server, port, process, log):
+        admin = redis.Redis.from_url(server.url)
+        try:
+            return await measure(port, process.pid, admin, log, args)
+        finally:
+            admin.close()
+
+
+@contextlib.contextmanager
+def streams_worker(
+    *, migrate: str | None = None
+) -> Iterator[tuple[RedisServer, int, subprocess.Popen[bytes], Path]]:
+    """A throw-away redis-server and one uvicorn worker of the streams site on it (``migrate``,
+    Python run first with the site's settings): the server, the worker's port, its process and
+    its log."""
     with servers.redis_server() as server, tempfile.TemporaryDirectory() as directory:
         env = {
             **servers.site_env("throttled", server.url, Path(directory) / "db.sqlite3"),
             "DJANGO_SETTINGS_MODULE": "bench.streams_site",
         }
+        if migrate is not None:
+            subprocess.run([sys.executable, "-c", migrate], env=env, check=True)
         log = Path(directory) / "uvicorn.log"
         with wsgi_server.uvicorn(
             env, log, ready_path=servers.READY_PATH, workers=1, checkout=servers.ROOT
         ) as (port, process):
             if servers.children(process.pid):
                 raise RuntimeError("uvicorn started workers: the worker is not its process")
-            admin = redis.Redis.from_url(server.url)
-            try:
-                return await measure(port, process.pid, admin, log, args)
-            finally:
-                admin.close()
+            yield server, port, process, log
+
+
+def require_open_files(parser: argparse.ArgumentParser, streams: int) -> None:
+    """Raise the limit of open files for ``streams`` streams, or end with the reason."""
+    limit = raise_open_files(streams + 1000)
+    if limit < streams + 100:
+        parser.error(f"{streams} streams need more open files than the limit ({limit})")
+
+
+def print_report(
+    title: str, module: str, argv: list[str] | None, tables: list[str], notes: list[str]
+) -> None:
+    """The tables as markdown under ``title``, the date and the command that printed them."""
+    command = f"python3 scripts/dev.py bench {module} " + " ".join(argv or sys.argv[1:])
+    print(f"#### {title} ({datetime.now(timezone.utc):%Y-%m-%d}, `{command.strip()}`)\n")
+    print("\n\n".join(tables))
+    if notes:
+        print("\n" + "\n".join(f"- {note}" for note in notes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,13 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help="streams opened at once")
     parser.add_argument("--idle", type=float, default=IDLE, help="seconds of the idle window")
     args = parser.parse_args(argv)
-    limit = raise_open_files(args.streams + 1000)
-    if limit < args.streams + 100:
-        parser.error(f"{args.streams} streams need more open files than the limit ({limit})")
-    tables = asyncio.run(_main(args))
-    command = "python3 scripts/dev.py bench streams " + " ".join(argv or sys.argv[1:])
-    print(f"#### Live streams ({datetime.now(timezone.utc):%Y-%m-%d}, `{command.strip()}`)\n")
-    print("\n\n".join(tables))
+    require_open_files(parser, args.streams)
+    print_report("Live streams", "streams", argv, asyncio.run(_main(args)), [])
     return 0
 
 

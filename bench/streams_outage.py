@@ -31,20 +31,17 @@ import asyncio
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import redis
 
-from bench import servers, stats, streams
-from tests.support import wsgi_server
+from bench import stats, streams
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from tests.support.redis_server import RedisServer
 
@@ -232,35 +229,25 @@ def progress(message: str) -> None:
 
 
 async def _main(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    with servers.redis_server() as server, tempfile.TemporaryDirectory() as directory:
-        env = {
-            **servers.site_env("throttled", server.url, Path(directory) / "db.sqlite3"),
-            "DJANGO_SETTINGS_MODULE": "bench.streams_site",
-        }
-        log = Path(directory) / "uvicorn.log"
-        with wsgi_server.uvicorn(
-            env, log, ready_path=servers.READY_PATH, workers=1, checkout=servers.ROOT
-        ) as (port, process):
-            if servers.children(process.pid):
-                raise RuntimeError("uvicorn started workers: the worker is not its process")
-            path = await streams.stream_path(port)
-            await asyncio.sleep(1.5)  # the first guest written and published
-            open_ = await streams.open_streams(port, path, args)
-            await asyncio.sleep(2)
-            before = streams.log_lines(log)
-            outages = []
-            for number in range(args.outages):
-                progress(f"outage {number + 1} of {args.outages}…")
-                outages.append(await outage(server, port, open_, log=log, args=args, number=number))
-                admin = redis.Redis.from_url(server.url)
-                try:
-                    subscribed = streams.subscribers(admin)
-                finally:
-                    admin.close()
-                progress(f"after it, Redis sees {subscribed}")
-                await asyncio.sleep(args.between)
-            for stream in open_:
-                stream.close()
+    with streams.streams_worker() as (server, port, _process, log):
+        path = await streams.stream_path(port)
+        await asyncio.sleep(1.5)  # the first guest written and published
+        open_ = await streams.open_streams(port, path, args)
+        await asyncio.sleep(2)
+        before = streams.log_lines(log)
+        outages = []
+        for number in range(args.outages):
+            progress(f"outage {number + 1} of {args.outages}…")
+            outages.append(await outage(server, port, open_, log=log, args=args, number=number))
+            admin = redis.Redis.from_url(server.url)
+            try:
+                subscribed = streams.subscribers(admin)
+            finally:
+                admin.close()
+            progress(f"after it, Redis sees {subscribed}")
+            await asyncio.sleep(args.between)
+        for stream in open_:
+            stream.close()
         table, notes = report(outages, args)
         if before:
             notes.insert(0, f"The worker logged {len(before)} lines before the first outage.")
@@ -278,18 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--between", type=float, default=15.0, help="seconds between two outages")
     parser.add_argument("--batch", type=int, default=streams.BATCH, help="streams opened at once")
     args = parser.parse_args(argv)
-    limit = streams.raise_open_files(args.streams + 1000)
-    if limit < args.streams + 100:
-        parser.error(f"{args.streams} streams need more open files than the limit ({limit})")
+    streams.require_open_files(parser, args.streams)
     started = time.monotonic()
     tables, notes = asyncio.run(_main(args))
-    command = "python3 scripts/dev.py bench streams_outage " + " ".join(argv or sys.argv[1:])
-    print(
-        f"#### Redis killed under live streams ({datetime.now(timezone.utc):%Y-%m-%d}, "
-        f"`{command.strip()}`)\n"
-    )
-    print("\n\n".join(tables))
-    print("\n" + "\n".join(f"- {note}" for note in notes))
+    streams.print_report("Redis killed under live streams", "streams_outage", argv, tables, notes)
     print(f"\nThe whole run took {time.monotonic() - started:.0f} s.")
     return 0
 

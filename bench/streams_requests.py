@@ -28,22 +28,18 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import redis
 
-from bench import servers, stats, streams, wrk
+from bench import stats, streams, wrk
 from bench.throughput import Browser, Site, ThrottleCookies
 from bench.variants import BY_NAME
-from tests.support import wsgi_server
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -278,29 +274,16 @@ MIGRATE: Final = (
 
 
 async def _main(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    with servers.redis_server() as server, tempfile.TemporaryDirectory() as directory:
+    with streams.streams_worker(migrate=MIGRATE) as (server, port, process, log):
         assert server.process is not None
-        env = {
-            **servers.site_env("throttled", server.url, Path(directory) / "db.sqlite3"),
-            "DJANGO_SETTINGS_MODULE": "bench.streams_site",
-        }
-        await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-c", MIGRATE], env=env, check=True
-        )
-        log = Path(directory) / "uvicorn.log"
-        with wsgi_server.uvicorn(
-            env, log, ready_path=servers.READY_PATH, workers=1, checkout=servers.ROOT
-        ) as (port, process):
-            if servers.children(process.pid):
-                raise RuntimeError("uvicorn started workers: the worker is not its process")
-            admin = redis.Redis.from_url(server.url)
-            try:
-                site = Site(BY_NAME["throttled"], port, process.pid, admin, server.process.pid)
-                path = await streams.stream_path(port)
-                bench = Bench(site, server.process.pid, path, args.batch)
-                ran = await measure(bench, args)
-            finally:
-                admin.close()
+        admin = redis.Redis.from_url(server.url)
+        try:
+            site = Site(BY_NAME["throttled"], port, process.pid, admin, server.process.pid)
+            path = await streams.stream_path(port)
+            bench = Bench(site, server.process.pid, path, args.batch)
+            ran = await measure(bench, args)
+        finally:
+            admin.close()
         table, notes = report(ran, args)
         for level in sorted({level for level, _took in bench.settled}):
             took = [t for at, t in bench.settled if at == level]
@@ -328,18 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=SECONDS, help="seconds of a cell")
     parser.add_argument("--batch", type=int, default=streams.BATCH, help="streams opened at once")
     args = parser.parse_args(argv)
-    limit = streams.raise_open_files(max(args.streams) + 1000)
-    if limit < max(args.streams) + 100:
-        parser.error(f"{max(args.streams)} streams need more open files than the limit ({limit})")
+    streams.require_open_files(parser, max(args.streams))
     started = time.monotonic()
     tables, notes = asyncio.run(_main(args))
-    command = "python3 scripts/dev.py bench streams_requests " + " ".join(argv or sys.argv[1:])
-    print(
-        f"#### Requests with live streams open ({datetime.now(timezone.utc):%Y-%m-%d}, "
-        f"`{command.strip()}`)\n"
-    )
-    print("\n\n".join(tables))
-    print("\n" + "\n".join(f"- {note}" for note in notes))
+    streams.print_report("Requests with live streams open", "streams_requests", argv, tables, notes)
     print(f"\nThe whole run took {time.monotonic() - started:.0f} s.")
     return 0
 
