@@ -29,20 +29,22 @@ itself (it may run in their hub, where waiting is an error) and only has each la
 at once.
 
 The handler writes from a thread of its own: it runs on the main thread (an ASGI server's event
-loop), which the signal may have caught inside the queue's lock or the page hits'. A process that
-is killed (SIGKILL, a crash) loses what it held: at most the last ``FLUSH_INTERVAL`` of visits and
-page hits, or what an outage kept queued.
+loop), which the signal may have caught inside the queue's lock or the page hits'. The threads
+whos_online starts block SIGTERM (``daemon_threads``), so that the signal goes to a thread that
+acts on it, never to one that would leave the main thread waiting in C without knowing.
+
+A process that is killed (SIGKILL, a crash) loses what it held: at most the last
+``FLUSH_INTERVAL`` of visits and page hits, or what an outage kept queued.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from whos_online.backend import connection
-from whos_online.flushing import flusher, lifecycle
+from whos_online.flushing import daemon_threads, flusher, lifecycle
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -101,24 +103,13 @@ class WriteThenHandOn:
             # Caught writing as it exits (a pool's worker that ended just as the pool was
             # terminated): ending now would cut that write off, and the process ends after it.
             return None
-        if flusher.holds_anything() and not _green_threads():
+        if flusher.holds_anything() and not daemon_threads.green_threads():
             made = flusher.current()
             write = made.close if final else made.flush
-            writer = threading.Thread(target=write, name="whos_online exit flush", daemon=True)
-            writer.start()
+            writer = daemon_threads.start(write, name="whos_online exit flush")
             writer.join(flusher.EXIT_WAIT)
         if not final:
             return self.previous(signum, frame)
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
         return None
-
-
-def _green_threads() -> bool:
-    """Whether gevent or eventlet has patched ``threading``: a signal handler may then run in
-    their hub, where waiting for a thread raises."""
-    gevent_monkey: Any = sys.modules.get("gevent.monkey")
-    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
-        return True
-    eventlet_patcher: Any = sys.modules.get("eventlet.patcher")
-    return eventlet_patcher is not None and bool(eventlet_patcher.is_monkey_patched("thread"))

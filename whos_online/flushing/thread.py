@@ -13,6 +13,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
+from whos_online.flushing import daemon_threads
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -47,10 +49,7 @@ class FlushThread:
                 self.deadline = deadline
                 self._wake.notify()
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="whos_online flusher", daemon=True
-                )
-                self._thread.start()
+                self._thread = daemon_threads.start(self._run, name="whos_online flusher")
 
     def is_current(self) -> bool:
         """Whether the caller runs on this thread."""
