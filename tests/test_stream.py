@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django import db as django_db
 from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import reverse
@@ -105,6 +107,58 @@ def test_a_stream_sends_the_state_then_a_join_and_a_leave(live):
         await stream.close()
 
     run(scenario)
+
+
+def request_threads() -> set[threading.Thread]:
+    """The threads of asgiref's per-request executors (a thread-sensitive context's own), as
+    opposed to the event loop's default executor, which the subscription renders on."""
+    return {t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor-")}
+
+
+async def settled(threads: Callable[[], set[threading.Thread]], timeout: float = 10) -> set[Any]:
+    """``threads()`` once those ending have ended (a shut-down executor's thread ends a moment
+    later): those still alive after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    for thread in threads():
+        await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
+    return {thread for thread in threads() if thread.is_alive()}
+
+
+def test_an_open_stream_holds_no_thread_of_its_own(backend, settings, monkeypatch):
+    """Served as an ASGI server serves it, each request with a thread of its own (no sync caller
+    above it, unlike the other tests here), a stream that has sent its first state has closed
+    that thread's database connections and let go of it: open pages are neither idle threads
+    of the worker nor open connections to the database. What it sends afterwards comes all the
+    same, and its end leaves no thread behind either."""
+    configure(settings, LIVE_UPDATES=True)
+    closed_on: list[str] = []
+
+    def close_all() -> None:
+        closed_on.append(threading.current_thread().name)
+
+    monkeypatch.setattr(django_db.connections, "close_all", close_all)
+    whos_online.record_guest("198.51.100.1", room=ROOM)
+
+    async def scenario() -> tuple[set[Any], list[list[str]], set[Any]]:
+        before = request_threads()
+        streams = [await Stream(stream_url(room_widget())).open() for _ in range(5)]
+        for stream in streams:
+            assert texts(await stream.state()) == ["Here now: 1 guest"]
+        held = await settled(lambda: request_threads() - before)
+        # On the loop's own executor: asgiref's for code outside any request has a thread too.
+        await asyncio.to_thread(whos_online.record_guest, "198.51.100.2", room=ROOM)
+        seen = await until(streams[0], ["Here now: 2 guests"])
+        for stream in streams:
+            await stream.close()
+        return held, seen, await settled(lambda: request_threads() - before)
+
+    held, seen, left = asyncio.run(scenario())
+
+    assert held == set()
+    assert len(closed_on) == 5
+    assert all(name.startswith("ThreadPoolExecutor-") for name in closed_on)  # each request's
+    assert seen[-1] == ["Here now: 2 guests"]
+    assert left == set()
 
 
 def test_the_first_state_is_the_widgets_view_s_answer(live):

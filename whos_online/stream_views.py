@@ -18,6 +18,10 @@ answer is a ``text/event-stream`` of:
   needed and opens a new stream, whose rules are checked again. The page does the same when it
   renews its tokens itself, shortly before they run out.
 
+Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
+request, and of that thread's database connections (``reading.request_thread``): an open page
+holds neither.
+
 Under WSGI a worker cannot hold a connection open: the view answers 204 No Content (which tells
 ``EventSource`` not to reconnect), and so it does with ``LIVE_UPDATES`` off; the widgets poll.
 """
@@ -35,7 +39,7 @@ from django.views.decorators.http import require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.reading import room_tokens, snapshots, subscription
+from whos_online.reading import request_thread, room_tokens, snapshots, subscription
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (
@@ -174,6 +178,7 @@ async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIter
         if not opened.rooms:
             yield END  # nothing to follow
             return
+        await request_thread.let_go()
         while True:
             remaining = opened.ends_at - time.time()
             if remaining <= 0:
