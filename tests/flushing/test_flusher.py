@@ -789,8 +789,10 @@ def test_a_primary_key_with_a_comma_leaves_nobody_else_s_room(r, backend):
 # The cookie a memory hands out
 
 
-def test_a_cookie_from_the_memory_runs_from_the_visit_that_was_stored(backend, monkeypatch):
-    start = time.time()
+def test_a_cookie_from_the_memory_runs_from_the_visit_that_was_stored(
+    backend, monkeypatch, mid_utc_day
+):
+    start = time.time()  # the guest's pseudonym must not change at midnight meanwhile
     Client(REMOTE_ADDR="192.0.2.1").get("/plain/")  # recorded: remembered until start + 120
     monkeypatch.setattr(time, "time", lambda: start + 100)
 

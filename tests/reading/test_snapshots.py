@@ -151,7 +151,7 @@ def test_a_failed_read_is_not_kept(kept, clock, redis_down, alice):
 
 
 def test_only_a_visitor_who_was_not_online_gets_the_flag_for_a_fresh_read(
-    kept, clock, client, monkeypatch
+    kept, clock, client, monkeypatch, mid_utc_day
 ):
     """A browser with no genuine cookie is taken to be arriving; one whose cookie ran out (its
     visit still counts, for WINDOW) is online already. Neither needs Redis's word: the visit is

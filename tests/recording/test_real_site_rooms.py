@@ -148,6 +148,12 @@ def _rooms_by_url(settings) -> None:
     configure(settings, ROOMS=ROOMS, SHOW_NAMES_TO="everyone")
 
 
+@pytest.fixture(autouse=True)
+def _away_from_midnight(mid_utc_day) -> None:
+    """Readers here stay for minutes of the test's clock, which a guest's pseudonym must outlast:
+    it changes at midnight UTC (a guest online across it counts twice until ``WINDOW`` passed)."""
+
+
 def counts(room: str | None = None) -> OnlineCounts:
     return whos_online.online_counts(room=room)
 
