@@ -178,7 +178,7 @@ async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIter
         if not opened.rooms:
             yield END  # nothing to follow
             return
-        await request_thread.let_go()
+        request_thread.let_go()
         while True:
             remaining = opened.ends_at - time.time()
             if remaining <= 0:

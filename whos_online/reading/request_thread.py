@@ -19,31 +19,52 @@ the thread stays, as it would without this.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+import inspect
+import logging
+from typing import Any, Final
 
-from asgiref.sync import SyncToAsync
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from django.db import connections
 
+logger = logging.getLogger(__name__)
 
-async def let_go() -> bool:
+#: Whether asgiref lets the caller of a context give it an executor of its own (3.13 on), which
+#: must then be left alone.
+_CALLERS_MAY_OWN_EXECUTORS: Final = (
+    "executor" in inspect.signature(ThreadSensitiveContext.__init__).parameters
+)
+
+
+def let_go() -> bool:
     """Close the database connections of the calling request's own thread and end that thread;
     whether it did (False: the request has no thread of its own, as when a sync caller above
-    runs its sync code, or it could not be found)."""
+    runs its sync code, or it could not be found). The connections are closed on that thread,
+    as its last work, without waiting for it: a client gone meanwhile cancels nothing, and a
+    connection that fails to close is logged, never the stream's end."""
+    if getattr(AsyncToSync.executors, "current", None) is not None:
+        return False  # a sync caller above runs this request's sync code, on its own thread
     context = _current_context()
     executors: Any = getattr(SyncToAsync, "context_to_thread_executor", None)
     if context is None or executors is None:
         return False
-    if getattr(context, "_executor", None) is not None:
-        return False  # an executor the caller made and shuts down itself
+    if getattr(context, "_executor", None) is not None or (
+        _CALLERS_MAY_OWN_EXECUTORS and not hasattr(context, "_executor")
+    ):
+        # An executor the caller made and shuts down itself, or an asgiref that does not say.
+        return False
     executor = executors.pop(context, None)
     if executor is None:
         return False
-    try:
-        await asyncio.get_running_loop().run_in_executor(executor, connections.close_all)
-    finally:
-        executor.shutdown(wait=False)
+    executor.submit(_close_connections)
+    executor.shutdown(wait=False)
     return True
+
+
+def _close_connections() -> None:
+    try:
+        connections.close_all()
+    except Exception:
+        logger.exception("Closing the database connections of a live stream's thread failed.")
 
 
 def _current_context() -> object | None:
