@@ -161,6 +161,22 @@ def test_an_open_stream_holds_no_thread_of_its_own(backend, settings, monkeypatc
     assert left == set()
 
 
+def test_a_site_with_atomic_requests_opens_streams(live, monkeypatch):
+    """Django will not run an async view inside ``ATOMIC_REQUESTS``'s transaction: unless the
+    stream is exempt for every database that has it on, it answers 500."""
+    for alias in django_db.connections.settings:
+        monkeypatch.setitem(django_db.connections.settings[alias], "ATOMIC_REQUESTS", True)
+
+    async def scenario() -> list[str]:
+        stream = await Stream(stream_url(room_widget())).open()
+        assert stream.status == 200
+        first = texts(await stream.state())
+        await stream.close()
+        return first
+
+    assert run(scenario) == ["Here now: nobody"]
+
+
 def test_the_first_state_is_the_widgets_view_s_answer(live):
     whos_online.record_guest("198.51.100.1", room=ROOM)
     queries = [room_widget(), site_widget()]

@@ -169,6 +169,20 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     return response
 
 
+class _EveryDatabase(set[str]):
+    """Every database alias, as a view's ``_non_atomic_requests``: Django refuses to wrap an
+    async view in ``ATOMIC_REQUESTS``'s transaction, and answers 500 rather than run it, unless
+    the view is exempt for each alias that has it on (``transaction.non_atomic_requests`` exempts
+    one alias). The stream writes nothing to the database, and a transaction held open for as
+    long as a page is would be wrong anyway."""
+
+    def __contains__(self, alias: object) -> bool:
+        return True
+
+
+stream._non_atomic_requests = _EveryDatabase()  # type: ignore [attr-defined]
+
+
 async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIterator[str]:
     hub.add(opened)
     try:
