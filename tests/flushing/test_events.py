@@ -153,7 +153,7 @@ def test_a_receiver_that_fails_is_logged_and_the_others_still_hear(backend, hear
     assert "A receiver of whos_online's signals failed" in caplog.text
 
 
-def test_the_cleanup_tells_who_went_offline_of_every_kind(backend, alice):
+def test_the_cleanup_tells_who_went_offline_of_every_kind(backend, alice, mid_utc_day):
     found: list[dict[str, Any]] = []
 
     def heard(sender: object, **kwargs: Any) -> None:
