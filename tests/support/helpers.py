@@ -24,7 +24,6 @@ from whos_online.recording.clients import guest_id
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    import pytest
     import redis
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AbstractUser
@@ -50,17 +49,6 @@ def configure(settings: Any, **values: object) -> None:
     configure first.
     """
     settings.WHOS_ONLINE = {**getattr(settings, "WHOS_ONLINE", {}), **values}
-
-
-def clock_from_midday(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Have ``time.time()`` run on from noon UTC of the current day, as fast as it runs: a test
-    that moves the clock on by minutes crosses midnight UTC when it runs just before it, and a
-    guest's pseudonym changes there (a guest online across it counts twice until ``WINDOW`` has
-    passed, as docs/privacy.md says). Only for tests whose requests all run in this process."""
-    real = time.time
-    now = real()
-    shift = now - (now - now % 86400 + 43200)
-    monkeypatch.setattr(time, "time", lambda: real() - shift)
 
 
 def single_redis() -> redis.Redis:
