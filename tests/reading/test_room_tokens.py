@@ -109,6 +109,63 @@ def test_a_malformed_token_is_refused_quietly(token):
     assert not check_token("board:secret", token, request_with_session(), MAX_AGE, now=NOW)
 
 
+def respell(token: str, how: str) -> str:
+    """``token`` written another way that ``int(..., 36)`` or a lenient decoder would read
+    as the same."""
+    stamp, _dot, mac = token.partition(".")
+    stamps = {
+        "plus": f"+{stamp}",
+        "space": f" {stamp}",
+        "tab": f"\t{stamp}",
+        "trailing-space": f"{stamp} ",
+        "underscore": f"{stamp[:2]}_{stamp[2:]}",
+        "leading-zero": f"0{stamp}",
+        "upper-case": stamp.upper(),
+    }
+    if how in stamps:
+        return f"{stamps[how]}.{mac}"
+    macs = {
+        "padded-mac": f"{mac}==",
+        "standard-alphabet-mac": mac.replace("-", "+").replace("_", "/"),
+        "upper-case-mac": mac.upper(),
+        "mac-and-more": f"{mac}.",
+    }
+    return f"{stamp}.{macs[how]}"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "plus",
+        "space",
+        "tab",
+        "trailing-space",
+        "underscore",
+        "leading-zero",
+        "upper-case",
+        "padded-mac",
+        "standard-alphabet-mac",
+        "upper-case-mac",
+        "mac-and-more",
+    ],
+)
+def test_a_token_is_accepted_only_as_it_was_issued(how):
+    viewer = request_with_session()
+    # A room whose MAC has a "-" or "_", which base64's other alphabet spells "+" or "/".
+    room = next(
+        room
+        for room in (f"board:{number}" for number in range(100))
+        if {"-", "_"} & set(room_token(room, viewer, now=NOW).partition(".")[2])
+    )
+    genuine = room_token(room, viewer, now=NOW)
+    assert check_token(room, genuine, viewer, MAX_AGE, now=NOW)
+
+    spelt = respell(genuine, how)
+
+    assert spelt != genuine
+    assert not check_token(room, spelt, viewer, MAX_AGE, now=NOW)
+
+
 # One viewer only
 
 

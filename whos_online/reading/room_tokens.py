@@ -4,7 +4,8 @@ The JSON, widget and presence views answer a room only for whoever holds one (un
 decides with ``ROOM_ACCESS``). A token is ``ISSUED.MAC``: the time it was issued (base 36) and a
 keyed BLAKE2b MAC over the room, the viewer and that time, written as one JSON array so that no
 room name, whatever it contains (``:`` included), can be read as another room and a token. It
-proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds.
+proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds, and is accepted only
+exactly as issued: one token, one URL, for the caches and logs that key on it.
 
 The viewer is the browser's session, as the throttle cookie binds it: the raw session cookie,
 which Django replaces at every login and logout. So a token is worth nothing to another member,
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
 from django.utils.crypto import constant_time_compare
+from django.utils.http import int_to_base36
 
 from whos_online.recording.state import state_of
 
@@ -47,7 +49,6 @@ CLOCK_SKEW: Final = 60
 #: Longest token that can be genuine (a base-36 time and a 22-character MAC), with room to spare:
 #: a longer one is refused before any hashing.
 MAX_TOKEN_LENGTH: Final = 48
-_DIGITS: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def viewer_of(request: HttpRequest | None) -> str:
@@ -72,7 +73,7 @@ def room_token(room: str, request: HttpRequest | None = None, *, now: float | No
     issued = state_of(request).token_issued if request is not None else None
     if issued is None:
         issued = int(time.time() if now is None else now)
-    return f"{_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
+    return f"{int_to_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
 
 
 def renew_in(request: HttpRequest | None, max_age: int, *, now: float | None = None) -> int:
@@ -98,9 +99,8 @@ def check_token(
     stamp, dot, mac = token.partition(".")
     if not dot or not stamp or not mac:
         return False
-    try:
-        issued = int(stamp, 36)
-    except ValueError:
+    issued = _issue_time(stamp)
+    if issued is None:
         return False
     current = time.time() if now is None else now
     if not current - max_age <= issued <= current + CLOCK_SKEW:
@@ -115,6 +115,19 @@ def check_token(
     return True
 
 
+def _issue_time(stamp: str) -> int | None:
+    """The issue time ``stamp`` spells, if it spells it as ``room_token`` does: ``int`` would
+    also read a sign, spaces, underscores, leading zeros and capitals, and each such spelling
+    of one token would be another URL to the caches and logs that key on it."""
+    try:
+        issued = int(stamp, 36)
+    except ValueError:
+        return None
+    if issued < 0 or int_to_base36(issued) != stamp:
+        return None
+    return issued
+
+
 def _mac(room: str, viewer: str, issued: int, secret: str) -> str:
     message = json.dumps([room, viewer, issued], ensure_ascii=False)
     digest = hashlib.blake2b(
@@ -127,16 +140,6 @@ def _mac(room: str, viewer: str, issued: int, secret: str) -> str:
 def _key(secret: str) -> bytes:
     """The tokens' own key, derived from ``secret`` apart from any other use of it."""
     return hashlib.blake2b(secret.encode(), person=b"whos_online.tk", digest_size=32).digest()
-
-
-def _base36(number: int) -> str:
-    if number <= 0:
-        return "0"
-    digits = []
-    while number:
-        number, digit = divmod(number, 36)
-        digits.append(_DIGITS[digit])
-    return "".join(reversed(digits))
 
 
 def may_read(request: HttpRequest, room: str, config: Config, *, token: str | None = None) -> bool:
