@@ -5,19 +5,26 @@ from __future__ import annotations
 import html
 import re
 import time
+from datetime import timedelta
+from importlib import import_module
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings as django_settings
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.test import Client, RequestFactory
 from django.urls import include, path
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
 import whos_online
+from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
-from whos_online.reading import room_tokens
+from whos_online.reading import room_tokens, subscription
 from whos_online.reading.room_tokens import check_token, room_token
 from whos_online.recording.state import state_of
 
@@ -268,6 +275,147 @@ def test_a_member_who_logs_out_loses_the_token(boards, alice):
     member.force_login(alice)  # the same user, in a new session
 
     assert member.get(live).status_code == 403
+
+
+# A session that ended takes its tokens with it, whichever store keeps it
+
+
+@pytest.fixture
+def live_boards(boards, settings, monkeypatch):
+    configure(settings, ROOMS={"board": "board:{slug}"}, LIVE_UPDATES=True)
+    # Each stream runs on an event loop of its own, whose subscription then ends with it.
+    monkeypatch.setattr(subscription, "LINGER", 0.0)
+
+
+SESSION_ENGINES = ["db", "cache", "cached_db", "file"]
+
+
+@pytest.fixture(params=SESSION_ENGINES)
+def session_engine(request, settings, tmp_path) -> Any:
+    """Django's session store of that name (the cache ones in a cache of their own), as
+    ``SESSION_ENGINE``; returns its module."""
+    settings.SESSION_ENGINE = f"django.contrib.sessions.backends.{request.param}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "sessions": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "whos-online-test-sessions",
+        },
+    }
+    settings.SESSION_CACHE_ALIAS = "sessions"
+    settings.SESSION_FILE_PATH = str(tmp_path)
+    return import_module(settings.SESSION_ENGINE)
+
+
+def log_out(member: Client, engine: Any, key: str) -> None:
+    member.logout()
+
+
+def flush(member: Client, engine: Any, key: str) -> None:
+    """What ``request.session.flush()`` does, from any process: the store forgets the key."""
+    engine.SessionStore(key).flush()
+
+
+def expire(member: Client, engine: Any, key: str) -> None:
+    """The session's expiry passes (each store keeps it its own way)."""
+    session = engine.SessionStore(key)
+    session.set_expiry(timezone.now() - timedelta(minutes=1))
+    session.save()
+
+
+def answers_to(key: str, live: str, presence: str) -> dict[str, int]:
+    """What a client that sends only the session cookie ``key`` gets from every view that
+    takes the room token of ``live`` (the widget's URL) and ``presence``: each asked by a
+    client of its own, since an answer may tell the client to drop the cookie."""
+    query = live.partition("?")[2]
+    [widget] = holder(key).get("/online/widgets/", {"widget": query}).json()["widgets"]
+    return {
+        "widget": holder(key).get(live).status_code,
+        "counts": holder(key).get(f"/online/counts.json?{query}").status_code,
+        "widgets": widget["status"],
+        "presence": holder(key).post(presence, **SAME_SITE).status_code,
+        "stream": stream_status(key, query),
+    }
+
+
+def holder(key: str) -> Client:
+    """A new client with nothing but the session cookie ``key``."""
+    made = Client()
+    made.cookies[django_settings.SESSION_COOKIE_NAME] = key
+    return made
+
+
+def stream_status(key: str, query: str) -> int:
+    """The status the live stream's first state gives the widget of ``query``."""
+
+    async def scenario() -> int:
+        stream = Stream(
+            f"/online/stream/?{urlencode({'widget': query})}",
+            cookies={django_settings.SESSION_COOKIE_NAME: key},
+        )
+        await stream.open()
+        [answer] = await stream.state()
+        await stream.close()
+        return int(answer["status"])
+
+    return int(async_to_sync(scenario)())
+
+
+ACCEPTED = {"widget": 200, "counts": 200, "widgets": 200, "presence": 204, "stream": 200}
+REFUSED = {"widget": 403, "counts": 403, "widgets": 403, "presence": 403, "stream": 403}
+
+
+@pytest.mark.parametrize("end", [log_out, flush, expire], ids=["logout", "flush", "expiry"])
+def test_a_token_is_worth_nothing_once_its_session_ended(live_boards, session_engine, alice, end):
+    """Logging out is how a site revokes a session cookie that leaked: the cookie, and the
+    tokens bound to it, must open nothing once the store has let the session go."""
+    member = Client()
+    member.force_login(alice)
+    key = member.cookies[django_settings.SESSION_COOKIE_NAME].value
+    live, presence = live_urls(member.get("/board/secret/", **PAGE_VIEW).content.decode())
+    assert answers_to(key, live, presence) == ACCEPTED  # a copy of the cookie, while it lives
+
+    end(member, session_engine, key)
+
+    assert answers_to(key, live, presence) == REFUSED
+
+
+def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(
+    boards, alice, django_assert_num_queries
+):
+    """With SHOW_NAMES_TO "authenticated" the views read the user, and so the session: the
+    check that the session lives reads it first, and nothing more."""
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    query = live.partition("?")[2]
+
+    with django_assert_num_queries(2):  # the session, the user
+        assert member.get("/online/counts.json").status_code == 200
+    with django_assert_num_queries(2):
+        assert member.get(f"/online/counts.json?{query}").status_code == 200
+    with django_assert_num_queries(2):
+        assert member.get(live).status_code == 200
+
+
+def test_where_nothing_reads_the_session_the_check_reads_it_once(
+    backend, settings, alice, django_assert_num_queries
+):
+    """With names shown to everyone the views read no user: a room's token costs one read of
+    the session (one query of the database store), however many widgets it opens."""
+    configure(settings, ROOMS={"board": "board:{slug}"}, SHOW_NAMES_TO="everyone")
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    query = live.partition("?")[2]
+
+    with django_assert_num_queries(0):
+        assert member.get("/online/counts.json").status_code == 200
+    with django_assert_num_queries(1):
+        assert member.get(f"/online/counts.json?{query}").status_code == 200
+    with django_assert_num_queries(1):
+        widgets = member.get("/online/widgets/", {"widget": [query] * 5}).json()["widgets"]
+    assert [widget["status"] for widget in widgets] == [200] * 5
 
 
 def test_an_expired_token_is_refused_by_every_view(boards, settings):
