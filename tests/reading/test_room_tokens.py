@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 import time
@@ -378,6 +379,24 @@ def test_a_token_is_worth_nothing_once_its_session_ended(live_boards, session_en
     end(member, session_engine, key)
 
     assert answers_to(key, live, presence) == REFUSED
+
+
+def test_a_tag_rendered_in_an_event_loop_binds_the_key_unchecked(alice):
+    """An async view may not query the database: the tag's token then binds the session's key
+    as the cookie gives it, rather than break the page; the views that check it run in a
+    thread, and refuse it since the session is dead."""
+    member = Client()
+    member.force_login(alice)
+    key = member.cookies[django_settings.SESSION_COOKIE_NAME].value
+    member.logout()
+    request = RequestFactory().get("/")
+    request.session = import_module(django_settings.SESSION_ENGINE).SessionStore(key)
+
+    async def in_a_view() -> str:
+        return room_tokens.viewer_of(request)
+
+    assert asyncio.run(in_a_view()) == key
+    assert room_tokens.viewer_of(request) == ""  # checked, out of the loop: it is dead
 
 
 def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(
