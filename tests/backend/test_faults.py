@@ -47,7 +47,7 @@ from whos_online.config.settings import get_config
 from whos_online.recording import throttle
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from django.contrib.auth.models import AbstractUser
     from django.http.response import HttpResponseBase
@@ -657,6 +657,36 @@ def test_one_slow_reply_under_load_is_no_outage(settings, caplog):
 
         assert breakers.breaker.allows(get_config().redis_target)
         assert warnings_and_infos(caplog) == []
+
+
+def test_a_flush_that_timed_out_once_leaves_the_next_flush_to_go(settings, caplog):
+    """The flushing thread's write times out once: the visits queued after it go with the next
+    flush (and their visitors get throttle cookies), rather than wait out FAILURE_BACKOFF
+    (10 s) as after an outage."""
+    caplog.set_level(logging.INFO, logger="whos_online")
+    with serving(settings, Slow()) as slow:
+        configure(settings, FLUSH_INTERVAL=0.05, COUNT_HITS=False)
+        assert whos_online.record_guest("192.0.2.1") is True
+        slow.proxy.hold_replies(1, connection.REQUEST_TIMEOUT * 4)
+        failures = breakers.failures()
+
+        assert Client(REMOTE_ADDR="203.0.113.7").get("/plain/").status_code == 200
+        assert until(lambda: breakers.failures() > failures)  # the thread's write timed out
+        later = Client(REMOTE_ADDR="203.0.113.8").get("/plain/")
+
+        assert COOKIE in later.cookies
+        assert until(lambda: is_recorded(slow, "203.0.113.8"))
+        assert warnings_and_infos(caplog) == []
+
+
+def until(condition: Callable[[], bool], timeout: float = BACKOFF / 2) -> bool:
+    """Whether ``condition`` holds within ``timeout`` seconds (of a real server's doing)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 # Logging, recovery and the throttle cookie
