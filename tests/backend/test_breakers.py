@@ -221,6 +221,18 @@ def test_a_strike_may_stand_longer_than_the_backoff_it_would_open(breaker_clock,
     assert levels(caplog) == ["WARNING"]
 
 
+def test_without_a_backoff_two_timeouts_in_a_row_are_still_an_outage(breaker_clock, caplog):
+    """FAILURE_BACKOFF 0 tries Redis on every call; a frozen server is still logged, once."""
+    breaker = CircuitBreaker()
+    for _ in range(5):
+        assert breaker.allows(TARGET)
+        breaker.failed(TARGET, READ_TIMEOUT, backoff=0)
+        breaker_clock.advance(0.25)
+
+    assert breaker.is_down(TARGET)
+    assert levels(caplog) == ["WARNING"]
+
+
 def test_timeouts_strike_each_target_apart(breaker_clock):
     breaker = CircuitBreaker()
     breaker.failed(TARGET, READ_TIMEOUT, backoff=10)

@@ -37,6 +37,9 @@ logger = logging.getLogger("whos_online")
 #: ``noeviction``, a replica, or a failed snapshot with ``stop-writes-on-bgsave-error``. Inside a
 #: script, Redis 7 and later keep the code at the start of the message; 6.2 puts it after a dash.
 _WRITE_REFUSALS: Final = re.compile(r"(?:^|-)(?:OOM|READONLY|MISCONF) ")
+#: Seconds a strike stands at least, whatever the back-off: with ``FAILURE_BACKOFF`` 0 a frozen
+#: server is still an outage, and logged as one.
+MIN_STRIKE_WINDOW: Final = 1.0
 
 
 def refuses_writes(error: BaseException) -> bool:
@@ -59,7 +62,8 @@ class CircuitBreaker:
 
     A failure opens the breaker at once, unless it is a timeout (``timed_out``): that is a
     *strike*, which opens it only if another failure follows within ``window`` seconds (the
-    back-off unless told) with no success between, or if the target is down already. A slow
+    back-off unless told, ``MIN_STRIKE_WINDOW`` at least) with no success between, or if the
+    target is down already. A slow
     read under load therefore costs nothing more than itself, and an outage costs each process
     at most two timeouts when it starts and one per back-off period after; the log gets one
     warning when the breaker opens, with the error, and one info line when Redis answers again.
@@ -114,7 +118,8 @@ class CircuitBreaker:
             self._generations[target] = self._generations.get(target, 0) + 1
             self._failures += 1
             if timed_out(error) and not self._struck(target, now):
-                self._strikes[target] = (now, backoff if window is None else window)
+                stands = backoff if window is None else window
+                self._strikes[target] = (now, max(stands, MIN_STRIKE_WINDOW))
                 return
             self._strikes.pop(target, None)
             self._open_until[target] = now + backoff
