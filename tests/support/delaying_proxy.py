@@ -45,11 +45,6 @@ class DelayingProxy:
         with self._lock:
             self._held, self._held_for = count, seconds
 
-    @property
-    def still_held(self) -> int:
-        """How many of the replies ``hold_replies`` named have not come yet."""
-        return self._held
-
     def _wait_for(self) -> float:
         """How long to hold the reply that has just come from Redis."""
         with self._lock:
