@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 import time
+from datetime import timedelta
+from importlib import import_module
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings as django_settings
 from django.http import HttpRequest, HttpResponse
 from django.template import engines
 from django.test import Client, RequestFactory
 from django.urls import include, path
+from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
 import whos_online
+from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
-from whos_online.reading import room_tokens
+from whos_online.reading import room_tokens, subscription
 from whos_online.reading.room_tokens import check_token, room_token
 from whos_online.recording.state import state_of
 
@@ -107,6 +115,63 @@ def test_whatever_the_names_no_token_serves_two_rooms(first, second):
 )
 def test_a_malformed_token_is_refused_quietly(token):
     assert not check_token("board:secret", token, request_with_session(), MAX_AGE, now=NOW)
+
+
+def respell(token: str, how: str) -> str:
+    """``token`` written another way that ``int(..., 36)`` or a lenient decoder would read
+    as the same."""
+    stamp, _dot, mac = token.partition(".")
+    stamps = {
+        "plus": f"+{stamp}",
+        "space": f" {stamp}",
+        "tab": f"\t{stamp}",
+        "trailing-space": f"{stamp} ",
+        "underscore": f"{stamp[:2]}_{stamp[2:]}",
+        "leading-zero": f"0{stamp}",
+        "upper-case": stamp.upper(),
+    }
+    if how in stamps:
+        return f"{stamps[how]}.{mac}"
+    macs = {
+        "padded-mac": f"{mac}==",
+        "standard-alphabet-mac": mac.replace("-", "+").replace("_", "/"),
+        "upper-case-mac": mac.upper(),
+        "mac-and-more": f"{mac}.",
+    }
+    return f"{stamp}.{macs[how]}"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "plus",
+        "space",
+        "tab",
+        "trailing-space",
+        "underscore",
+        "leading-zero",
+        "upper-case",
+        "padded-mac",
+        "standard-alphabet-mac",
+        "upper-case-mac",
+        "mac-and-more",
+    ],
+)
+def test_a_token_is_accepted_only_as_it_was_issued(how):
+    viewer = request_with_session()
+    # A room whose MAC has a "-" or "_", which base64's other alphabet spells "+" or "/".
+    room = next(
+        room
+        for room in (f"board:{number}" for number in range(100))
+        if {"-", "_"} & set(room_token(room, viewer, now=NOW).partition(".")[2])
+    )
+    genuine = room_token(room, viewer, now=NOW)
+    assert check_token(room, genuine, viewer, MAX_AGE, now=NOW)
+
+    spelt = respell(genuine, how)
+
+    assert spelt != genuine
+    assert not check_token(room, spelt, viewer, MAX_AGE, now=NOW)
 
 
 # One viewer only
@@ -211,6 +276,165 @@ def test_a_member_who_logs_out_loses_the_token(boards, alice):
     member.force_login(alice)  # the same user, in a new session
 
     assert member.get(live).status_code == 403
+
+
+# A session that ended takes its tokens with it, whichever store keeps it
+
+
+@pytest.fixture
+def live_boards(boards, settings, monkeypatch):
+    configure(settings, ROOMS={"board": "board:{slug}"}, LIVE_UPDATES=True)
+    # Each stream runs on an event loop of its own, whose subscription then ends with it.
+    monkeypatch.setattr(subscription, "LINGER", 0.0)
+
+
+SESSION_ENGINES = ["db", "cache", "cached_db", "file"]
+
+
+@pytest.fixture(params=SESSION_ENGINES)
+def session_engine(request, settings, tmp_path) -> Any:
+    """Django's session store of that name (the cache ones in a cache of their own), as
+    ``SESSION_ENGINE``; returns its module."""
+    settings.SESSION_ENGINE = f"django.contrib.sessions.backends.{request.param}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "sessions": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "whos-online-test-sessions",
+        },
+    }
+    settings.SESSION_CACHE_ALIAS = "sessions"
+    settings.SESSION_FILE_PATH = str(tmp_path)
+    return import_module(settings.SESSION_ENGINE)
+
+
+def log_out(member: Client, engine: Any, key: str) -> None:
+    member.logout()
+
+
+def flush(member: Client, engine: Any, key: str) -> None:
+    """What ``request.session.flush()`` does, from any process: the store forgets the key."""
+    engine.SessionStore(key).flush()
+
+
+def expire(member: Client, engine: Any, key: str) -> None:
+    """The session's expiry passes (each store keeps it its own way)."""
+    session = engine.SessionStore(key)
+    session.set_expiry(timezone.now() - timedelta(minutes=1))
+    session.save()
+
+
+def answers_to(key: str, live: str, presence: str) -> dict[str, int]:
+    """What a client that sends only the session cookie ``key`` gets from every view that
+    takes the room token of ``live`` (the widget's URL) and ``presence``: each asked by a
+    client of its own, since an answer may tell the client to drop the cookie."""
+    query = live.partition("?")[2]
+    [widget] = holder(key).get("/online/widgets/", {"widget": query}).json()["widgets"]
+    return {
+        "widget": holder(key).get(live).status_code,
+        "counts": holder(key).get(f"/online/counts.json?{query}").status_code,
+        "widgets": widget["status"],
+        "presence": holder(key).post(presence, **SAME_SITE).status_code,
+        "stream": stream_status(key, query),
+    }
+
+
+def holder(key: str) -> Client:
+    """A new client with nothing but the session cookie ``key``."""
+    made = Client()
+    made.cookies[django_settings.SESSION_COOKIE_NAME] = key
+    return made
+
+
+def stream_status(key: str, query: str) -> int:
+    """The status the live stream's first state gives the widget of ``query``."""
+
+    async def scenario() -> int:
+        stream = Stream(
+            f"/online/stream/?{urlencode({'widget': query})}",
+            cookies={django_settings.SESSION_COOKIE_NAME: key},
+        )
+        await stream.open()
+        [answer] = await stream.state()
+        await stream.close()
+        return int(answer["status"])
+
+    return int(async_to_sync(scenario)())
+
+
+ACCEPTED = {"widget": 200, "counts": 200, "widgets": 200, "presence": 204, "stream": 200}
+REFUSED = {"widget": 403, "counts": 403, "widgets": 403, "presence": 403, "stream": 403}
+
+
+@pytest.mark.parametrize("end", [log_out, flush, expire], ids=["logout", "flush", "expiry"])
+def test_a_token_is_worth_nothing_once_its_session_ended(live_boards, session_engine, alice, end):
+    """Logging out is how a site revokes a session cookie that leaked: the cookie, and the
+    tokens bound to it, must open nothing once the store has let the session go."""
+    member = Client()
+    member.force_login(alice)
+    key = member.cookies[django_settings.SESSION_COOKIE_NAME].value
+    live, presence = live_urls(member.get("/board/secret/", **PAGE_VIEW).content.decode())
+    assert answers_to(key, live, presence) == ACCEPTED  # a copy of the cookie, while it lives
+
+    end(member, session_engine, key)
+
+    assert answers_to(key, live, presence) == REFUSED
+
+
+def test_a_tag_rendered_in_an_event_loop_binds_the_key_unchecked(alice):
+    """An async view may not query the database: the tag's token then binds the session's key
+    as the cookie gives it, rather than break the page; the views that check it run in a
+    thread, and refuse it since the session is dead."""
+    member = Client()
+    member.force_login(alice)
+    key = member.cookies[django_settings.SESSION_COOKIE_NAME].value
+    member.logout()
+    request = RequestFactory().get("/")
+    request.session = import_module(django_settings.SESSION_ENGINE).SessionStore(key)
+
+    async def in_a_view() -> str:
+        return room_tokens.viewer_of(request)
+
+    assert asyncio.run(in_a_view()) == key
+    assert room_tokens.viewer_of(request) == ""  # checked, out of the loop: it is dead
+
+
+def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(
+    boards, alice, django_assert_num_queries
+):
+    """With SHOW_NAMES_TO "authenticated" the views read the user, and so the session: the
+    check that the session lives reads it first, and nothing more."""
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    query = live.partition("?")[2]
+
+    with django_assert_num_queries(2):  # the session, the user
+        assert member.get("/online/counts.json").status_code == 200
+    with django_assert_num_queries(2):
+        assert member.get(f"/online/counts.json?{query}").status_code == 200
+    with django_assert_num_queries(2):
+        assert member.get(live).status_code == 200
+
+
+def test_where_nothing_reads_the_session_the_check_reads_it_once(
+    backend, settings, alice, django_assert_num_queries
+):
+    """With names shown to everyone the views read no user: a room's token costs one read of
+    the session (one query of the database store), however many widgets it opens."""
+    configure(settings, ROOMS={"board": "board:{slug}"}, SHOW_NAMES_TO="everyone")
+    member = Client()
+    member.force_login(alice)
+    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    query = live.partition("?")[2]
+
+    with django_assert_num_queries(0):
+        assert member.get("/online/counts.json").status_code == 200
+    with django_assert_num_queries(1):
+        assert member.get(f"/online/counts.json?{query}").status_code == 200
+    with django_assert_num_queries(1):
+        widgets = member.get("/online/widgets/", {"widget": [query] * 5}).json()["widgets"]
+    assert [widget["status"] for widget in widgets] == [200] * 5
 
 
 def test_an_expired_token_is_refused_by_every_view(boards, settings):

@@ -1,8 +1,10 @@
-"""A TCP proxy in front of a real redis-server that holds every reply back for a while.
+"""A TCP proxy in front of a real redis-server that holds every reply back for a while, or only
+the next few.
 
 It stands for a slow Redis as a client sees it: an overloaded server, a congested network or a
-failover in progress. The server itself stays healthy, so the same test can show both a Redis
-that is slow but answers within the request timeout and one that answers too late.
+failover in progress, or one reply late under a burst of load. The server itself stays healthy,
+so the same test can show both a Redis that is slow but answers within the request timeout and
+one that answers too late. Only replies are held: Redis has run each command as it came.
 """
 
 from __future__ import annotations
@@ -28,11 +30,28 @@ class DelayingProxy:
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        #: How many of the next replies to hold back, and for how long each.
+        self._held = 0
+        self._held_for = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def hold_replies(self, count: int, seconds: float) -> None:
+        """Hold back the next ``count`` replies (on any connection) by ``seconds`` each, instead
+        of ``delay``; the ones after go as before."""
+        with self._lock:
+            self._held, self._held_for = count, seconds
+
+    def _wait_for(self) -> float:
+        """How long to hold the reply that has just come from Redis."""
+        with self._lock:
+            if self._held:
+                self._held -= 1
+                return self._held_for
+        return self.delay
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -58,9 +77,10 @@ class DelayingProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, delayed: bool) -> None:
         with contextlib.suppress(OSError):
             while chunk := source.recv(CHUNK):
-                if delayed and self.delay:
+                wait = self._wait_for() if delayed else 0.0
+                if wait:
                     # The wait ends early when the proxy closes, so no test waits on it.
-                    self._closed.wait(self.delay)
+                    self._closed.wait(wait)
                 sink.sendall(chunk)
         for end in (source, sink):
             with contextlib.suppress(OSError):

@@ -1,9 +1,13 @@
 """The circuit breakers that keep a Redis outage off the page.
 
-After a failure, a process stops calling that Redis target for ``FAILURE_BACKOFF`` seconds: an
-outage then costs each process one timeout per back-off period, and the log one warning per outage
-rather than one per request. A Redis that answers but refuses writes (out of memory, a replica)
-opens a breaker of its own, which stops writes only, so that the page still shows who is online.
+After an outage is seen, a process stops calling that Redis target for ``FAILURE_BACKOFF``
+seconds: an outage then costs each process one failed call per back-off period, and the log one
+warning per outage rather than one per request. A lost connection (refused, reset, closed, a name
+that does not resolve) is an outage at once; a timeout is a strike, and an outage only when another
+failure follows within the back-off with no success between: one slow read under load is no
+outage, and a frozen server costs two timeouts before the breaker opens. A Redis that answers but
+refuses writes (out of memory, a replica) opens a breaker of its own, which stops writes only, so
+that the page still shows who is online.
 
 Used by ``connection.call``, which makes the calls, and by the request path, which asks whether a
 write may go before it promises one with a throttle cookie; this module makes none, so that it
@@ -12,6 +16,7 @@ can be read, and tested, on its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -32,6 +37,9 @@ logger = logging.getLogger("whos_online")
 #: ``noeviction``, a replica, or a failed snapshot with ``stop-writes-on-bgsave-error``. Inside a
 #: script, Redis 7 and later keep the code at the start of the message; 6.2 puts it after a dash.
 _WRITE_REFUSALS: Final = re.compile(r"(?:^|-)(?:OOM|READONLY|MISCONF) ")
+#: Seconds a strike stands at least, whatever the back-off: with ``FAILURE_BACKOFF`` 0 a frozen
+#: server is still an outage, and logged as one.
+MIN_STRIKE_WINDOW: Final = 1.0
 
 
 def refuses_writes(error: BaseException) -> bool:
@@ -43,16 +51,27 @@ def refuses_writes(error: BaseException) -> bool:
     )
 
 
+def timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a wait that ran out (for a reply, or to connect), rather than a
+    connection refused or lost: Redis may only have been slow to answer."""
+    return isinstance(error, (redis.exceptions.TimeoutError, TimeoutError, asyncio.TimeoutError))
+
+
 class CircuitBreaker:
-    """Stops calling a Redis target for ``FAILURE_BACKOFF`` seconds after it failed.
+    """Stops calling a Redis target for ``FAILURE_BACKOFF`` seconds once it is seen to be out.
 
-    An outage therefore costs each process at most one timeout per back-off period, and the log
-    gets one warning when an outage starts and one info line when Redis answers again.
+    A failure opens the breaker at once, unless it is a timeout (``timed_out``): that is a
+    *strike*, which opens it only if another failure follows within ``window`` seconds (the
+    back-off unless told, ``MIN_STRIKE_WINDOW`` at least) with no success between, or if the
+    target is down already. A slow
+    read under load therefore costs nothing more than itself, and an outage costs each process
+    at most two timeouts when it starts and one per back-off period after; the log gets one
+    warning when the breaker opens, with the error, and one info line when Redis answers again.
 
-    Each failure starts a new *generation* of the target. A caller notes the generation before it
-    calls Redis and hands it to ``succeeded``: a reply to a call that began before another
-    thread's failure says nothing about Redis now, so it neither closes the breaker nor logs a
-    recovery that did not happen.
+    Each failure, strikes included, starts a new *generation* of the target. A caller notes the
+    generation before it calls Redis and hands it to ``succeeded``: a reply to a call that began
+    before another thread's failure says nothing about Redis now, so it neither closes the
+    breaker, nor wipes out a strike, nor logs a recovery that did not happen.
     """
 
     def __init__(self, failure: str = "", recovery: str = "") -> None:
@@ -66,6 +85,8 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._open_until: dict[str, float] = {}
         self._down: set[str] = set()
+        #: When (monotonic) a target timed out while up, and how long that strike stands.
+        self._strikes: dict[str, tuple[float, float]] = {}
         self._generations: dict[str, int] = {}
         self._failures = 0
 
@@ -87,22 +108,43 @@ class CircuitBreaker:
         until = self._open_until.get(target)
         return until is None or (now if now is not None else time.monotonic()) >= until
 
-    def failed(self, target: str, error: BaseException, backoff: float) -> None:
+    def failed(
+        self, target: str, error: BaseException, backoff: float, *, window: float | None = None
+    ) -> None:
+        """Note a failed call to ``target``: open the breaker for ``backoff`` seconds, or only
+        strike it if ``error`` is a timeout and no strike stands (see the class)."""
+        now = time.monotonic()
         with self._lock:
-            self._open_until[target] = time.monotonic() + backoff
             self._generations[target] = self._generations.get(target, 0) + 1
             self._failures += 1
+            if timed_out(error) and not self._struck(target, now):
+                stands = backoff if window is None else window
+                self._strikes[target] = (now, max(stands, MIN_STRIKE_WINDOW))
+                return
+            self._strikes.pop(target, None)
+            self._open_until[target] = now + backoff
             first = target not in self._down
             self._down.add(target)
         if first:
             logger.warning(self.failure, target, type(error).__name__, error, backoff)
 
+    def _struck(self, target: str, now: float) -> bool:
+        """Whether a failure of ``target`` now opens its breaker even if it is a timeout: it is
+        down already, or a strike stands (no success since, within its window)."""
+        if target in self._down:
+            return True
+        struck, window = self._strikes.get(target, (float("-inf"), 0.0))
+        return now - struck <= window
+
     def succeeded(self, target: str, generation: int) -> None:
         """Note a reply to a call made when the target was at ``generation``."""
-        if target not in self._down:
+        if target not in self._down and target not in self._strikes:
             return
         with self._lock:
-            recovered = target in self._down and self._generations.get(target, 0) == generation
+            if self._generations.get(target, 0) != generation:
+                return
+            self._strikes.pop(target, None)
+            recovered = target in self._down
             if recovered:
                 self._down.discard(target)
                 self._open_until.pop(target, None)
@@ -113,6 +155,7 @@ class CircuitBreaker:
         with self._lock:
             self._open_until.clear()
             self._down.clear()
+            self._strikes.clear()
             self._generations.clear()
             self._failures = 0
 

@@ -13,10 +13,12 @@ where a person's visits merge as usual: while Redis cannot be written, a person 
 however many pages they open, and the queue's bound counts people. The breaker logs the outage
 once. While a breaker says that writes fail, a flush leaves the queue as it is, neither taken nor
 encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
-whatever the pages queue meanwhile. A queue that fills up while Redis cannot be written drops the
-visits of people not queued yet and counts them (``VisitQueue.dropped``); the log says so when
-it starts, and how many it dropped once a write succeeds again. ``forget`` drops what the process
-holds of given persons, queued or kept after a failure, for an erasure or a logout.
+whatever the pages queue meanwhile. A write that only timed out, which does not open the breaker
+by itself (``breakers``), goes again with the next flush. A queue that fills up while Redis
+cannot be written drops the visits of people not queued yet and counts them
+(``VisitQueue.dropped``); the log says so when it starts, and how many it dropped once a write
+succeeds again. ``forget`` drops what the process holds of given persons, queued or kept after a
+failure, for an erasure or a logout.
 
 Reads made by the process (the snapshot of the tags and the JSON view, the API's reads) write
 its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
@@ -129,7 +131,7 @@ class Flusher:
         refusing keeps the thread away too."""
         failed = self.jobs.run() if len(self.jobs) else frozenset()
         if failed:
-            self._back_off(config)
+            self._back_off_after(config, failed)
         return failed
 
     def _write_queue(self, config: Config) -> frozenset[str]:
@@ -170,6 +172,17 @@ class Flusher:
 
     def _back_off(self, config: Config) -> None:
         self.thread.back_off(config.failure_backoff or 1.0)
+
+    def _back_off_after(self, config: Config, failed: Iterable[str]) -> None:
+        """After a write to the shards ``failed`` failed: wait out the back-off if a breaker
+        is open for one of them; if the failure was a timeout that only struck the breaker
+        (one slow reply is no outage), the next flush, ``FLUSH_INTERVAL`` from now, tries
+        again."""
+        shards = {shard.tag: shard for shard in keyspace.layout(config)}
+        if any(breakers.known_to_fail(config, shards.get(tag), writes=True) for tag in failed):
+            self._back_off(config)
+        else:
+            self.thread.back_off(config.flush_interval)
 
     def flush_with(
         self,
@@ -261,7 +274,7 @@ class Flusher:
             [item for item, tags in prepared.items if not tags.isdisjoint(failed)] if failed else []
         )
         if failed:
-            self._back_off(config)
+            self._back_off_after(config, failed)
         else:
             self.thread.recovered()
             self.queue.report_drops()

@@ -4,13 +4,16 @@ The JSON, widget and presence views answer a room only for whoever holds one (un
 decides with ``ROOM_ACCESS``). A token is ``ISSUED.MAC``: the time it was issued (base 36) and a
 keyed BLAKE2b MAC over the room, the viewer and that time, written as one JSON array so that no
 room name, whatever it contains (``:`` included), can be read as another room and a token. It
-proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds.
+proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds, and is accepted only
+exactly as issued: one token, one URL, for the caches and logs that key on it.
 
-The viewer is the browser's session, as the throttle cookie binds it: the raw session cookie,
-which Django replaces at every login and logout. So a token is worth nothing to another member,
-nor after its viewer logged out or in as someone else, and checking one neither loads the session
-nor runs an SQL query. Visitors without a session share one viewer: a guest's token opens the room
-to any other client without a session, which was shown the same public page anyway.
+The viewer is the browser's session: its key, which Django replaces at every login and logout,
+as long as the session store holds it. So a token is worth nothing to another member, nor once
+its session was logged out, flushed or has expired (``live_key``), even to a client that kept a
+copy of the cookie. Checking one loads the session, which a request that read its user has done
+anyway; elsewhere that costs what one read of the session costs (one query of the database store).
+Visitors without a session share one viewer: a guest's token opens the room to any other client
+without a session, which was shown the same public page anyway.
 
 A page that stays open keeps working: the widget's refreshes hand back tokens of the same issue
 time (a chain of refreshes never outlives the token the page was rendered with), and once that
@@ -33,7 +36,10 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
+from django.contrib.sessions.backends.base import SessionBase
+from django.core.exceptions import SynchronousOnlyOperation
 from django.utils.crypto import constant_time_compare
+from django.utils.http import int_to_base36
 
 from whos_online.recording.state import state_of
 
@@ -47,22 +53,42 @@ CLOCK_SKEW: Final = 60
 #: Longest token that can be genuine (a base-36 time and a 22-character MAC), with room to spare:
 #: a longer one is refused before any hashing.
 MAX_TOKEN_LENGTH: Final = 48
-_DIGITS: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def viewer_of(request: HttpRequest | None) -> str:
-    """Whom a token is bound to: the session the browser will send next ("" for none).
+    """Whom a token is bound to: the live session the browser will send next ("" for none).
 
     A view that logged someone in or out has given the session a new key, which the browser
-    sends from the next request on; the key is read without loading the session."""
+    sends from the next request on. Django takes the key from any well-formed cookie, so the
+    session is loaded first (``live_key``): a key that names no live session is no viewer."""
     if request is None:
         return ""
     session = getattr(request, "session", None)
-    key = getattr(session, "session_key", None) if session is not None else None
-    if isinstance(key, str):
+    if session is None:  # no SessionMiddleware: the cookie is all there is
+        return request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+    key = live_key(session) if isinstance(session, SessionBase) else None
+    return key or ""
+
+
+def live_key(session: SessionBase) -> str | None:
+    """``session``'s key if its store holds it, alive; None for none, or for one logged out,
+    flushed or expired.
+
+    Loading a session makes Django's stores (database, cache, cached database, file) drop a
+    key they do not hold, or hold expired (the file store gives a new, empty session its own
+    key instead). The session is loaded once per request, and not at all where the request
+    has read it already (its user, say). A signed-cookie session is its cookie: it cannot be
+    revoked, and its key stays whatever the store says. An event loop may not load a session
+    from the database: there the key goes unchecked, and the views that check a token, which
+    run in a thread, refuse it if its session is dead."""
+    key = session.session_key
+    if key is None:
+        return None
+    try:
+        session.keys()  # loads the session unless it is loaded
+    except SynchronousOnlyOperation:
         return key
-    raw = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return raw if session is None else ""
+    return session.session_key
 
 
 def room_token(room: str, request: HttpRequest | None = None, *, now: float | None = None) -> str:
@@ -72,7 +98,7 @@ def room_token(room: str, request: HttpRequest | None = None, *, now: float | No
     issued = state_of(request).token_issued if request is not None else None
     if issued is None:
         issued = int(time.time() if now is None else now)
-    return f"{_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
+    return f"{int_to_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
 
 
 def renew_in(request: HttpRequest | None, max_age: int, *, now: float | None = None) -> int:
@@ -98,9 +124,8 @@ def check_token(
     stamp, dot, mac = token.partition(".")
     if not dot or not stamp or not mac:
         return False
-    try:
-        issued = int(stamp, 36)
-    except ValueError:
+    issued = _issue_time(stamp)
+    if issued is None:
         return False
     current = time.time() if now is None else now
     if not current - max_age <= issued <= current + CLOCK_SKEW:
@@ -115,6 +140,19 @@ def check_token(
     return True
 
 
+def _issue_time(stamp: str) -> int | None:
+    """The issue time ``stamp`` spells, if it spells it as ``room_token`` does: ``int`` would
+    also read a sign, spaces, underscores, leading zeros and capitals, and each such spelling
+    of one token would be another URL to the caches and logs that key on it."""
+    try:
+        issued = int(stamp, 36)
+    except ValueError:
+        return None
+    if issued < 0 or int_to_base36(issued) != stamp:
+        return None
+    return issued
+
+
 def _mac(room: str, viewer: str, issued: int, secret: str) -> str:
     message = json.dumps([room, viewer, issued], ensure_ascii=False)
     digest = hashlib.blake2b(
@@ -127,16 +165,6 @@ def _mac(room: str, viewer: str, issued: int, secret: str) -> str:
 def _key(secret: str) -> bytes:
     """The tokens' own key, derived from ``secret`` apart from any other use of it."""
     return hashlib.blake2b(secret.encode(), person=b"whos_online.tk", digest_size=32).digest()
-
-
-def _base36(number: int) -> str:
-    if number <= 0:
-        return "0"
-    digits = []
-    while number:
-        number, digit = divmod(number, 36)
-        digits.append(_DIGITS[digit])
-    return "".join(reversed(digits))
 
 
 def may_read(request: HttpRequest, room: str, config: Config, *, token: str | None = None) -> bool:

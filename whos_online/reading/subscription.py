@@ -205,7 +205,9 @@ class Hub:
 
     def _down(self, target: str, error: BaseException, backoff: float) -> None:
         self.live, self.down = False, True
-        breaker.failed(target, error, backoff)
+        # A timeout that the next attempt follows within FAILURE_BACKOFF, however short this
+        # back-off, is an outage (see ``CircuitBreaker``).
+        breaker.failed(target, error, backoff, window=get_config().failure_backoff or 1.0)
         for listener in list(self.listeners):
             listener.stale()
 
