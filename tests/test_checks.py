@@ -490,6 +490,7 @@ EVERY_MESSAGE = [
     ({"SHOW_NAMES_TO": None}, None, "whos_online.E022", "SHOW_NAMES_TO"),
     ({"REFRESH_INTERVAL": 0}, None, "whos_online.E023", "REFRESH_INTERVAL"),
     ({"JSON_MAX_AGE": -1}, None, "whos_online.E024", "JSON_MAX_AGE"),
+    ({"STOP_TIMEOUT": 31}, None, "whos_online.E040", "STOP_TIMEOUT"),
     ({"NOPE": 1}, None, "whos_online.W001", "NOPE"),
     ({"GUEST_IDENTITY": "ip"}, None, "whos_online.W002", "GUEST_IDENTITY"),
     ({}, [SESSION, AUTH], "whos_online.W003", OURS),
@@ -519,6 +520,7 @@ def test_every_message_has_a_hint_and_names_the_key(settings, whos_online, middl
 def test_every_id_is_covered_by_the_table():
     codes = {case[2] for case in EVERY_MESSAGE}
     assert codes == {f"whos_online.E{n:03d}" for n in range(1, 25)} | {
+        "whos_online.E040",
         "whos_online.W001",
         "whos_online.W002",
         "whos_online.W003",
@@ -648,6 +650,18 @@ def test_snapshot_max_age_must_be_a_non_negative_number(settings, value):
 @pytest.mark.parametrize("value", [0, 0.5, 2, 30.0])
 def test_snapshot_max_age_accepted(settings, value):
     settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": value}
+    assert check_error_codes() == []
+
+
+@pytest.mark.parametrize("value", [-1, -0.5, 30.5, True, "5", None])
+def test_stop_timeout_must_be_a_number_of_seconds_up_to_thirty(settings, value):
+    settings.WHOS_ONLINE = {"STOP_TIMEOUT": value}
+    assert check_error_codes() == ["whos_online.E040"]
+
+
+@pytest.mark.parametrize("value", [0, 0.5, 5, 30.0])
+def test_stop_timeout_accepted(settings, value):
+    settings.WHOS_ONLINE = {"STOP_TIMEOUT": value}
     assert check_error_codes() == []
 
 

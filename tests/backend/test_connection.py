@@ -1,14 +1,21 @@
-"""Scripts sent straight over a pooled connection (``connection.execute``), and what a failure
-in the middle of one leaves behind."""
+"""Scripts sent straight over a pooled connection (``connection.execute``), what a failure in
+the middle of one leaves behind, and calls made past the breakers (``past_breakers``)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 import whos_online
-from whos_online.backend import connection
+from whos_online.backend import breakers, connection
 from whos_online.backend.sentinels import FollowingSentinel
+from whos_online.config.settings import get_config
+
+if TYPE_CHECKING:
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
 
 
 def _no_client_path(*args: object, **kwargs: object) -> None:
@@ -99,3 +106,23 @@ def test_a_sentinel_managed_master_is_sent_over_directly():
     sentinel = FollowingSentinel([("127.0.0.1", 1)], socket_timeout=0.1)
     master = sentinel.master_for("mymaster")  # type: ignore [no-untyped-call]
     assert connection._made_here(master)
+
+
+def test_past_the_breakers_a_call_goes_while_one_is_open_and_tells_it(backend, breaker_clock):
+    """What a stopping process's last writes do (``flushing.stalls``)."""
+    calls: list[str] = []
+
+    def ping(client: Client, config: Config) -> bool:
+        calls.append("ping")
+        return bool(client.ping())
+
+    config = get_config()
+    for _ in range(3):  # an outage, whatever the breaker's rule
+        breakers.breaker.failed(config.redis_target, ConnectionError("refused"), 10)
+    assert connection.call(False, ping) is False  # the breaker keeps Redis off
+    with connection.past_breakers():
+        assert connection.breakers_passed()
+        assert connection.call(False, ping) is True
+    assert not connection.breakers_passed()
+    assert calls == ["ping"]
+    assert not breakers.known_to_fail(config, None, writes=True)  # the reply closed it

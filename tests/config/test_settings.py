@@ -48,6 +48,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,
     "FLUSH_INTERVAL": 0.1,
+    "STOP_TIMEOUT": 5,
     "ROOMS": {},
     "ROOM_ACCESS": None,
     "ROOM_TOKEN_MAX_AGE": 3600,

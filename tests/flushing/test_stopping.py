@@ -4,6 +4,8 @@ whichever mode Django runs the middleware in and whether or not the process reco
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import http.client
 import os
 import signal
@@ -391,4 +393,60 @@ def test_uvicorn_s_sigterm_in_a_process_that_served_only_throttled_pages(
     assert [response.getheader("Set-Cookie") for response in responses] == [None] * PAGES
     assert whos_online.online_counts().guests == 1  # the one recorded here: nobody else
     assert hits_counted() == PAGES
+    assert "Traceback" not in log.read_text()
+
+
+# Through a short stall of Redis
+
+#: Guests each server's workers hold when Redis stalls, and how long it stalls (milliseconds).
+STALLED_GUESTS, STALL = 120, 3000
+
+
+@contextlib.contextmanager
+def serving(server: str, env: dict[str, str], log: Path) -> Iterator[int]:
+    """The test site under gunicorn's sync or gthread workers (two), or uvicorn ``--workers 2``,
+    until the block ends: then SIGTERM, and the block's end waits for the server to exit."""
+    ready = "/static/app.css"
+    if server == "uvicorn":
+        with wsgi_server.uvicorn(env, log, ready_path=ready, workers=2) as (port, _):
+            yield port
+    else:
+        threads = 4 if server == "gthread" else 1
+        with wsgi_server.gunicorn(env, log, ready_path=ready, threads=threads) as (port, _):
+            yield port
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pause", ["WRITE", "ALL"])
+@pytest.mark.parametrize("server", ["sync", "gthread", "uvicorn"])
+@pytest.mark.parametrize("backend", ["real"], indirect=True)
+def test_a_stop_during_a_short_stall_of_redis_loses_nothing(
+    r, real_redis_url, tmp_path, server, pause
+):
+    """Redis stalls for three seconds (a failover, a slow fork for BGSAVE) just as the server
+    is told to stop: each worker's exit write tries again within STOP_TIMEOUT, and writes every
+    visit and page hit it held."""
+    env = env_for(real_redis_url, tmp_path, "tests.load_settings")
+    log = tmp_path / f"{server}.log"
+
+    with (
+        serving(server, env, log) as port,
+        concurrent.futures.ThreadPoolExecutor(8) as pool,
+    ):
+        addresses = [f"198.18.5.{number + 1}" for number in range(STALLED_GUESTS)]
+        responses = list(pool.map(lambda address: get(port, "/plain/", address), addresses))
+        assert whos_online.online_counts().guests == 0  # all held by the workers
+        r.execute_command("CLIENT", "PAUSE", STALL, pause)
+        stopped = time.monotonic()
+    exit_took = time.monotonic() - stopped
+    r.ping()  # the admin client waits out what is left of the stall
+
+    assert [response.status for response in responses] == [200] * STALLED_GUESTS
+    written = whos_online.online_counts().guests
+    print(
+        f"{server}, CLIENT PAUSE {STALL} {pause}: {written} of {STALLED_GUESTS} written, "
+        f"exited {exit_took:.1f} s after SIGTERM"
+    )
+    assert written == STALLED_GUESTS, log.read_text()
+    assert hits_counted() == STALLED_GUESTS
     assert "Traceback" not in log.read_text()

@@ -16,6 +16,8 @@ caches its pools, because creating a pool per request would open a TCP connectio
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import logging
 import threading
@@ -38,7 +40,7 @@ from whos_online.backend.sentinels import FollowingSentinel
 from whos_online.config.settings import Config, config_dropped, get_config
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from whos_online.backend.keyspace import Shard
 
@@ -323,6 +325,28 @@ class MasterWatch:
 masters: Final = MasterWatch()
 
 
+#: Whether the calls made here (this thread, this task) go whatever the breakers say.
+_past_breakers: Final = contextvars.ContextVar("whos_online_past_breakers", default=False)
+
+
+@contextlib.contextmanager
+def past_breakers() -> Iterator[None]:
+    """Make the calls of this block (in this thread or task) whether or not a breaker is open:
+    for the last writes of a process that stops (``flushing.stalls``), which a back-off longer
+    than what is left of the stop would otherwise turn into none. Each call's outcome still goes
+    to the breakers, so that an outage is logged once and a recovery once."""
+    token = _past_breakers.set(True)
+    try:
+        yield
+    finally:
+        _past_breakers.reset(token)
+
+
+def breakers_passed() -> bool:
+    """Whether the calls made here go whatever the breakers say (``past_breakers``)."""
+    return _past_breakers.get()
+
+
 def call(
     default: T,
     operation: Callable[[Client, Config], T],
@@ -331,11 +355,11 @@ def call(
     writes: bool = False,
 ) -> T:
     """Run ``operation`` with the request client, or return ``default`` if Redis fails or a
-    breaker is open (see ``Attempt``). On a Sentinel-managed master that has just been replaced,
-    the call is made once more, on the new master."""
+    breaker is open (see ``Attempt``; but ``past_breakers``). On a Sentinel-managed master that
+    has just been replaced, the call is made once more, on the new master."""
     config = get_config()
     attempt = Attempt(config, shard, writes=writes)
-    if not attempt.allowed:
+    if not attempt.allowed and not _past_breakers.get():
         return default
     try:
         client = request_client()

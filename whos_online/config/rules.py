@@ -66,6 +66,16 @@ def flush_interval(value: Any) -> list[str]:
     return [f"must be a number of seconds from 0 to {MAX_FLUSH_INTERVAL}, not {value!r}"]
 
 
+#: Longest STOP_TIMEOUT: gunicorn's graceful timeout and Kubernetes' grace period, by default.
+MAX_STOP_TIMEOUT: Final = 30
+
+
+def stop_timeout(value: Any) -> list[str]:
+    if _is_number(value) and 0 <= value <= MAX_STOP_TIMEOUT:
+        return []
+    return [f"must be a number of seconds from 0 to {MAX_STOP_TIMEOUT}, not {value!r}"]
+
+
 def seconds(value: Any) -> list[str]:
     if _is_number(value) and value >= 0:
         return []

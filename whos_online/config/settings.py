@@ -226,6 +226,18 @@ class Config:
         "platforms that freeze a process between requests.",
         build=float,
     )
+    #: Seconds a stopping process goes on trying to write what it holds through a stall of
+    #: Redis (``flushing.stalls``); 0 tries once.
+    stop_timeout: float = rules.setting(
+        "STOP_TIMEOUT",
+        5,
+        "whos_online.E040",
+        rules.stop_timeout,
+        hint="The default is {default}; keep it well below the server's graceful timeout "
+        "(gunicorn's --graceful-timeout, 30 s by default) and the process manager's stop "
+        "timeout. 0 tries once.",
+        build=float,
+    )
     #: Rooms by URL name (``ROOMS``): the middleware puts a page view of that URL in the room
     #: its rule gives (``room_rules``).
     rooms: Mapping[str, RoomRule] = rules.setting(

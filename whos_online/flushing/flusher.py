@@ -26,8 +26,10 @@ on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just 
 ``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
 0 each recorded request writes the queue itself; the thread then only tells what changed.
 
-What the process holds when it stops is written as it exits (``stopping``). What the flushes
-changed is told from the thread (``events``): signals, and one message on Redis per second.
+What the process holds when it stops is written as it exits (``stopping``), and from the moment
+it is asked to stop or begins to exit, a write that fails is tried again through a short stall
+of Redis, for ``STOP_TIMEOUT`` (``stalls``). What the flushes changed is told from the thread
+(``events``): signals, and one message on Redis per second.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, events, hits, lifecycle
+from whos_online.flushing import batches, events, hits, lifecycle, stalls
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.flushing.thread import FlushThread
@@ -88,6 +90,12 @@ class Flusher:
         #: How many batches of page hits there were when the key that remembers them was last
         #: forgotten: a process's second exit hook (atexit and multiprocessing's) has nothing to do.
         self._hits_forgotten_at = 0
+        #: Until when (monotonic) a write of the stopping process, which has tried once and
+        #: failed, goes on trying (``stalls``); None before. For the SIGTERM handler, which waits
+        #: for such a write: it is not held up by a lock of the thread the handler runs on.
+        self.retrying_until: float | None = None
+        #: Whether this process has said what its stop could not write (once: ``stalls``).
+        self._reported_loss = False
 
     # The request path
 
@@ -105,12 +113,49 @@ class Flusher:
     def flush(self) -> frozenset[str]:
         """Write what is queued now; returns the tags of the shards whose write failed, or
         which a breaker keeps from being tried (what was for them goes back to the queue, ahead
-        of what was queued since, or stays there).
+        of what was queued since, or stays there). Once the process is stopping, a write that
+        fails is tried again until ``STOP_TIMEOUT`` after the stop began (``stalls``), but on
+        the flushing thread, which tries again after the back-off as ever: the stop's own
+        writes try meanwhile.
 
         A batch of page hits that failed before goes alone, before the hits counted since: those
         follow in a second pass, as does what was queued while the first was on its way."""
+        if lifecycle.stop_began() is not None and not self.thread.is_current():
+            return self._flush_while_stopping()
         with self._lock:
             return self._flush(get_config())
+
+    def _flush_while_stopping(self) -> frozenset[str]:
+        """``flush`` through a stall, letting go of the lock between two tries: the process's
+        other writes then wait for one try at most (and find nothing left once one succeeded),
+        and its reads meanwhile do not wait for the stall to end."""
+        config = get_config()
+        failed = stalls.write_until(
+            lambda: self._flush_with_lock(config), stalls.deadline(config), self._retrying
+        )
+        if failed:
+            self._report_loss(config)
+        return failed
+
+    def _flush_with_lock(self, config: Config) -> frozenset[str]:
+        with self._lock:
+            return self._flush(config)
+
+    def _retrying(self, until: float) -> None:
+        self.retrying_until = until
+
+    def _report_loss(self, config: Config) -> None:
+        """Say, once per process, what its stop could not write (``stalls``)."""
+        if self._reported_loss:
+            return
+        self._reported_loss = True
+        buffered = hits.held()
+        stalls.report_lost(
+            config,
+            len(self.queue),
+            buffered.total() if buffered is not None else 0,
+            len(self.jobs),
+        )
 
     def _on_thread(self) -> bool:
         """Flush, then tell what flushes changed, whichever thread wrote them; True if failed."""
@@ -154,7 +199,10 @@ class Flusher:
 
         The queue then stays as it is, not taken and encoded for a write that would not be
         tried: during an outage that would cost every flush, and every read that writes the
-        queue first, the encoding of the whole backlog."""
+        queue first, the encoding of the whole backlog. A stopping process's write, which goes
+        past the breakers (``stalls``), is never held back."""
+        if connection.breakers_passed():
+            return frozenset()
         shards = keyspace.layout(config)
         if config.redis_cluster:  # a breaker per shard
             refused = [
@@ -312,8 +360,10 @@ class Flusher:
 
     def close(self) -> None:
         """Write what the process holds as it exits: first let a flush the thread has started
-        finish (the exit would cut it off), then flush; and once the page hits are all written,
-        forget the key that remembered this process's batches of them; then tell what changed.
+        finish (the exit would cut it off), then flush, trying again through a stall of Redis
+        until ``STOP_TIMEOUT`` after the stop began (``stalls``), holding the lock throughout:
+        nothing comes after; and once the page hits are all written, forget the key that
+        remembered this process's batches of them; then tell what changed.
         With nothing to write nor a key to forget, the settings are not read, which a process
         that never recorded (a site not configured yet) may not have right."""
         self.thread.stop()
@@ -321,7 +371,12 @@ class Flusher:
             return
         try:
             if self.pending() or hits.buffer().numbered != self._hits_forgotten_at:
-                failed = self._flush(get_config())
+                config = get_config()
+                failed = stalls.write_until(
+                    lambda: self._flush(config), stalls.deadline(config), self._retrying
+                )
+                if failed:
+                    self._report_loss(config)
                 numbered = hits.buffer().numbered
                 if not failed and numbered and not hits.buffer().total():
                     key = counters.applied_key(get_config(), hits.buffer().token)

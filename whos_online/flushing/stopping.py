@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from whos_online.backend import connection
@@ -88,10 +89,10 @@ class WriteThenHandOn:
     A handler runs on the main thread, between two of its steps; under an ASGI server that is
     the event loop, which may be inside the queue's lock or the page hits' (queueing a visit,
     counting a hit), and would wait on itself for ever if it wrote from here. So the write runs
-    in a thread of its own, which the handler waits for at most ``flusher.EXIT_WAIT`` seconds:
-    mostly it is done by then; if the main thread held a lock, it is done once the handler has
-    returned and the lock is let go. A process that holds nothing, nor is writing, starts no
-    thread."""
+    in a thread of its own, which the handler waits for (``wait_for``): mostly it is done at
+    once; through a stall of Redis, it goes on until ``STOP_TIMEOUT`` after the signal; if the
+    main thread held a lock, it is done once the handler has returned and the lock is let go. A
+    process that holds nothing, nor is writing, starts no thread."""
 
     def __init__(self, previous: Any) -> None:
         self.previous = previous
@@ -107,9 +108,21 @@ class WriteThenHandOn:
             made = flusher.current()
             write = made.close if final else made.flush
             writer = daemon_threads.start(write, name="whos_online exit flush")
-            writer.join(flusher.EXIT_WAIT)
+            wait_for(writer, made)
         if not final:
             return self.previous(signum, frame)
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
         return None
+
+
+def wait_for(writer: threading.Thread, made: flusher.Flusher) -> None:
+    """Wait for the handler's ``writer``: ``flusher.EXIT_WAIT`` at first, and then, if it is
+    trying again through a stall (``stalls``), until its stop's deadline (and a try under way
+    then). What the signal interrupted on this thread may hold a lock the write needs, which
+    would hold it up until the handler returns: a write that has tried once and failed was not
+    held up, and will not be on its next tries, which need the same locks."""
+    writer.join(flusher.EXIT_WAIT)
+    until = made.retrying_until
+    if until is not None and writer.is_alive():
+        writer.join(max(0.0, until - time.monotonic()) + flusher.EXIT_WAIT)
