@@ -16,7 +16,8 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 
 from tests.support.asgi_stream import Stream
-from tests.support.helpers import configure
+from tests.reading.test_viewer import widget_of
+from tests.support.helpers import client_of, configure
 from tests.support.redis_server import RedisServer
 from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
 
@@ -150,3 +151,36 @@ def test_a_burst_of_streams_opening_at_once_keeps_redis_up(server, caplog):
     assert [r.getMessage() for r in caplog.records] == []
     assert [name for name, _data in firsts] == ["message"] * BURST
     assert not [data for _name, data in firsts if '"ok": false' in data]
+
+
+def test_a_reader_whose_page_stays_open_is_recorded_again_once_redis_is_back(
+    server, alice: AbstractUser
+):
+    """Redis restarted without its data: the reader who stays on their page is back in it, and
+    on it, as soon as the stream's subscription is, not at their page's next "still here"
+    (``THROTTLE`` seconds later)."""
+    reader = client_of(alice)
+    page = reader.get("/topics/2/", HTTP_SEC_FETCH_DEST="document").content.decode()
+    widget = widget_of(page)
+    cookies = {name: morsel.value for name, morsel in reader.cookies.items()}
+
+    async def scenario() -> tuple[list[str], list[str], float | None]:
+        stream = await Stream(stream_url(widget), cookies=cookies).open()
+        first = texts(await stream.state(timeout=WAIT))
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait(timeout=10)
+        await next_named(stream, "stale")
+        server.start()  # on the same port, empty
+        _name, back = await next_named(stream, "message")
+        score = redis.Redis.from_url(server.url).zscore(
+            "{whos_online}:room:topic:2:users", str(alice.pk)
+        )
+        await stream.close()
+        return first, back, score
+
+    first, back, score = run(scenario)
+
+    assert first == ["Here now: alice"]
+    assert back == ["Here now: alice"]
+    assert score is not None

@@ -109,8 +109,6 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     state.cookie = cookie
     if cookie is None:
         return RECORD
-    if cookie.arrived:
-        state.recorded_at = cookie.expiry - config.throttle
     visited = cookie.expiry - config.throttle
     if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config, visited):
         return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now

@@ -39,7 +39,7 @@ from django.views.decorators.http import require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.reading import request_thread, room_tokens, snapshots, subscription
+from whos_online.reading import request_thread, room_tokens, snapshots, subscription, viewer
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.reading.viewer import Reader
+    from whos_online.store.people import Person
     from whos_online.store.results import Snapshot
     from whos_online.views import Accepted
 
@@ -80,11 +82,14 @@ class Stream:
         *,
         names: bool,
         ends_at: float,
+        reader: Reader | None = None,
     ) -> None:
         self.request = request
         self.answers = answers
         self.accepted = accepted
         self.rooms = frozenset(rooms_of(accepted))
+        #: The page's own reader, shown in its lists in every state (``reading.viewer``).
+        self.reader = reader
         #: When (Unix time) the stream ends.
         self.ends_at = ends_at
         self.queue: asyncio.Queue[str] = asyncio.Queue()
@@ -105,17 +110,38 @@ class Stream:
         self._last = body
         return f"retry: {RETRY_MS}\ndata: {body}\n\n"
 
+    def sought(self) -> dict[str, list[Person]]:
+        """The rooms in which the next read must look for the page's reader."""
+        return {} if self.reader is None else self.reader.sought(self.rooms)
+
+    def lost(self, config: Config) -> None:
+        """Redis lost its data, or may have: have the page's reader recorded again now."""
+        if self.reader is not None:
+            self.reader.lost(config)
+
     def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
-        body = shared.get(self._key)
+        shown = dict(found)
+        if self.reader is not None:
+            config = get_config()
+            self.reader.added = False
+            for room in self.rooms & self.reader.rooms:
+                one = found.get(room)
+                if one is not None:
+                    shown[room] = self.reader.shown_in(one, room, config)
+        # A state with the reader added is theirs alone; the others of a read share theirs.
+        key = None if self.reader is not None and self.reader.added else self._key
+        body = shared.get(key) if key is not None else None
         if body is None:
             for room in self.rooms:
-                one = found.get(room)
+                one = shown.get(room)
                 snapshots.keep_on_request(
                     self.request, EMPTY_SNAPSHOT if one is None else one, room
                 )
-            unread = {room for room in self.rooms if found.get(room) is None}
+            unread = {room for room in self.rooms if shown.get(room) is None}
             render_answers(self.request, self.accepted, unread)
-            body = shared[self._key] = answers_body(self.answers)
+            body = answers_body(self.answers)
+            if key is not None:
+                shared[key] = body
         if body == self._last and not self._stale:
             return None
         self._last, self._stale = body, False
@@ -135,7 +161,10 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
     answers, accepted = widget_answers(request, config, queries)
     names = may_see_names(request, config)
     shown = rooms_of(accepted)
-    unread = read_for_widgets(request, config, shown, names=names) if shown else set()
+    reader = viewer.reader_of(request, config, shown)
+    unread = (
+        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
+    )
     render_answers(request, accepted, unread)
     now = time.time()
     ends_at = now + config.room_token_max_age
@@ -143,7 +172,7 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
         for widget in accepted:
             if widget.arguments["room"] is not None and widget.issued is not None:
                 ends_at = min(ends_at, widget.issued + config.room_token_max_age)
-    return Stream(request, answers, accepted, names=names, ends_at=ends_at)
+    return Stream(request, answers, accepted, names=names, ends_at=ends_at, reader=reader)
 
 
 @not_recorded

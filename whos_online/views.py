@@ -31,7 +31,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
-from whos_online.reading import room_tokens, snapshots
+from whos_online.reading import room_tokens, snapshots, viewer
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.reading.widget import page_language, widget_arguments
 from whos_online.recording import recorder, rooms, throttle
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.reading.viewer import Reader
 
     View = Callable[..., HttpResponse]
 
@@ -76,16 +77,35 @@ def counts_document(found: Snapshot | None, *, names: bool, room: str = "") -> d
     return document
 
 
-def _poll_snapshot(
-    request: HttpRequest, config: Config, *, names: bool, room: str = ""
-) -> Snapshot | None:
-    # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-    return snapshots.read(
+def read_shown(
+    request: HttpRequest,
+    config: Config,
+    rooms: Iterable[str],
+    *,
+    names: bool,
+    reader: Reader | None = None,
+) -> dict[str, Snapshot | None]:
+    """The snapshots of ``rooms`` ("" for the site), read in one round trip, with ``reader``
+    (the page's own, ``viewer.reader_of``) counted in where the read looked for them and did not
+    find them yet. A reader whose visit Redis lost is recorded again first, so that the read,
+    which writes the process's queue first, finds them. None for a room that could not be read.
+    """
+    shown = list(dict.fromkeys(rooms))
+    if reader is not None and reader.forgotten:
+        reader.lost(config)
+    found = snapshots.read_many(
+        # A limit of 0 reads no names at all: the counts alone are cheaper to read.
         config.display_limit if names else 0,
+        shown,
         max_age=config.snapshot_max_age,
-        fresh_after=snapshots.recorded_at(request),
-        room=room,
+        readers=reader.sought(shown) if reader is not None else None,
     )
+    if reader is None:
+        return found
+    return {
+        room: None if one is None else reader.shown_in(one, room, config)
+        for room, one in found.items()
+    }
 
 
 def _poll_cache_control(
@@ -95,16 +115,18 @@ def _poll_cache_control(
     *,
     names: bool,
     rooms: Iterable[str] = (),
+    reader: Reader | None = None,
 ) -> None:
     """Public unless the answer names people that only some viewers may see, or shows a room
     (of ``rooms``; "" is the site) that ``ROOM_ACCESS`` lets only some viewers read, or that a
     token bound to the viewer's session opened (a shared cache would answer it to whoever has
-    the URL)."""
+    the URL), or counts its own reader in (``reader``)."""
     by_room = any(rooms)
     if (
         (names and not shows_names_to_everyone(config))
         or (by_room and config.room_access)
         or (by_room and room_tokens.viewer_of(request))
+        or (reader is not None and reader.added)
     ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
     else:
@@ -136,11 +158,12 @@ def counts(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    found = _poll_snapshot(request, config, names=names, room=name)
+    reader = viewer.reader_of(request, config, [name])
+    found = read_shown(request, config, [name], names=names, reader=reader)[name]
     document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
     response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
-    _poll_cache_control(request, response, config, names=names, rooms=[name])
+    _poll_cache_control(request, response, config, names=names, rooms=[name], reader=reader)
     return response
 
 
@@ -168,17 +191,17 @@ def _rooms_shown(arguments: dict[str, Any]) -> list[str]:
 
 
 def read_for_widgets(
-    request: HttpRequest, config: Config, rooms: Iterable[str], *, names: bool
+    request: HttpRequest,
+    config: Config,
+    rooms: Iterable[str],
+    *,
+    names: bool,
+    reader: Reader | None = None,
 ) -> set[str]:
-    """Read the snapshots of ``rooms`` in one round trip and keep them on the request, where the
-    tag rendered for the poll finds them (with or without names, as read here); the rooms that
-    could not be read (kept as zeros) are returned."""
-    found = snapshots.read_many(
-        config.display_limit if names else 0,
-        list(dict.fromkeys(rooms)),
-        max_age=config.snapshot_max_age,
-        fresh_after=snapshots.recorded_at(request),
-    )
+    """Read the snapshots of ``rooms`` in one round trip (``read_shown``) and keep them on the
+    request, where the tag rendered for the poll finds them (with or without names, as read
+    here); the rooms that could not be read (kept as zeros) are returned."""
+    found = read_shown(request, config, rooms, names=names, reader=reader)
     for room, one in found.items():
         snapshots.keep_on_request(request, EMPTY_SNAPSHOT if one is None else one, room)
     return {room for room, one in found.items() if one is None}
@@ -214,13 +237,15 @@ def widget(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    unread = read_for_widgets(request, config, _rooms_shown(arguments), names=names)
+    shown = _rooms_shown(arguments)
+    reader = viewer.reader_of(request, config, shown)
+    unread = read_for_widgets(request, config, shown, names=names, reader=reader)
     body, language = _render_widget(request, Engine.get_default(), arguments, request.GET)
     response = HttpResponse(body)
     response[OK_HEADER] = "0" if unread else "1"
     if language:
         response["Content-Language"] = language
-    _poll_cache_control(request, response, config, names=names, rooms=[room])
+    _poll_cache_control(request, response, config, names=names, rooms=[room], reader=reader)
     return response
 
 
@@ -260,13 +285,16 @@ def widgets(request: HttpRequest) -> HttpResponse:
     answers, accepted = widget_answers(request, config, queries)
     names = may_see_names(request, config)
     shown = rooms_of(accepted)
-    unread = read_for_widgets(request, config, shown, names=names) if shown else set()
+    reader = viewer.reader_of(request, config, shown)
+    unread = (
+        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
+    )
     render_answers(request, accepted, unread)
     response = HttpResponse(answers_body(answers), content_type="application/json")
     if any(answer["status"] == 403 for answer in answers):
         add_never_cache_headers(response)
     else:
-        _poll_cache_control(request, response, config, names=names, rooms=shown)
+        _poll_cache_control(request, response, config, names=names, rooms=shown, reader=reader)
     return response
 
 

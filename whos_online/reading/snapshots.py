@@ -7,11 +7,10 @@ With ``{% whos_online %}`` on every page, reading Redis for every render makes t
 limit of one Redis long before recording is. Keeping the last snapshot for a couple of seconds
 makes the read load grow with the number of processes instead of the number of page views.
 
-The person who was just recorded still sees the list with themselves in it on their next page,
-whichever process serves it: when they were not online before, their throttle cookie says so and
-in which second they were recorded, the middleware notes it on the request, and a kept snapshot
-read before the end of that second is not used for them. Someone online already is in the kept
-snapshot's counts anyway, so recording them again (most recorded visits) costs no read.
+Someone who arrived moments ago (on the site, or in a room) is looked for instead
+(``reading.viewer``): the read of their page, which cannot be a kept one, tells whether Redis
+counts them yet. Someone online already is in the kept snapshot's counts anyway, so recording
+them again (most recorded visits) costs no read.
 
 Dropping the kept snapshot whenever a process records a visit would do the same for that process
 only, and at scale, where every process records visits all the time, it would make nearly every
@@ -40,21 +39,13 @@ from whos_online.recording.state import state_of
 from whos_online.store import epochs
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.store.people import Person
     from whos_online.store.results import Snapshot
-
-
-def note_recorded(request: HttpRequest, second: int) -> None:
-    state_of(request).recorded_at = second
-
-
-def recorded_at(request: HttpRequest | None) -> int | None:
-    """The Unix second in which the browser making ``request`` was last recorded, if known."""
-    return None if request is None else state_of(request).recorded_at
 
 
 def of_request(request: HttpRequest | None, room: str = "") -> Snapshot | None:
@@ -71,35 +62,24 @@ def keep_on_request(request: HttpRequest, found: Snapshot, room: str = "") -> No
 class SnapshotCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: When the kept snapshot was read (monotonic, for its age; Unix time, to compare with
-        #: when a browser was recorded), and the snapshot.
-        self._kept: tuple[float, float, Snapshot] | None = None
+        #: When the kept snapshot was read (monotonic, for its age), and the snapshot.
+        self._kept: tuple[float, Snapshot] | None = None
 
-    def get(
-        self, limit: int | None, max_age: float, *, fresh_after: int | None = None
-    ) -> Snapshot | None:
-        """The kept snapshot, cut to ``limit`` names, if it is younger than ``max_age`` seconds,
-        was read with at least ``limit`` names, and was read after the second ``fresh_after``
-        (in which the viewer was recorded); None otherwise.
-
-        The cookie knows the second of the recording and no finer time, and the page that
-        recorded the viewer was rendered, from a read, before its visit was written: a read in
-        that same second may not include them. So only a read from the next second on counts,
-        which costs the viewer's own pages of that second a read each, and nobody else's.
-        """
+    def get(self, limit: int | None, max_age: float) -> Snapshot | None:
+        """The kept snapshot, cut to ``limit`` names, if it is younger than ``max_age`` seconds
+        and was read with at least ``limit`` names; None otherwise."""
         kept = self._kept
         if kept is None or max_age <= 0:
             return None
-        read_at, read_at_unix, found = kept
+        read_at, found = kept
         if time.monotonic() - read_at >= max_age or not found.answers(limit):
-            return None
-        if fresh_after is not None and read_at_unix < fresh_after + 1:
             return None
         return found.cut(limit)
 
     def put(self, found: Snapshot) -> None:
+        """Keep ``found`` for others: without what it says of the readers it looked for."""
         with self._lock:
-            self._kept = (time.monotonic(), time.time(), found)
+            self._kept = (time.monotonic(), replace(found, readers={}))
 
     def invalidate(self) -> None:
         with self._lock:
@@ -156,16 +136,19 @@ def reset(**kwargs: object) -> None:
 
 
 def read(
-    limit: int | None, *, max_age: float = 0, fresh_after: int | None = None, room: str = ""
+    limit: int | None,
+    *,
+    max_age: float = 0,
+    room: str = "",
+    readers: Mapping[str, Sequence[Person]] | None = None,
 ) -> Snapshot | None:
     """Counts and the newest ``limit`` visible users of the site, or of ``room``; None if Redis
     could not be read.
 
     With ``max_age``, the snapshot this process read last is reused while it is younger than
-    that, unless it was read before the second ``fresh_after`` (see the module's docstring).
-    Each room's snapshot is kept apart (``ROOMS_KEPT`` of them).
+    that. Each room's snapshot is kept apart (``ROOMS_KEPT`` of them).
     """
-    return read_many(limit, [room], max_age=max_age, fresh_after=fresh_after)[room]
+    return read_many(limit, [room], max_age=max_age, readers=readers)[room]
 
 
 def read_many(
@@ -173,14 +156,18 @@ def read_many(
     rooms: Sequence[str],
     *,
     max_age: float = 0,
-    fresh_after: int | None = None,
+    readers: Mapping[str, Sequence[Person]] | None = None,
 ) -> dict[str, Snapshot | None]:
     """``read`` of each of ``rooms`` ("" for the site): those not kept by this process are read
     together, in one round trip (one per shard on a cluster of several shards). Each room maps
-    to its snapshot, or to None if Redis could not be read."""
+    to its snapshot, or to None if Redis could not be read.
+
+    The rooms of ``readers`` are read afresh, looking for those readers in them (the snapshot
+    says whether it counts each: ``Snapshot.counts_reader``)."""
+    sought = {room: list(people) for room, people in (readers or {}).items() if people}
     found: dict[str, Snapshot | None] = {}
     for room in rooms:
-        found[room] = cache_of(room).get(limit, max_age, fresh_after=fresh_after)
+        found[room] = None if room in sought else cache_of(room).get(limit, max_age)
     missing = [room for room, kept in found.items() if kept is None]
     if not missing:
         return found
@@ -189,12 +176,14 @@ def read_many(
     read_now: Sequence[Snapshot | None]
     if config.redis_cluster and config.shards > 1:
         flusher.current().flush()
-        read_now = [_read_by_shard(config, limit, now, room) for room in missing]
+        read_now = [
+            _read_by_shard(config, limit, now, room, sought.get(room, ())) for room in missing
+        ]
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
         read_now = flusher.current().flush_with(
             lambda client, config, before: store.reading.snapshots_after(
-                client, config, before, limit=limit, now=now, rooms=missing
+                client, config, before, limit=limit, now=now, rooms=missing, readers=sought
             ),
             [None] * len(missing),
         )
@@ -209,30 +198,41 @@ def read_many(
     return found
 
 
-def _read_by_shard(config: Config, limit: int | None, now: float, room: str) -> Snapshot | None:
+def _read_by_shard(
+    config: Config, limit: int | None, now: float, room: str, readers: Sequence[Person]
+) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
     empty. A shard that ``store.reading.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
     asked = store.reading.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
-        found = _read_shard(config, shard, asked, now, room)
+        found = _read_shard(config, shard, asked, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
     for position in store.reading.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
-        found = _read_shard(config, shards[index], limit, now, room)
+        found = _read_shard(config, shards[index], limit, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
     return store.reading.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
-    config: Config, shard: keyspace.Shard, limit: int | None, now: float, room: str
+    config: Config,
+    shard: keyspace.Shard,
+    limit: int | None,
+    now: float,
+    *,
+    room: str,
+    readers: Sequence[Person],
 ) -> Snapshot | None:
-    calls = [store.reading.snapshot_call(config, shard, limit=limit, now=now, room=room)]
+    mine = store.reading.readers_of(config, shard, readers)
+    calls = [
+        store.reading.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)
+    ]
     raw = connection.call(
         None, lambda client, _config: store.scripts.run(client, calls)[0], shard=shard
     )
-    return None if raw is None else store.reading.parse_snapshot(raw, limit, shard)
+    return None if raw is None else store.reading.parse_snapshot(raw, limit, shard, mine)

@@ -10,7 +10,11 @@ messages that come in while a read is under way are taken together by the next o
 makes one read at a time, whatever the number of processes that publish.
 
 Everything is read again every ``REFRESH_INTERVAL`` seconds, since nothing is published when
-someone's window runs out, and after a subscription was made again.
+someone's window runs out, and after a subscription was made again. The streams' readers are
+looked for where they may not be counted yet (``reading.viewer``); once Redis came back from an
+outage, or a read shows that it lost its data (a shard's epoch changed), each stream has its
+reader recorded again at once, and the streams get their next state only from a read made
+after that.
 
 While it cannot subscribe (Redis down, a failover), the streams are told they are stale (their
 widgets poll meanwhile), the log says so once per outage (``breaker``), and it subscribes again
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 
     import redis.asyncio
 
+    from whos_online.config.settings import Config
+    from whos_online.store.people import Person
     from whos_online.store.results import Snapshot
 
 logger = logging.getLogger("whos_online")
@@ -87,6 +93,12 @@ class Listener(Protocol):
     def stale(self) -> None:
         """Tell it the subscription is down: what it shows may be out of date."""
 
+    def sought(self) -> Mapping[str, Sequence[Person]]:
+        """The rooms in which a read must look for its page's reader (run in a thread)."""
+
+    def lost(self, config: Config) -> None:
+        """Redis lost its data, or may have: have its reader recorded again (in a thread)."""
+
 
 class Hub:
     """The subscription of one event loop, and the streams it feeds."""
@@ -109,6 +121,11 @@ class Hub:
         self.opening = asyncio.Semaphore(OPENING)
         #: Whether a read of every room is due, after one that failed (``_read_again``).
         self._retrying = False
+        #: Whether the streams' readers are to be recorded again before the next read: Redis
+        #: came back, or lost its data.
+        self._lost = False
+        #: The epoch of each shard as the last read saw it (``read_and_render``).
+        self.epochs: dict[str, str] = {}
         self._idle_since = time.monotonic()
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
@@ -199,6 +216,8 @@ class Hub:
                 self.changed(None)
 
     def _up(self, target: str) -> None:
+        if self.down:
+            self._lost = True  # it may have lost its data, or a reader their window, meanwhile
         self.live, self.down = True, False
         breaker.succeeded(target, breaker.generation(target))
         self.changed(None)  # what changed while it was down
@@ -243,7 +262,13 @@ class Hub:
             if not affected:
                 continue
             rooms = sorted(set().union(*(listener.rooms for listener in affected)))
-            events = await sync_to_async(read_and_render, thread_sensitive=False)(rooms, affected)
+            lost, self._lost = self._lost, False
+            events = await sync_to_async(read_and_render, thread_sensitive=False)(
+                rooms, affected, self.epochs, lost=lost
+            )
+            if events is not None and len(events) < len(affected):
+                self.changed(None)  # Redis lost its data: read again once each was recorded
+                continue
             if events is None:
                 for listener in affected:
                     listener.stale()
@@ -254,13 +279,37 @@ class Hub:
                     listener.send(event)
 
 
-def read_and_render(rooms: Sequence[str], listeners: Sequence[Listener]) -> list[str | None] | None:
+def read_and_render(
+    rooms: Sequence[str],
+    listeners: Sequence[Listener],
+    epochs: dict[str, str],
+    *,
+    lost: bool = False,
+) -> list[str | None] | None:
     """One read of ``rooms``, and each listener's event from it (in a thread); None when Redis
-    could not be read."""
+    could not be read, and no event at all (an empty list) when the read shows that Redis lost
+    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here):
+    each listener's reader is then recorded again, to be found by the next read. With ``lost``,
+    they are recorded again before this read, which writes them first."""
     config = get_config()
-    found = snapshots.read_many(config.display_limit, rooms)
+    if lost:
+        for listener in listeners:
+            listener.lost(config)
+    sought: dict[str, dict[str, Person]] = {}
+    for listener in listeners:
+        for room, people in listener.sought().items():
+            sought.setdefault(room, {}).update((person.key, person) for person in people)
+    found = snapshots.read_many(
+        config.display_limit,
+        rooms,
+        readers={room: list(people.values()) for room, people in sought.items()},
+    )
     if all(one is None for one in found.values()):
         return None
+    if _forgotten(found, epochs) and not lost:
+        for listener in listeners:
+            listener.lost(config)
+        return []
     shared: dict[object, str] = {}
     events: list[str | None] = []
     for listener in listeners:
@@ -270,6 +319,18 @@ def read_and_render(rooms: Sequence[str], listeners: Sequence[Listener]) -> list
             logger.exception("A live stream of whos_online could not render its widgets.")
             events.append(None)
     return events
+
+
+def _forgotten(found: Mapping[str, Snapshot | None], epochs: dict[str, str]) -> bool:
+    """Whether ``found`` shows a shard that lost its data since ``epochs`` (which it updates):
+    its epoch changed, or is gone. A shard that had none and has one now was only written to."""
+    forgotten = False
+    for one in found.values():
+        for tag, epoch in ({} if one is None else one.epochs).items():
+            if epochs.get(tag, "") not in {"", epoch}:
+                forgotten = True
+            epochs[tag] = epoch
+    return forgotten
 
 
 def _rooms_of(data: object) -> set[str] | None:

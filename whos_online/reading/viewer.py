@@ -6,11 +6,22 @@ would tell them "Who's online: nobody", and a room's page "Here now: nobody", wh
 
 So the tags ask whether the snapshot already counts its viewer, and add them when it does not:
 one more user (named first where names are shown, unless they are hidden), guest or bot. The
-answer costs no Redis read. The throttle cookie, which a browser keeps as long as its visit
-counts (``WINDOW``), says when and in which room its browser was last recorded; a snapshot read
-after that counts them. For a client without one, this process's memory of the visitors it
-recorded says the same. A request with neither is a newcomer's (or a browser's that dropped its
-cookies), and its visit is written at the end of this very request.
+throttle cookie, which a browser keeps as long as its visit counts (``WINDOW``), says when and
+in which room its browser was last recorded, and whether they arrived then (on the site, or in
+that room). Someone who did not arrive moments ago is in what Redis holds. Someone who did may
+not be yet: their visit was queued at the end of the request that recorded them, in whichever
+process served it, and reaches Redis a flush later. So for ``doubt`` seconds after an arrival
+(or after this process learned that Redis lost its data) the read looks for them in the same
+round trip (``Snapshot.counts_reader``), and they are added only where it did not find them.
+For a client without a cookie, this process's memory of the visitors it recorded says where it
+wrote them. A request with neither is a newcomer's (or a browser's that dropped its cookies),
+and its visit is written at the end of this very request.
+
+The same holds on the page after it is rendered: the widget's refreshes and the live stream
+show the page's reader (``Reader``) in the site's list and in the room their cookie says they
+are in, whichever process serves them; a stream looks for its reader until a read finds them,
+and, after Redis lost its data or came back, records them again at once rather than at their
+page's next "still here".
 
 Only pages are adjusted: not the requests a page makes itself (the widget's refreshes, whose
 answers may be shared by a cache between viewers, or any view marked ``not_recorded``), and not
@@ -24,19 +35,130 @@ its data, which makes the memory's entries from before count for nothing).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
-from whos_online.recording import pageviews, rooms
+from whos_online.recording import pageviews, recorder, rooms
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
+from whos_online.store.people import Person
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
     from whos_online.recording.state import Visitor
+    from whos_online.recording.throttle import ThrottleCookie
     from whos_online.store.results import Snapshot
+
+#: Seconds, beyond ``SNAPSHOT_MAX_AGE``, within which an arrival's visit may not have reached
+#: Redis yet: the second its cookie names (the time of the request, to the second), the render
+#: of that page, and the flush that writes it (``FLUSH_INTERVAL``, or longer on a busy process).
+LANDING: Final = 4.0
+
+
+def doubt(config: Config) -> float:
+    """Seconds after an arrival during which a read looks for the newcomer rather than trusting
+    that its snapshot counts them: a kept snapshot is at most ``SNAPSHOT_MAX_AGE`` old."""
+    return config.snapshot_max_age + LANDING
+
+
+def _arrived_lately(cookie: ThrottleCookie, config: Config, now: float) -> bool:
+    return cookie.arrived and now < cookie.expiry - config.throttle + doubt(config)
+
+
+@dataclass(eq=False)
+class Reader:
+    """The person a page is shown to, as the widget's refreshes and the live stream see them:
+    who they are, the rooms the page counts them in ("" for the site), and whether a read must
+    look for them in Redis (see the module's docstring)."""
+
+    visitor: Visitor
+    person: Person
+    rooms: frozenset[str]
+    doubtful: bool
+    #: Whether their cookie is from before Redis lost its data, as this process knows.
+    forgotten: bool = False
+    #: The rooms in which a read found them since they became doubtful.
+    found_in: set[str] = field(default_factory=set)
+    #: Whether a snapshot was shown with them added (it is then theirs alone, not to be shared).
+    added: bool = False
+
+    def sought(self, shown: Iterable[str]) -> dict[str, list[Person]]:
+        """The rooms of ``shown`` in which a read must look for them, each with them."""
+        if not self.doubtful:
+            return {}
+        return {room: [self.person] for room in shown if room in self.rooms - self.found_in}
+
+    def shown_in(self, found: Snapshot, room: str, config: Config) -> Snapshot:
+        """``found`` (of ``room``), with the reader counted in where it was read looking for
+        them and did not find them; noting where it did."""
+        held = found.counts_reader(self.person.key)
+        if held:
+            self.found_in.add(room)
+            self.doubtful = not self.rooms <= self.found_in
+        if held is False and room in self.rooms:
+            self.added = True
+            return found.with_one_more(self.person.kind, self.visitor.details(config))
+        return found
+
+    def lost(self, config: Config) -> None:
+        """Redis lost what it held of them (or may have, after an outage): look for them in
+        every read until one finds them, and record them again now, in their room unless a
+        later page put them in another."""
+        self.doubtful = True
+        self.found_in.clear()
+        here = sorted(room for room in self.rooms if room)
+        recorder.record_again(self.visitor, config, here[0] if here else "")
+
+
+def reader_of(
+    request: HttpRequest, config: Config, shown: Iterable[str], now: float | None = None
+) -> Reader | None:
+    """The reader of the page that ``request`` comes from (a refresh of its widgets, its live
+    stream), where ``shown`` are the rooms it shows ("" for the site): in the site's list, and in
+    the room their throttle cookie says their latest page view put them in. None without a
+    genuine cookie (the page's own render counted them; the refresh has nothing to go by), for
+    someone not recorded, or when the page shows none of those rooms."""
+    cookie = state_of(request).cookie
+    if cookie is None:
+        return None
+    now = time.time() if now is None else now
+    visitor = state_of(request).visitor(config, now)
+    if visitor is None:
+        return None
+    here = frozenset(room for room in shown if not room or rooms.room_tag(room) == cookie.room)
+    if not here:
+        return None
+    forgotten = epochs.epochs.gone(cookie.epoch, config)
+    person = Person(visitor.kind_of(config), visitor.member)
+    doubtful = forgotten or _arrived_lately(cookie, config, now)
+    return Reader(visitor, person, here, doubtful, forgotten=forgotten)
+
+
+def sought_on_page(
+    request: HttpRequest | None, config: Config, shown: Iterable[str]
+) -> dict[str, list[Person]]:
+    """The rooms of ``shown`` in which the read of a page's tags must look for its viewer: those
+    their cookie says they arrived in moments ago (see the module's docstring)."""
+    if request is None:
+        return {}
+    cookie = state_of(request).cookie
+    now = time.time()
+    if cookie is None or not _arrived_lately(cookie, config, now):
+        return {}
+    if epochs.epochs.gone(cookie.epoch, config):
+        return {}  # not in what Redis holds: ``with_viewer`` counts them in anyway
+    found = [room for room in shown if _shows_its_viewer(request, room)]
+    here = [room for room in found if not room or cookie.room == rooms.room_tag(room)]
+    viewer = state_of(request).visitor(config, now) if here else None
+    if viewer is None:
+        return {}
+    person = Person(viewer.kind_of(config), viewer.member)
+    return {room: [person] for room in here}
 
 
 def with_viewer(
@@ -51,9 +173,12 @@ def with_viewer(
     if cookie is not None and epochs.epochs.gone(cookie.epoch, config):
         cookie = None  # from before Redis lost its data: the viewer is not in what it holds
     if cookie is not None and (not room or cookie.room == rooms.room_tag(room)):
-        # Online since the visit it speaks of; if they were not online before it, the snapshot
-        # was read after it was written (``snapshots``: the middleware notes when).
-        return found
+        # Online since the visit it speaks of, unless it was moments ago and the read that
+        # looked for them (``sought_on_page``) did not find them yet.
+        viewer = state.visitor(config, time.time())
+        if viewer is None or found.counts_reader(viewer.key) is not False:
+            return found
+        return found.with_one_more(viewer.kind_of(config), viewer.details(config))
     viewer = state.visitor(config, time.time())
     if viewer is None or _counted(found, viewer, config, room, remembered=cookie is None):
         return found

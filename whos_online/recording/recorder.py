@@ -25,7 +25,7 @@ from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.recording.visits import member_visit, queue, remember, user_visit
 from whos_online.store import epochs
-from whos_online.store.visit import GO
+from whos_online.store.visit import GO, STAY, STAYS_PUT, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from whos_online.backend import keyspace
     from whos_online.config.settings import Config
     from whos_online.recording.state import Visitor
-    from whos_online.store.visit import Placement, Visit
+    from whos_online.store.visit import Visit
 
 #: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
 #: queued for someone online already, or queued for someone who was not online (whose next page
@@ -237,3 +237,22 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
     kind = visitor.kind if visitor.user is None else "users"
     flusher.leave_room(kind, visitor.member, room, now)
     return True
+
+
+def record_again(visitor: Visitor, config: Config, room: str = "") -> bool:
+    """Queue a visit of ``visitor``, whose page is open, in ``room`` unless a later page put
+    them in another (a page's "still here"): Redis lost what it held of them (a restart without
+    its data), and their page would otherwise wait for its next "still here", or the reader's
+    next page, to show them again. Spared when this process wrote them since it learned of the
+    loss (``recent``: several pages of one person, one write). Returns whether it was queued."""
+    now = time.time()
+    if config.throttle and recent.entry(visitor.key, now, epochs.generation()) is not None:
+        return False
+    if room:
+        visit = _visit_of(visitor, config, now, Placement(room, STAY), "")
+        queued = queue(config, visit, room_tag=rooms.room_tag(room))
+    else:  # online, wherever they were
+        visit = _visit_of(visitor, config, now, STAYS_PUT, "")
+        queued = queue(config, visit, room_tag=throttle.UNKNOWN_ROOM)
+    flusher.after_recording(config)
+    return queued

@@ -97,7 +97,6 @@ class RequestState:
         "_visitor",
         "cookie",
         "not_recorded",
-        "recorded_at",
         "request",
         "room",
         "room_by_url",
@@ -126,9 +125,6 @@ class RequestState:
         self.stay: Placement | None = None
         #: Whether the view asked that the request record nobody (``mark_not_recorded``).
         self.not_recorded = False
-        #: The Unix second in which the browser was last recorded, when its cookie says that it
-        #: was not online before (the page must not show a snapshot from before then).
-        self.recorded_at: int | None = None
         #: The snapshots this page's tags read, by room ("" for the site).
         self.snapshots: dict[str, Snapshot] = {}
         #: When the room token the request carried was issued (``reading.room_tokens``).

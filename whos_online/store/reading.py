@@ -16,6 +16,7 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_INDEX,
     epoch_key,
+    member_shard,
     peak_key,
     room_key,
     score,
@@ -26,17 +27,25 @@ from whos_online.store.results import OnlineCounts, Snapshot
 from whos_online.store.scripts import ScriptCall, replies, run
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
+    from whos_online.store.people import Person
 
 
 def snapshot_call(
-    config: Config, shard: keyspace.Shard, *, limit: int | None, now: float, room: str = ""
+    config: Config,
+    shard: keyspace.Shard,
+    *,
+    limit: int | None,
+    now: float,
+    room: str = "",
+    readers: Sequence[Person] = (),
 ) -> ScriptCall:
     """One shard's part of a snapshot of the site, or of ``room`` (its four sets only: a room
-    has no visitors of the day or peak of its own)."""
+    has no visitors of the day or peak of its own), and whether it counts each of ``readers``
+    (all of this shard)."""
     if room:
         keys = [*(room_key(shard, room, kind) for kind in KINDS), epoch_key(shard)]
     else:
@@ -49,11 +58,18 @@ def snapshot_call(
         -1 if limit is None else limit,
         shard.key("user:"),
     ]
+    for reader in readers:
+        args += [reader.member, KINDS.index(reader.kind) + 1]
     return ScriptCall(lua.SNAPSHOT, keys, args)
 
 
-def parse_snapshot(raw: Sequence[Any], limit: int | None, shard: keyspace.Shard) -> Snapshot:
-    visible, hidden, guests, bots, rows, peak_fields, visitors, epoch = raw
+def parse_snapshot(
+    raw: Sequence[Any],
+    limit: int | None,
+    shard: keyspace.Shard,
+    readers: Sequence[Person] = (),
+) -> Snapshot:
+    visible, hidden, guests, bots, rows, peak_fields, visitors, epoch, held = raw
     peak, peak_at = peak_fields if peak_fields else (None, None)
     return Snapshot(
         epochs={shard.tag: keyspace.text(epoch)},
@@ -66,7 +82,17 @@ def parse_snapshot(raw: Sequence[Any], limit: int | None, shard: keyspace.Shard)
         peak_at=float(peak_at) if peak_at is not None else None,
         visitors=int(visitors),
         limit=limit,
+        readers={reader.key: bool(int(one)) for reader, one in zip(readers, held, strict=True)},
     )
+
+
+def readers_of(config: Config, shard: keyspace.Shard, readers: Sequence[Person]) -> list[Person]:
+    """Those of ``readers`` whose shard is ``shard``."""
+    return [
+        reader
+        for reader in readers
+        if member_shard(config, reader.kind, reader.member).tag == shard.tag
+    ]
 
 
 def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
@@ -89,6 +115,7 @@ def combine(parts: Sequence[Snapshot], limit: int | None) -> Snapshot:
         visitors=sum(part.visitors for part in parts),
         limit=limit,
         epochs={tag: epoch for part in parts for tag, epoch in part.epochs.items()},
+        readers={key: held for part in parts for key, held in part.readers.items()},
     )
 
 
@@ -125,14 +152,24 @@ def snapshots_after(
     limit: int | None,
     now: float,
     rooms: Sequence[str],
+    readers: Mapping[str, Sequence[Person]] | None = None,
 ) -> tuple[list[Any], list[Snapshot]]:
     """``snapshot_after`` of each of ``rooms`` ("" for the site) at once: every shard's call for
     every room in the same round trip, so that a page showing a room and the site (or a refresh
-    of several widgets) reads Redis once. The snapshots come in the order of ``rooms``."""
+    of several widgets) reads Redis once. The snapshots come in the order of ``rooms``; each
+    says whether it counts the ``readers`` looked for in its room (``Snapshot.counts_reader``).
+    """
     shards = keyspace.layout(config)
     asked = shard_limit(limit, len(shards))
+    sought = {
+        (room, shard.tag): readers_of(config, shard, (readers or {}).get(room, ()))
+        for room in rooms
+        for shard in shards
+    }
     calls = [
-        snapshot_call(config, shard, limit=asked, now=now, room=room)
+        snapshot_call(
+            config, shard, limit=asked, now=now, room=room, readers=sought[room, shard.tag]
+        )
         for room in rooms
         for shard in shards
     ]
@@ -144,15 +181,26 @@ def snapshots_after(
     found = []
     for position, room in enumerate(rooms):
         raws = read[position * len(shards) : (position + 1) * len(shards)]
-        parts = [parse_snapshot(raw, asked, shard) for raw, shard in zip(raws, shards, strict=True)]
+        parts = [
+            parse_snapshot(raw, asked, shard, sought[room, shard.tag])
+            for raw, shard in zip(raws, shards, strict=True)
+        ]
         again = unfinished(parts, limit, asked)
         if again:
             more = [
-                snapshot_call(config, shards[index], limit=limit, now=now, room=room)
+                snapshot_call(
+                    config,
+                    shards[index],
+                    limit=limit,
+                    now=now,
+                    room=room,
+                    readers=sought[room, shards[index].tag],
+                )
                 for index in again
             ]
             for index, raw in zip(again, run(client, more), strict=True):
-                parts[index] = parse_snapshot(raw, limit, shards[index])
+                shard = shards[index]
+                parts[index] = parse_snapshot(raw, limit, shard, sought[room, shard.tag])
         found.append(combine(parts, limit))
     return written, found
 

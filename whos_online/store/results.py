@@ -114,6 +114,13 @@ class Snapshot:
     read_at: float = 0.0
     #: The epoch of each shard it was read from, by hash tag (see ``whos_online.store.epochs``).
     epochs: Mapping[str, str] = field(default_factory=dict)
+    #: Whether it counts each reader it was asked about, by person key (``counts_reader``).
+    readers: Mapping[str, bool] = field(default_factory=dict)
+
+    def counts_reader(self, person: str) -> bool | None:
+        """Whether it counts the person whose key is ``person``: None when the read did not
+        look for them."""
+        return self.readers.get(person)
 
     @functools.cached_property
     def listed(self) -> list[ListedUser]:

@@ -70,7 +70,7 @@ def _snapshots(context: template.Context, shown: list[str | None]) -> list[Snaps
             config.display_limit,
             missing,
             max_age=config.snapshot_max_age,
-            fresh_after=snapshots.recorded_at(request),
+            readers=viewer.sought_on_page(request, config, missing),
         )
         for name, one in read.items():
             if one is not None and request is not None:

@@ -14,13 +14,15 @@
     ARGV[1]     the score from which someone counts as online
     ARGV[2]     how many users to list (-1 for all, 0 for none)
     ARGV[3]     how the keys of the users' display HASHes begin
+    ARGV[4..]   optional: readers to look for, each a member and the index (1 to 4) of its set
 
   Output:
     {users, hidden, guests, bots,
      the listed users as one flat array (pk, score, name, url, pk, …),
      {peak count, peak time} or {},
      the day's visitors or 0,
-     the shard's epoch, or '' when it has none}
+     the shard's epoch, or '' when it has none,
+     1 or 0 for each reader looked for: whether it counts as online in its set}
 ]]
 
 local min = ARGV[1]
@@ -55,4 +57,10 @@ else
   result[7] = 0
 end
 result[8] = redis.call('GET', KEYS[5]) or ''
+local found = {}
+for i = 4, #ARGV - 1, 2 do
+  local seen = redis.call('ZSCORE', KEYS[tonumber(ARGV[i + 1])], ARGV[i])
+  found[#found + 1] = (seen and tonumber(seen) >= tonumber(min)) and 1 or 0
+end
+result[9] = found
 return result
