@@ -112,7 +112,7 @@ class Stream:
 
     def sought(self) -> dict[str, list[Person]]:
         """The rooms in which the next read must look for the page's reader."""
-        return {} if self.reader is None else self.reader.sought(self.rooms)
+        return {} if self.reader is None else self.reader.sought(self.rooms, get_config())
 
     def lost(self, config: Config) -> None:
         """Redis lost its data, or may have: have the page's reader recorded again now."""

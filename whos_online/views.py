@@ -98,7 +98,7 @@ def read_shown(
         config.display_limit if names else 0,
         shown,
         max_age=config.snapshot_max_age,
-        readers=reader.sought(shown) if reader is not None else None,
+        readers=reader.sought(shown, config) if reader is not None else None,
     )
     if reader is None:
         return found

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-    from whos_online.recording.state import Visitor
+    from whos_online.recording.state import RequestState, Visitor
     from whos_online.recording.throttle import ThrottleCookie
     from whos_online.store.results import Snapshot
 
@@ -73,11 +73,12 @@ def _arrived_lately(cookie: ThrottleCookie, config: Config, now: float) -> bool:
 @dataclass(eq=False)
 class Reader:
     """The person a page is shown to, as the widget's refreshes and the live stream see them:
-    who they are, the rooms the page counts them in ("" for the site), and whether a read must
-    look for them in Redis (see the module's docstring)."""
+    the rooms the page counts them in ("" for the site), whether a read must look for them in
+    Redis (see the module's docstring), and who they are, worked out (loading the session and
+    the user) only once something needs it: a refresh of a page whose reader is not in doubt
+    costs no query for them."""
 
-    visitor: Visitor
-    person: Person
+    state: RequestState
     rooms: frozenset[str]
     doubtful: bool
     #: Whether their cookie is from before Redis lost its data, as this process knows.
@@ -87,22 +88,35 @@ class Reader:
     #: Whether a snapshot was shown with them added (it is then theirs alone, not to be shared).
     added: bool = False
 
-    def sought(self, shown: Iterable[str]) -> dict[str, list[Person]]:
+    def _visitor(self, config: Config) -> Visitor | None:
+        return self.state.visitor(config, time.time())
+
+    def _person(self, config: Config) -> Person | None:
+        visitor = self._visitor(config)
+        return None if visitor is None else Person(visitor.kind_of(config), visitor.member)
+
+    def sought(self, shown: Iterable[str], config: Config) -> dict[str, list[Person]]:
         """The rooms of ``shown`` in which a read must look for them, each with them."""
-        if not self.doubtful:
-            return {}
-        return {room: [self.person] for room in shown if room in self.rooms - self.found_in}
+        wanted = [room for room in shown if room in self.rooms - self.found_in]
+        person = self._person(config) if self.doubtful and wanted else None
+        return {} if person is None else {room: [person] for room in wanted}
 
     def shown_in(self, found: Snapshot, room: str, config: Config) -> Snapshot:
         """``found`` (of ``room``), with the reader counted in where it was read looking for
         them and did not find them; noting where it did."""
-        held = found.counts_reader(self.person.key)
+        if not found.readers or room not in self.rooms:
+            return found  # not looked for: they are in it, as far as anyone knows
+        visitor = self._visitor(config)
+        if visitor is None:
+            return found
+        person = Person(visitor.kind_of(config), visitor.member)
+        held = found.counts_reader(person.key)
         if held:
             self.found_in.add(room)
             self.doubtful = not self.rooms <= self.found_in
-        if held is False and room in self.rooms:
+        if held is False:
             self.added = True
-            return found.with_one_more(self.person.kind, self.visitor.details(config))
+            return found.with_one_more(person.kind, visitor.details(config))
         return found
 
     def lost(self, config: Config) -> None:
@@ -111,8 +125,10 @@ class Reader:
         later page put them in another."""
         self.doubtful = True
         self.found_in.clear()
-        here = sorted(room for room in self.rooms if room)
-        recorder.record_again(self.visitor, config, here[0] if here else "")
+        visitor = self._visitor(config)
+        if visitor is not None:
+            here = sorted(room for room in self.rooms if room)
+            recorder.record_again(visitor, config, here[0] if here else "")
 
 
 def reader_of(
@@ -121,22 +137,19 @@ def reader_of(
     """The reader of the page that ``request`` comes from (a refresh of its widgets, its live
     stream), where ``shown`` are the rooms it shows ("" for the site): in the site's list, and in
     the room their throttle cookie says their latest page view put them in. None without a
-    genuine cookie (the page's own render counted them; the refresh has nothing to go by), for
-    someone not recorded, or when the page shows none of those rooms."""
-    cookie = state_of(request).cookie
+    genuine cookie (the page's own render counted them; the refresh has nothing to go by), or
+    when the page shows none of those rooms."""
+    state = state_of(request)
+    cookie = state.cookie
     if cookie is None:
-        return None
-    now = time.time() if now is None else now
-    visitor = state_of(request).visitor(config, now)
-    if visitor is None:
         return None
     here = frozenset(room for room in shown if not room or rooms.room_tag(room) == cookie.room)
     if not here:
         return None
+    now = time.time() if now is None else now
     forgotten = epochs.epochs.gone(cookie.epoch, config)
-    person = Person(visitor.kind_of(config), visitor.member)
     doubtful = forgotten or _arrived_lately(cookie, config, now)
-    return Reader(visitor, person, here, doubtful, forgotten=forgotten)
+    return Reader(state, here, doubtful, forgotten=forgotten)
 
 
 def sought_on_page(
