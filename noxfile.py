@@ -35,7 +35,8 @@ FLOOR = ("django>=5.2,<5.3", "redis==5.0.*", "django-redis==5.4.*")
 LINTED = ["whos_online", "tests", "example_project", "scripts", "bench", "manage.py", "noxfile.py"]
 #: The hosted CI's workflows, checked by the lint session.
 WORKFLOWS = ".github/workflows"
-#: Branch coverage (of the package and the tests) that a run of the whole suite must reach.
+#: Branch coverage (of the package and the tests) that a run of the whole suite must reach,
+#: compared to the decimals of ``[tool.coverage.report] precision`` in pyproject.toml.
 COVERAGE_FLOOR = 97
 
 

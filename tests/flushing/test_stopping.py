@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import http.client
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -208,6 +209,209 @@ def test_under_green_threads_the_handler_waits_for_nothing(r, queued, monkeypatc
     assert flushing.writes_at_once(get_config())
 
 
+def test_a_signal_sent_again_while_the_handler_runs_is_left_to_the_run_under_way(
+    r, queued, default_action
+):
+    handler = stopping.WriteThenHandOn(signal.SIG_DFL)
+    flushing.current().put(recording.member_visit("guests", "m", time.time()))
+
+    handler(signal.SIGTERM, None)
+    handler(signal.SIGTERM, None)  # the watch's, or a second stop's, while the first ran
+
+    assert default_action == [f"set {signal.SIG_DFL!r}", f"raise {signal.SIGTERM!r}"]
+    assert handler.has_run()
+
+
+# Watching for a signal the main thread missed
+
+
+@pytest.fixture
+def knocks(monkeypatch) -> list[int]:
+    """The threads the watch sends SIGTERM to, noted instead of sent; it looks quickly."""
+    sent: list[int] = []
+    noted = {"pthread_kill": lambda thread, signum: sent.append(thread)}
+    monkeypatch.setattr(stopping, "signal", SimpleNamespace(**vars(signal) | noted))
+    monkeypatch.setattr(stopping, "KNOCK_EVERY", 0.001)
+    return sent
+
+
+@pytest.fixture
+def watch(monkeypatch) -> Iterator[type[stopping.MissedSignalWatch]]:
+    """The watch of this process, as in a child of multiprocessing; let go of at the end."""
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_needed", staticmethod(lambda: True))
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_current", None)
+    yield stopping.MissedSignalWatch
+    current = stopping.MissedSignalWatch._current
+    if current is not None and signal.set_wakeup_fd(-1) != current.write_fd:
+        pytest.fail("the watch's pipe was not the wakeup fd")
+    if current is not None:
+        current.close()
+
+
+def installed(monkeypatch, handler: Any) -> None:
+    """``handler`` is the SIGTERM handler that the watch finds (and only the watch)."""
+    found = {"getsignal": lambda signum: handler}
+    monkeypatch.setattr(
+        stopping, "signal", SimpleNamespace(**vars(vars(stopping)["signal"]) | found)
+    )
+
+
+def test_the_watch_sends_sigterm_again_to_the_main_thread_until_the_handler_has_run(
+    monkeypatch, knocks
+):
+    handler = stopping.WriteThenHandOn(signal.SIG_DFL)
+    installed(monkeypatch, handler)
+    main_thread = threading.main_thread().ident or 0
+    watch = stopping.MissedSignalWatch(main_thread)
+
+    def sent_again(thread: int, signum: int) -> None:
+        knocks.append(thread)
+        if len(knocks) == 3:
+            handler._ran_in = os.getpid()  # the main thread's wait ended: it ran the handler
+
+    monkeypatch.setattr(vars(stopping)["signal"], "pthread_kill", sent_again)
+    try:
+        assert watch.knock()
+    finally:
+        watch.close()
+
+    assert knocks == [main_thread] * 3
+
+
+def test_the_watch_leaves_a_server_s_signal_to_the_server(monkeypatch, knocks):
+    installed(monkeypatch, lambda signum, frame: None)
+    watch = stopping.MissedSignalWatch(threading.main_thread().ident or 0)
+    try:
+        assert watch.knock()
+    finally:
+        watch.close()
+
+    assert knocks == []
+
+
+def test_the_watch_gives_up_on_a_main_thread_busy_in_c(monkeypatch, knocks):
+    """A main thread that is not waiting runs the handler once it is back in Python."""
+    installed(monkeypatch, stopping.WriteThenHandOn(signal.SIG_DFL))
+    monkeypatch.setattr(stopping, "KNOCK_FOR", 0.05)
+    watch = stopping.MissedSignalWatch(threading.main_thread().ident or 0)
+    try:
+        assert not watch.knock()
+    finally:
+        watch.close()
+
+    assert knocks
+
+
+def test_the_watch_reads_the_signals_python_notes_and_knocks_at_sigterm(monkeypatch, watch):
+    knocked = threading.Event()
+
+    def knock(self: stopping.MissedSignalWatch) -> bool:
+        knocked.set()
+        return False  # the watch ends
+
+    monkeypatch.setattr(stopping.MissedSignalWatch, "knock", knock)
+    watch.start()
+    current = watch._current
+    assert current is not None
+    watch.start()  # watched already: the same watch
+    watch.after_fork()  # nor is it a parent's
+    assert watch._current is current
+
+    os.write(current.write_fd, bytes([signal.SIGINT]))  # as Python writes it at a signal
+    assert not knocked.wait(0.05)
+    os.write(current.write_fd, bytes([signal.SIGTERM]))
+    assert knocked.wait(10)
+
+
+def test_the_watch_ends_when_its_pipe_is_closed(watch):
+    made = watch(threading.main_thread().ident or 0)
+    os.close(made.write_fd)
+    made.run()  # end of file
+    os.close(made.read_fd)
+    made.run()  # closed
+    made.close()  # twice: nothing to do
+
+
+def test_an_event_loop_s_wakeup_fd_is_left_in_place(watch):
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    try:
+        watch.start()
+        assert watch._current is None
+        assert signal.set_wakeup_fd(write_end) == write_end
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_only_the_main_thread_starts_the_watch(watch):
+    thread = threading.Thread(target=watch.start)
+    thread.start()
+    thread.join()
+
+    assert watch._current is None
+
+
+def test_a_forked_child_lets_go_of_its_parent_s_pipe_and_watches_with_its_own(monkeypatch, watch):
+    parent_s = stopping.MissedSignalWatch(threading.main_thread().ident or 0)
+    monkeypatch.setattr(parent_s, "pid", -1)  # as the child sees it
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_current", parent_s)
+    signal.set_wakeup_fd(parent_s.write_fd)
+    closed: list[bool] = []
+    monkeypatch.setattr(parent_s, "close", lambda: closed.append(True))
+
+    watch.after_fork()
+
+    assert closed == [True]
+    assert watch._current is not None
+    assert watch._current is not parent_s  # the fixture checks that its pipe is the wakeup fd
+    os.close(parent_s.read_fd)
+    os.close(parent_s.write_fd)
+
+
+def test_a_forked_child_leaves_a_wakeup_fd_set_since_alone(monkeypatch, watch):
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_needed", staticmethod(lambda: False))
+    parent_s = stopping.MissedSignalWatch(threading.main_thread().ident or 0)
+    monkeypatch.setattr(parent_s, "pid", -1)
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_current", parent_s)
+    signal.set_wakeup_fd(write_end)  # an event loop's, set after the watch's
+    try:
+        watch.after_fork()
+        assert signal.set_wakeup_fd(-1) == write_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert watch._current is None
+
+
+def test_where_the_wakeup_fd_cannot_be_set_after_a_fork_no_watch_starts(monkeypatch, watch):
+    parent_s = stopping.MissedSignalWatch(threading.main_thread().ident or 0)
+    monkeypatch.setattr(parent_s, "pid", -1)
+    monkeypatch.setattr(stopping.MissedSignalWatch, "_current", parent_s)
+    thread = threading.Thread(target=stopping._after_multiprocessing_fork, args=(None,))
+    thread.start()  # set_wakeup_fd refuses any thread but the main interpreter's main thread
+    thread.join()
+
+    assert watch._current is None
+    parent_s.close()
+
+
+def test_a_child_of_multiprocessing_whose_handler_ends_it_needs_the_watch(monkeypatch):
+    needed = stopping.MissedSignalWatch._needed
+    installed(monkeypatch, stopping.WriteThenHandOn(signal.SIG_DFL))
+    assert not needed()  # this process has no parent of multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    assert needed()  # a spawn child setting Django up as it imports its parent's main module
+
+    installed(monkeypatch, stopping.WriteThenHandOn(lambda signum, frame: None))
+    assert not needed()  # a server's handler, which the signal goes on to
+
+
 def test_once_asked_to_stop_a_page_hit_wakes_the_thread_at_once(queued, monkeypatch):
     delays: list[float] = []
     monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: delays.append(delay))
@@ -307,6 +511,38 @@ def test_a_process_that_sigterm_ends_writes_what_it_held(settings, real_redis_ur
     assert hits_counted() == 1
     # Its write was the last one: it forgot the key of its batches of hits, as an exit does.
     assert client.exists(f"{{whos_online}}:hits-applied:{token}") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; fork is Unix's")
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_child_whose_main_thread_waits_in_c_as_the_signal_comes_still_ends(
+    real_redis_url, tmp_path, method
+):
+    """Python runs a handler when the main thread next runs Python code: a pool's worker that
+    the signal reaches just before it waits for a task would wait for ever, and the pool's
+    ``terminate()`` with it (``stopping.MissedSignalWatch``). It ends, and writes what it held."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "tests.load_settings",
+        "REDIS_URL": real_redis_url,
+        "WHOS_ONLINE_LOAD_DB": str(tmp_path / "unused.sqlite3"),
+        "FLUSH_INTERVAL": "10",
+    }
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "support" / "missed_signal.py"), method],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [str(-signal.SIGTERM), "1 1"], result.stderr
 
 
 # Under uvicorn

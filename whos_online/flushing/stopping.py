@@ -33,16 +33,32 @@ loop), which the signal may have caught inside the queue's lock or the page hits
 whos_online starts block SIGTERM (``daemon_threads``), so that the signal goes to a thread that
 acts on it, never to one that would leave the main thread waiting in C without knowing.
 
+In a child of ``multiprocessing`` the signal must end the process even when Python is slow to
+run the handler. Python runs a handler when the main thread next runs Python code, and a signal
+that lands just before the main thread blocks in C (a pool's worker going back to wait for a task
+on its queue's lock, which ``Pool.terminate`` holds) is noted and not acted on: the worker waits
+for ever, and ``terminate()`` with it, where the default action would have ended it. So there,
+where the handler goes over the default action, Python also writes the number of each signal it
+handles to a pipe (``signal.set_wakeup_fd``, unless something else, an event loop, owns that
+already), which a thread of ours reads (``MissedSignalWatch``): when the handler has not run
+shortly after a SIGTERM, the thread sends the signal again to the main thread, whose wait it
+interrupts, until the handler runs. Other processes (servers, scripts) keep no such thread: a
+server has its own handler, and a script's operator sends the signal again.
+
 A process that is killed (SIGKILL, a crash) loses what it held: at most the last
 ``FLUSH_INTERVAL`` of visits and page hits, or what an outage kept queued.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import multiprocessing.util
+import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import connection
 from whos_online.flushing import daemon_threads, flusher, lifecycle
@@ -72,6 +88,7 @@ def install_signal_handler() -> None:
         signal.signal(signal.SIGTERM, WriteThenHandOn(previous))
     except ValueError:  # a subinterpreter (mod_wsgi): signals belong to the main one
         return
+    MissedSignalWatch.start()  # in a child of multiprocessing only: see ``_needed``
 
 
 def _is_gunicorn_worker(handler: Any) -> bool:
@@ -96,10 +113,27 @@ class WriteThenHandOn:
 
     def __init__(self, previous: Any) -> None:
         self.previous = previous
+        #: The process (by id) in which the handler has run, so that a fork does not inherit it.
+        self._ran_in: int | None = None
+
+    @property
+    def ends_the_process(self) -> bool:
+        """Whether the handler ends the process by the default action (no server's to hand on
+        to)."""
+        return not callable(self.previous)
+
+    def has_run(self) -> bool:
+        """Whether the handler has run in this process."""
+        return self._ran_in == os.getpid()
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
+        final = self.ends_the_process
+        if final and self.has_run():
+            # Sent again while the handler runs (``MissedSignalWatch``, or a second stop): the
+            # run under way writes, then ends the process.
+            return None
+        self._ran_in = os.getpid()
         lifecycle.stop_soon()
-        final = not callable(self.previous)  # the default action: the process ends now
         if final and lifecycle.is_exiting():
             # Caught writing as it exits (a pool's worker that ended just as the pool was
             # terminated): ending now would cut that write off, and the process ends after it.
@@ -126,3 +160,120 @@ def wait_for(writer: threading.Thread, made: flusher.Flusher) -> None:
     until = made.retrying_until
     if until is not None and writer.is_alive():
         writer.join(max(0.0, until - time.monotonic()) + flusher.EXIT_WAIT)
+#: How long the watch waits for the handler to start after a signal, before (and between) its
+#: sending the signal again to the main thread; and for how long, at most, it does so.
+KNOCK_EVERY: Final = 0.1
+KNOCK_FOR: Final = 2.0
+
+
+class MissedSignalWatch:
+    """The pipe that Python writes each handled signal's number to, and the thread that reads it
+    and has the main thread run the SIGTERM handler it missed (see the module's docstring): one
+    per ``multiprocessing`` child whose handler goes over the default action."""
+
+    _current: MissedSignalWatch | None = None
+
+    def __init__(self, main_thread: int) -> None:
+        self.pid = os.getpid()
+        self.main_thread = main_thread
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)  # set_wakeup_fd requires it
+
+    @classmethod
+    def start(cls) -> None:
+        """Watch from now on, if this process needs it and is not watched yet; from the main
+        thread (``set_wakeup_fd``)."""
+        if (cls._current is not None and cls._current.pid == os.getpid()) or not cls._needed():
+            return
+        watch = cls(threading.main_thread().ident or 0)
+        try:
+            previous = signal.set_wakeup_fd(watch.write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread of the main interpreter
+            watch.close()
+            return
+        if previous != -1:  # an event loop's: it wakes on its own signals; leave it so
+            signal.set_wakeup_fd(previous)
+            watch.close()
+            return
+        cls._current = watch
+        daemon_threads.start(watch.run, name="whos_online signal watch")
+
+    @staticmethod
+    def _needed() -> bool:
+        """A child of ``multiprocessing``, whose parent ends it with SIGTERM (a pool's
+        ``terminate``) and waits for it to end, and whose handler ends it (no server's). A
+        spawn child may set Django up before it knows its parent, as it imports the parent's
+        main module: multiprocessing marks the process as ``_inheriting`` meanwhile (and reads
+        that mark itself, in ``spawn``)."""
+        handler = signal.getsignal(signal.SIGTERM)
+        child = multiprocessing.parent_process() is not None or bool(
+            getattr(multiprocessing.current_process(), "_inheriting", False)
+        )
+        return (
+            child
+            and isinstance(handler, WriteThenHandOn)
+            and handler.ends_the_process
+            and hasattr(signal, "pthread_kill")  # POSIX
+            and not daemon_threads.green_threads()
+        )
+
+    @classmethod
+    def after_fork(cls) -> None:
+        """In a forked child: the parent's pipe is the parent's, and its thread did not come
+        along; let go of the pipe (the child's signals would wake the parent's thread), then
+        watch with one of the child's own if it needs one. A child of ``multiprocessing`` is
+        known as one a moment later, as it starts (``register_after_fork``), where this runs
+        again."""
+        inherited = cls._current
+        if inherited is not None and inherited.pid != os.getpid():
+            cls._current = None
+            try:
+                found = signal.set_wakeup_fd(-1)
+                if found != inherited.write_fd:
+                    signal.set_wakeup_fd(found)  # not ours any more: put it back
+            except ValueError:  # forked from a subinterpreter's thread: nothing to undo here
+                return
+            inherited.close()
+        cls.start()
+
+    def run(self) -> None:
+        while True:
+            try:
+                numbers = os.read(self.read_fd, 64)
+            except OSError:  # closed
+                return
+            if not numbers or (signal.SIGTERM in numbers and not self.knock()):
+                return
+
+    def knock(self) -> bool:
+        """Until the handler has run, send SIGTERM again to the main thread now and then: a
+        wait in C there ends with EINTR, after which Python runs the handler. False when the
+        main thread did not run it in ``KNOCK_FOR`` seconds: it is busy in C, not waiting, and
+        runs the handler once it is back in Python; the watch ends there, rather than answer
+        the signals it sent itself for ever."""
+        give_up_at = time.monotonic() + KNOCK_FOR
+        while time.monotonic() < give_up_at:
+            time.sleep(KNOCK_EVERY)
+            handler = signal.getsignal(signal.SIGTERM)
+            if not isinstance(handler, WriteThenHandOn) or handler.has_run():
+                return True  # run, or a server's handler now in place, whose signal this was
+            signal.pthread_kill(self.main_thread, signal.SIGTERM)
+        return False
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=MissedSignalWatch.after_fork)
+
+
+def _after_multiprocessing_fork(_: object) -> None:
+    MissedSignalWatch.after_fork()
+
+
+# A forked child of multiprocessing (fork, forkserver) runs these as it starts, once it knows its
+# parent; a spawned one starts the watch as it sets Django up (``MissedSignalWatch._needed``).
+multiprocessing.util.register_after_fork(MissedSignalWatch, _after_multiprocessing_fork)
