@@ -17,6 +17,10 @@ widgets poll meanwhile), the log says so once per outage (``breaker``), and it s
 after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Without a message
 for ``HEALTH_EVERY`` seconds it pings, so that a Redis that stopped answering is noticed too.
 Once no stream has been open for ``LINGER`` seconds, it ends.
+
+Its one periodic task (``tick``, every ``TICK`` seconds) does what each stream would otherwise
+need a timer for (``outbox``): a heartbeat after a silence, the end at a stream's end time, the
+cancellation of a stream whose send does not complete, or that does not end when told to.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ logger = logging.getLogger("whos_online")
 HEALTH_EVERY: Final = 5.0
 #: Seconds the subscription stays up with no stream open.
 LINGER: Final = 30.0
+#: Seconds between two ticks of a hub (``Hub.tick``).
+TICK: Final = 1.0
 #: Seconds before the first attempt to subscribe again; each failure doubles it.
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
@@ -87,6 +93,13 @@ class Listener(Protocol):
     def stale(self) -> None:
         """Tell it the subscription is down: what it shows may be out of date."""
 
+    def end(self) -> None:
+        """Have it send its end, and end."""
+
+    def tick(self, now: float | None = None) -> bool:
+        """Its heartbeat, its end or its cancellation, when due (``outbox.Outbox.tick``);
+        False once it has ended."""
+
 
 class Hub:
     """The subscription of one event loop, and the streams it feeds."""
@@ -113,6 +126,7 @@ class Hub:
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
             asyncio.ensure_future(self._read()),
+            asyncio.ensure_future(self._ticking()),
         ]
 
     def add(self, listener: Listener) -> None:
@@ -145,6 +159,17 @@ class Hub:
         self.done = True
         for task in self._tasks:
             task.cancel()
+
+    def tick(self, now: float | None = None) -> None:
+        """Every stream's heartbeat, end or cancellation, when due; those that ended go."""
+        for listener in list(self.listeners):
+            if not listener.tick(now):
+                self.discard(listener)
+
+    async def _ticking(self) -> None:
+        while not (self.done and not self.listeners):
+            await asyncio.sleep(TICK)
+            self.tick()
 
     # The subscription
 

@@ -1,0 +1,147 @@
+"""Live streams that stay bounded, through Django's ASGI handler in this process
+(``tests.support.asgi_stream``): a client that stops reading holds one state, not a backlog; a
+send that does not complete, and a stream past its end time, end whether or not the client reads;
+a cancellation always ends a stream. The hub's tick is called with the time it should see
+(``now=``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.support.asgi_stream import Stream
+from tests.support.helpers import configure
+from tests.test_stream import room_widget, run, stream_url
+from whos_online import stream_views
+from whos_online.reading import subscription
+from whos_online.reading.outbox import END_GRACE, SEND_BOUND
+
+if TYPE_CHECKING:
+    from whos_online.reading.subscription import Listener
+
+
+@pytest.fixture
+def live(backend, settings, db) -> None:
+    configure(settings, LIVE_UPDATES=True)
+
+
+def only_listener() -> Listener:
+    [listener] = subscription.hub().listeners
+    return listener
+
+
+def sending_task() -> asyncio.Task[Any]:
+    """The task of Django's handler that sends the one open stream (``process_request``)."""
+    [task] = [
+        task
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").endswith("process_request")
+    ]
+    return task
+
+
+async def stalled(url: str) -> tuple[Stream, stream_views.Stream]:
+    """A stream whose client has read its first state, then stopped reading, with a state that
+    waits to be sent."""
+    before = set(subscription.hub().listeners)
+    stream = await Stream(url).open()
+    await stream.state()
+    [listener] = subscription.hub().listeners - before
+    assert isinstance(listener, stream_views.Stream)
+    stream.stop_reading()
+    listener.send("data: 0\n\n")
+    await stream.sending()
+    return stream, listener
+
+
+async def events_until_the_end(stream: Stream) -> list[tuple[str, str]]:
+    events = []
+    while True:
+        events.append(await stream.event())
+        if events[-1][0] == "":  # the response ended
+            return events
+
+
+# What a stream holds
+
+
+def test_a_client_that_stops_reading_gets_the_newest_state_not_a_backlog(live):
+    async def scenario() -> list[tuple[str, str]]:
+        stream, listener = await stalled(stream_url(room_widget()))
+        for number in range(1, 100):
+            listener.send(f"data: {number}\n\n")
+        stream.read_again()
+        first = [await stream.event(), await stream.event()]
+        listener.end()
+        rest = await events_until_the_end(stream)
+        await stream.close()
+        return first + rest
+
+    assert run(scenario) == [("message", "0"), ("message", "99"), ("end", ""), ("", "")]
+
+
+@pytest.mark.parametrize("turns", range(5))
+def test_a_stream_cancelled_in_any_turn_after_a_state_came_ends(live, turns):
+    """Django's handler cancels the task that sends a stream when its client goes (and the hub
+    when a send does not complete). Python 3.11's ``asyncio.wait_for`` returned the item it
+    waited for, instead of raising, when the cancellation came in the turn of the loop in which
+    the item arrived: the stream ran on, sending into a closed connection, until its end time,
+    and held its server's graceful stop for as long."""
+
+    async def scenario() -> bool:
+        stream = await Stream(stream_url(room_widget())).open()
+        await stream.state()
+        listener, task = only_listener(), sending_task()
+        listener.send("data: 1\n\n")
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        ended = await stream.handled_within(5)
+        await stream.close()
+        return ended
+
+    assert run(scenario) is True
+
+
+# Bounds in time
+
+
+def test_a_send_that_does_not_complete_within_the_bound_ends_the_stream(live):
+    async def scenario() -> list[object]:
+        stream, _listener = await stalled(stream_url(room_widget()))
+        sent_at = time.time()
+        hub = subscription.hub()
+        hub.tick(sent_at + SEND_BOUND - 1)
+        await asyncio.sleep(0.1)
+        seen: list[object] = [stream.handled]
+        hub.tick(sent_at + SEND_BOUND)
+        seen += [await stream.handled_within(10), set(hub.listeners)]
+        await stream.close()
+        return seen
+
+    assert run(scenario) == [False, True, set()]
+
+
+def test_a_stream_ends_at_its_end_time_whether_or_not_its_client_reads(live):
+    async def scenario() -> list[object]:
+        reading = await Stream(stream_url(room_widget())).open()
+        await reading.state()
+        stream, listener = await stalled(stream_url(room_widget()))
+        ends_at = listener.ends_at
+        hub = subscription.hub()
+        hub.tick(ends_at)
+        seen: list[object] = [await events_until_the_end(reading), stream.handled]
+        hub.tick(ends_at + END_GRACE)
+        seen += [await stream.handled_within(10), hub.listeners]
+        for one in (reading, stream):
+            await one.close()
+        return seen
+
+    read, not_read_yet, ended, left = run(scenario)
+    assert read[-2:] == [("end", ""), ("", "")]  # its end, then the end of the response
+    assert not_read_yet is False
+    assert ended is True
+    assert left == set()
