@@ -1,12 +1,13 @@
 """Live streams that stay bounded, through Django's ASGI handler in this process
 (``tests.support.asgi_stream``): a client that stops reading holds one state, not a backlog; a
 send that does not complete, and a stream past its end time, end whether or not the client reads;
-a cancellation always ends a stream. The hub's tick is called with the time it should see
-(``now=``)."""
+a cancellation always ends a stream; SIGTERM ends every stream and refuses new ones. The hub's
+tick is called with the time it should see (``now=``)."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
 from tests.test_stream import room_widget, run, stream_url
 from whos_online import stream_views
+from whos_online.flushing import stopping
 from whos_online.reading import subscription
 from whos_online.reading.outbox import END_GRACE, SEND_BOUND
 
@@ -145,3 +147,70 @@ def test_a_stream_ends_at_its_end_time_whether_or_not_its_client_reads(live):
     assert not_read_yet is False
     assert ended is True
     assert left == set()
+
+
+# SIGTERM
+
+
+def test_sigterm_ends_every_stream_and_refuses_new_ones(live):
+    """The SIGTERM handler (here called as the signal would) has the hub end each stream: those
+    read send their end, and their responses end; one whose client stopped reading is cancelled
+    after a grace; new streams are refused; the subscription stops."""
+
+    async def scenario() -> dict[str, Any]:
+        reading = [await Stream(stream_url(room_widget())).open() for _ in range(3)]
+        for stream in reading:
+            await stream.state()
+        not_read = await Stream(stream_url(room_widget())).open()
+        await not_read.state()
+        hub = subscription.hub()
+        not_read.stop_reading()
+        for listener in hub.listeners:
+            listener.send("data: 0\n\n")
+        await not_read.sending()
+
+        stopping.WriteThenHandOn(lambda signum, frame: None)(signal.SIGTERM, None)
+        seen: dict[str, Any] = {
+            "read": [await events_until_the_end(stream) for stream in reading],
+        }
+        refused = await Stream(stream_url(room_widget())).open()
+        seen["refused"] = (refused.status, refused.headers.get("retry-after"))
+        seen["not read, at once"] = not_read.handled
+        hub.tick(time.time() + END_GRACE)
+        seen["not read, after the grace"] = await not_read.handled_within(10)
+        seen["subscription ended"] = hub.done
+        seen["listeners"] = hub.listeners
+        for stream in [*reading, not_read, refused]:
+            await stream.close()
+        return seen
+
+    seen = run(scenario)
+    assert [events[-2:] for events in seen["read"]] == [[("end", ""), ("", "")]] * 3
+    assert seen["refused"] == (503, "30")
+    assert seen["not read, at once"] is False
+    assert seen["not read, after the grace"] is True
+    assert seen["subscription ended"] is True
+    assert seen["listeners"] == set()
+
+
+def test_the_first_hub_installs_the_handler_over_one_the_server_set_later(live):
+    """uvicorn, run as one process, sets its own SIGTERM handler after the site was loaded (and
+    with it whos_online's): the hub of the first stream installs whos_online's again, over it,
+    so that the signal reaches the streams before uvicorn waits for their responses."""
+    before = signal.getsignal(signal.SIGTERM)
+
+    def server_s(signum: int, frame: object) -> None:
+        """Stands for uvicorn's ``Server.handle_exit``."""
+
+    async def scenario() -> None:
+        subscription.hub().stop()
+
+    signal.signal(signal.SIGTERM, server_s)
+    try:
+        asyncio.run(scenario())  # on the main thread, as a server's event loop
+        installed = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+    assert isinstance(installed, stopping.WriteThenHandOn)
+    assert installed.previous is server_s

@@ -16,11 +16,13 @@ answer is a ``text/event-stream`` of:
 - ``event: end``, and the end of the stream, once a room token it was opened with runs out, or
   ``ROOM_TOKEN_MAX_AGE`` seconds after it opened in any case: the page renews its tokens where
   needed and opens a new stream, whose rules are checked again. The page does the same when it
-  renews its tokens itself, shortly before they run out.
+  renews its tokens itself, shortly before they run out. The same when the process is asked
+  to stop (SIGTERM).
 
 A stream holds at most the newest state its page has not received (``reading.outbox``): a client
 that stops reading costs its process that and the server's buffer, and its stream ends once a
-send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case.
+send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. While the
+process stops, the view answers 503 with ``Retry-After``, and the page polls.
 
 Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
 request, and of that thread's database connections (``reading.request_thread``): an open page
@@ -43,6 +45,7 @@ from django.views.decorators.http import require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
+from whos_online.flushing import lifecycle
 from whos_online.reading import request_thread, room_tokens, snapshots, subscription
 from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
@@ -67,6 +70,8 @@ if TYPE_CHECKING:
 
 #: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
 RETRY_MS: Final = 2000
+#: Seconds after which a page refused a stream (the process stops) may try again.
+RETRY_AFTER: Final = 30
 
 
 class Stream:
@@ -164,6 +169,8 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if not 1 <= len(queries) <= MAX_WIDGETS:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
+    if lifecycle.is_stopping():
+        return _unavailable("This process is stopping.")
     hub = subscription.hub()
     async with hub.opening:
         seen = hub.generation
@@ -173,6 +180,19 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _unavailable(reason: str) -> HttpResponse:
+    """503: the page polls, and tries a stream again later. The connection is closed (ASGI
+    servers honour ``Connection: close``), so that a refused stream holds no file open."""
+    response = HttpResponse(reason, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER)
+    response["Cache-Control"] = "no-store"
+    response["Connection"] = "close"
+    # Django's ``django.request`` logger would log each 5xx answer as an error: one line per
+    # refused connection.
+    response._has_been_logged = True  # type: ignore [attr-defined]
     return response
 
 

@@ -15,6 +15,8 @@ Where it is installed matters: uvicorn loads the site before it takes the signal
 one process, so the handler runs once, at the end, when uvicorn raises the signal again; its
 ``--workers`` and ``--reload`` processes load the site inside, so the handler runs at the signal,
 before uvicorn's, and the requests the server finishes afterwards write their own visits and hits.
+(The first live stream of a one-process uvicorn installs the handler again, over uvicorn's, so
+that the signal ends the streams before uvicorn waits for them: ``reading.subscription``.)
 A fork inherits the handler (a ``multiprocessing`` child, a fork of a fork); spawn and forkserver
 children install their own when they set Django up.
 
@@ -98,6 +100,7 @@ class WriteThenHandOn:
 
     def __call__(self, signum: int, frame: FrameType | None) -> Any:
         lifecycle.stop_soon()
+        lifecycle.announce_stop()  # the live streams end, and refuse new ones
         final = not callable(self.previous)  # the default action: the process ends now
         if final and lifecycle.is_exiting():
             # Caught writing as it exits (a pool's worker that ended just as the pool was

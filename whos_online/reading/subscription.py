@@ -21,6 +21,13 @@ Once no stream has been open for ``LINGER`` seconds, it ends.
 Its one periodic task (``tick``, every ``TICK`` seconds) does what each stream would otherwise
 need a timer for (``outbox``): a heartbeat after a silence, the end at a stream's end time, the
 cancellation of a stream whose send does not complete, or that does not end when told to.
+
+SIGTERM (``flushing.stopping``, through ``lifecycle.asked_to_stop``) has every hub of the process
+end its streams (``shut_down``): each is sent its end and its response ends, those that cannot
+send it are cancelled after ``outbox.END_GRACE`` seconds, the subscription stops, and the view
+refuses new streams. An ASGI server waits for the responses under way before it exits, so this
+is what lets it exit. uvicorn, run as one process, takes SIGTERM for itself after the site was
+loaded: the first hub of the process installs the handler again, over uvicorn's.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
+from whos_online.flushing import lifecycle, stopping
 from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
@@ -123,11 +131,14 @@ class Hub:
         #: Whether a read of every room is due, after one that failed (``_read_again``).
         self._retrying = False
         self._idle_since = time.monotonic()
+        #: Whether the process was asked to stop (``shut_down``).
+        self.closing = False
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
             asyncio.ensure_future(self._read()),
             asyncio.ensure_future(self._ticking()),
         ]
+        stopping.install_signal_handler()  # over a handler the server set after the site loaded
 
     def add(self, listener: Listener) -> None:
         self.listeners.add(listener)
@@ -159,6 +170,15 @@ class Hub:
         self.done = True
         for task in self._tasks:
             task.cancel()
+
+    def shut_down(self) -> None:
+        """End every stream and the subscription (the process was asked to stop): the tick
+        goes on until the last stream has gone, cancelling those that do not end in time."""
+        self.closing = True
+        for task in self._tasks[:2]:
+            task.cancel()
+        for listener in list(self.listeners):
+            listener.end()
 
     def tick(self, now: float | None = None) -> None:
         """Every stream's heartbeat, end or cancellation, when due; those that ended go."""
@@ -325,6 +345,15 @@ def hub() -> Hub:
             del hubs[other]
         found = hubs[loop] = Hub()
     return found
+
+
+@receiver(lifecycle.asked_to_stop, dispatch_uid="whos_online.reading.subscription.shut_down")
+def shut_down(**kwargs: object) -> None:
+    """End the streams of every event loop of the process (SIGTERM; from its handler, which
+    runs between two steps of one of those loops, so each hub does it on its own loop)."""
+    for loop, found in list((_hubs.peek() or {}).items()):
+        with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+            loop.call_soon_threadsafe(found.shut_down)
 
 
 @receiver(config_changed, dispatch_uid="whos_online.reading.subscription.reset")
