@@ -1,27 +1,34 @@
 """Live streams that stay bounded, through Django's ASGI handler in this process
 (``tests.support.asgi_stream``): a client that stops reading holds one state, not a backlog; a
 send that does not complete, and a stream past its end time, end whether or not the client reads;
-a cancellation always ends a stream; SIGTERM ends every stream and refuses new ones. The hub's
-tick is called with the time it should see (``now=``)."""
+a cancellation always ends a stream; SIGTERM ends every stream and refuses new ones; the caps per
+process, per session and per address answer 503. The hub's tick is called with the time it
+should see (``now=``)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import signal
 import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.conf import settings as django_settings
 
 from tests.support.asgi_stream import Stream
-from tests.support.helpers import configure
-from tests.test_stream import room_widget, run, stream_url
+from tests.support.helpers import client_of, configure, log_in_quietly
+from tests.test_stream import room_widget, run, site_widget, stream_url
 from whos_online import stream_views
+from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
-from whos_online.reading import subscription
+from whos_online.reading import stream_caps, subscription
 from whos_online.reading.outbox import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractUser
+
     from whos_online.reading.subscription import Listener
 
 
@@ -121,10 +128,11 @@ def test_a_send_that_does_not_complete_within_the_bound_ends_the_stream(live):
         seen: list[object] = [stream.handled]
         hub.tick(sent_at + SEND_BOUND)
         seen += [await stream.handled_within(10), set(hub.listeners)]
+        seen.append(stream_caps.caps().open_streams())
         await stream.close()
         return seen
 
-    assert run(scenario) == [False, True, set()]
+    assert run(scenario) == [False, True, set(), 0]
 
 
 def test_a_stream_ends_at_its_end_time_whether_or_not_its_client_reads(live):
@@ -214,3 +222,98 @@ def test_the_first_hub_installs_the_handler_over_one_the_server_set_later(live):
 
     assert isinstance(installed, stopping.WriteThenHandOn)
     assert installed.previous is server_s
+
+
+# Caps
+
+
+def test_past_the_process_cap_the_view_answers_503_and_logs_once(live, settings, caplog):
+    configure(settings, MAX_STREAMS=2)
+
+    async def scenario() -> list[Any]:
+        opened = [await Stream(stream_url(room_widget())).open() for _ in range(2)]
+        refused = [await Stream(stream_url(room_widget())).open() for _ in range(5)]
+        seen: list[Any] = [
+            [stream.status for stream in opened],
+            [(stream.status, stream.headers.get("retry-after")) for stream in refused],
+            refused[0].headers.get("connection"),
+        ]
+        await opened[0].close()
+        again = await Stream(stream_url(room_widget())).open()
+        seen.append(again.status)
+        for stream in [*opened[1:], *refused, again]:
+            await stream.close()
+        seen.append(stream_caps.caps().open_streams())
+        return seen
+
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        statuses, refusals, connection, again, left = run(scenario)
+
+    assert statuses == [200, 200]
+    assert refusals == [(503, "30")] * 5
+    assert connection == "close"
+    assert again == 200
+    assert left == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "MAX_STREAMS" in warnings[0]
+
+
+def session_of(user: AbstractUser) -> dict[str, str]:
+    member = client_of(user)
+    log_in_quietly(member, user)
+    name = django_settings.SESSION_COOKIE_NAME
+    return {name: member.cookies[name].value}
+
+
+def test_a_session_has_a_cap_of_its_own_and_an_address_without_one_another(
+    live, settings, alice: AbstractUser, bob: AbstractUser
+):
+    """Sessions are counted apart from their address, so people behind one address who have
+    sessions never share a cap; a cookie that names no session counts as none."""
+    configure(settings, MAX_STREAMS_PER_CLIENT=2, MAX_STREAMS_PER_ADDRESS=3)
+    alices, bobs = session_of(alice), session_of(bob)
+    forged = {django_settings.SESSION_COOKIE_NAME: "x" * 32}
+
+    async def statuses(cookies: dict[str, str] | None, count: int) -> list[int]:
+        found = []
+        for _ in range(count):
+            stream = await Stream(stream_url(site_widget()), cookies=cookies).open()
+            opened.append(stream)
+            found.append(stream.status)
+        return found
+
+    opened: list[Stream] = []
+
+    async def scenario() -> list[list[int]]:
+        seen = [await statuses(alices, 3), await statuses(bobs, 2)]
+        seen += [await statuses(None, 2), await statuses(forged, 2)]
+        seen.append(await statuses(None, 1))
+        for stream in opened:
+            await stream.close()
+        return seen
+
+    assert run(scenario) == [[200, 200, 503], [200, 200], [200, 200], [200, 503], [503]]
+
+
+def test_an_episode_of_refusals_is_logged_once_until_a_quiet_minute(settings, caplog):
+    configure(settings, MAX_STREAMS=1)
+    caps = stream_caps.caps()
+    client = stream_caps.Client(stream_caps.Cap.ADDRESS, "198.51.100.1")
+    config = get_config()
+    now = 1_700_000_000.0
+    assert caps.admit(config, client, now) is not None
+
+    with caplog.at_level(logging.WARNING, logger="whos_online"):
+        refused = [
+            caps.admit(config, client, now + offset)
+            for offset in (1, 30, 80, 130, 130 + stream_caps.EPISODE_QUIET)
+        ]
+
+    assert refused == [None] * 5
+    assert len(caplog.records) == 2  # at 1 s, and after a quiet minute (130 + 60 s)
+
+
+def test_the_default_cap_is_half_the_open_files(monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (160, 4096))
+    assert stream_caps.default_max_streams() == 80

@@ -21,8 +21,9 @@ answer is a ``text/event-stream`` of:
 
 A stream holds at most the newest state its page has not received (``reading.outbox``): a client
 that stops reading costs its process that and the server's buffer, and its stream ends once a
-send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. While the
-process stops, the view answers 503 with ``Retry-After``, and the page polls.
+send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
+a capped number of streams, in all and per client (``reading.stream_caps``); past a cap, and
+while the process stops, the view answers 503 with ``Retry-After``, and the page polls.
 
 Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
 request, and of that thread's database connections (``reading.request_thread``): an open page
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 from asgiref.sync import sync_to_async
@@ -46,7 +48,7 @@ from django.views.decorators.http import require_safe
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
-from whos_online.reading import request_thread, room_tokens, snapshots, subscription
+from whos_online.reading import request_thread, room_tokens, snapshots, stream_caps, subscription
 from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
 
 #: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
 RETRY_MS: Final = 2000
-#: Seconds after which a page refused a stream (the process stops) may try again.
+#: Seconds after which a page refused a stream (a cap, a stop) may try again.
 RETRY_AFTER: Final = 30
 
 
@@ -171,12 +173,22 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
     if lifecycle.is_stopping():
         return _unavailable("This process is stopping.")
-    hub = subscription.hub()
-    async with hub.opening:
-        seen = hub.generation
-        opened = await sync_to_async(_open)(request, config, queries)
+    client = await stream_caps.client_of(request, config)
+    ticket = stream_caps.caps().admit(config, client)
+    if ticket is None:
+        return _unavailable("Too many live streams are open; the page polls meanwhile.")
+    try:
+        hub = subscription.hub()
+        async with hub.opening:
+            seen = hub.generation
+            opened = await sync_to_async(_open)(request, config, queries)
+    except BaseException:
+        ticket.release()
+        raise
+    # Its place is given back as it ends, or should it never start, once it is collected.
+    weakref.finalize(opened, ticket.release)
     response = StreamingHttpResponse(
-        _events(hub, opened, seen), content_type="text/event-stream; charset=utf-8"
+        _events(hub, opened, seen, ticket), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -185,13 +197,13 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
 
 def _unavailable(reason: str) -> HttpResponse:
     """503: the page polls, and tries a stream again later. The connection is closed (ASGI
-    servers honour ``Connection: close``), so that a refused stream holds no file open."""
+    servers honour ``Connection: close``), so that refused streams hold no file open."""
     response = HttpResponse(reason, status=503, content_type="text/plain; charset=utf-8")
     response["Retry-After"] = str(RETRY_AFTER)
     response["Cache-Control"] = "no-store"
     response["Connection"] = "close"
     # Django's ``django.request`` logger would log each 5xx answer as an error: one line per
-    # refused connection.
+    # refused connection. ``stream_caps`` logs one per episode instead.
     response._has_been_logged = True  # type: ignore [attr-defined]
     return response
 
@@ -210,9 +222,12 @@ class _EveryDatabase(set[str]):
 stream._non_atomic_requests = _EveryDatabase()  # type: ignore [attr-defined]
 
 
-async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIterator[str]:
+async def _events(
+    hub: subscription.Hub, opened: Stream, seen: int, ticket: stream_caps.Ticket
+) -> AsyncIterator[str]:
     def finish(*_task: object) -> None:
         hub.discard(opened)
+        ticket.release()
 
     # Cancelled in a send, the generator is left as it is (Django's handler closes the one
     # that wraps it), and would only finish once collected: its task's end finishes it.
