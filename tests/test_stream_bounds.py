@@ -1,9 +1,9 @@
-"""Live streams that stay bounded, through Django's ASGI handler in this process
+"""Live streams that stay bounded and stop, through Django's ASGI handler in this process
 (``tests.support.asgi_stream``): a client that stops reading holds one state, not a backlog; a
 send that does not complete, and a stream past its end time, end whether or not the client reads;
 a cancellation always ends a stream; SIGTERM ends every stream and refuses new ones; the caps per
-process, per session and per address answer 503. The hub's tick is called with the time it
-should see (``now=``)."""
+process, per session and per address answer 503; ``HEAD`` opens nothing. The hub's tick is called
+with the time it should see (``now=``)."""
 
 from __future__ import annotations
 
@@ -317,3 +317,16 @@ def test_an_episode_of_refusals_is_logged_once_until_a_quiet_minute(settings, ca
 def test_the_default_cap_is_half_the_open_files(monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda which: (160, 4096))
     assert stream_caps.default_max_streams() == 80
+
+
+# HEAD
+
+
+def test_head_opens_no_stream(live):
+    async def scenario() -> tuple[int, str, int]:
+        stream = await Stream(stream_url(room_widget()), method="HEAD").open()
+        await stream.body()
+        await stream.close()
+        return stream.status, stream.headers.get("allow", ""), stream_caps.caps().open_streams()
+
+    assert run(scenario) == (405, "GET", 0)

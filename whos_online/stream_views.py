@@ -24,6 +24,7 @@ that stops reading costs its process that and the server's buffer, and its strea
 send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
 a capped number of streams, in all and per client (``reading.stream_caps``); past a cap, and
 while the process stops, the view answers 503 with ``Retry-After``, and the page polls.
+``HEAD`` is answered 405: a stream without a body would never end.
 
 Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
 request, and of that thread's database connections (``reading.request_thread``): an open page
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_GET
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
@@ -161,7 +162,7 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
 
 
 @not_recorded
-@require_safe
+@require_GET
 async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """The page's live widgets as a stream of events (see the module's docstring)."""
     config = get_config()
