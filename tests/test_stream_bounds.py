@@ -3,7 +3,7 @@
 send that does not complete, and a stream past its end time, end whether or not the client reads;
 a cancellation always ends a stream; SIGTERM ends every stream and refuses new ones; the caps per
 process, per session and per address answer 503; ``HEAD`` opens nothing. The hub's tick is called
-with the time it should see (``now=``)."""
+with the time it should see (``now=``). (Under a real server: ``tests/test_stream_servers.py``.)"""
 
 from __future__ import annotations
 
