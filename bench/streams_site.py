@@ -19,4 +19,6 @@ WHOS_ONLINE = {
     "LIVE_UPDATES": True,
     "MAX_STREAMS": 1_000_000,
     "MAX_STREAMS_PER_ADDRESS": None,
+    # How long a stream lasts (``bench.streams_stalled`` shortens it).
+    "ROOM_TOKEN_MAX_AGE": int(os.environ.get("WHOS_ONLINE_BENCH_STREAM_SECONDS", "3600")),
 }

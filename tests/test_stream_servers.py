@@ -68,7 +68,7 @@ def serve(
 
 
 def stream_path(widgets: int = 1) -> str:
-    """The stream of ``widgets`` different site widgets (32 make a state of about 15 KB)."""
+    """The stream of ``widgets`` different site widgets (32 make a state of about 20 KB)."""
     queries = [site_widget()] + [
         widget_query(None, peak=False, visitors=False, refresh=31 + number)
         for number in range(widgets - 1)
