@@ -131,8 +131,6 @@ class Hub:
         #: Whether a read of every room is due, after one that failed (``_read_again``).
         self._retrying = False
         self._idle_since = time.monotonic()
-        #: Whether the process was asked to stop (``shut_down``).
-        self.closing = False
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
             asyncio.ensure_future(self._read()),
@@ -174,7 +172,6 @@ class Hub:
     def shut_down(self) -> None:
         """End every stream and the subscription (the process was asked to stop): the tick
         goes on until the last stream has gone, cancelling those that do not end in time."""
-        self.closing = True
         for task in self._tasks[:2]:
             task.cancel()
         for listener in list(self.listeners):
