@@ -258,6 +258,53 @@ def test_under_wsgi_the_widget_polls_and_tries_the_stream_again_rarely(
     expect(widget_list(bobs)).to_have_text("bob")
 
 
+def test_a_stream_refused_with_503_is_polled_instead_and_tried_again_after_the_back_off(
+    site, open_page: Pages, settings, alice, bob
+):
+    """Past a cap on open streams, or while its process stops, the stream view answers 503 with
+    ``Retry-After``, which ``EventSource`` cannot read: the page polls at once, as for any
+    stream that cannot be opened, and tries the stream again after 5 s, then after longer and
+    longer waits. The refusals are the test's; the page's timers are moved by the test."""
+    configure(settings, LIVE_UPDATES=True)
+    open_page.allow("status of 503")  # the browser logs each refusal
+    bobs = open_page()
+    bobs.clock.install()
+    bobs.goto(f"{site}/login/bob/")
+    sent = Sent(bobs)
+    refused: list[str] = []
+
+    def refuse(route: Route) -> None:
+        refused.append(route.request.url)
+        route.fulfill(
+            status=503,
+            headers={"Retry-After": "30", "Connection": "close"},
+            content_type="text/plain; charset=utf-8",
+            body="Too many live streams are open; the page polls meanwhile.",
+        )
+
+    bobs.route(f"**{STREAM}?*", refuse)
+    try:
+        bobs.goto(f"{site}{TOPIC}")
+        until(bobs, lambda: len(refused) == 1)
+        now = bobs.evaluate("Date.now()") / 1000 + 0.05
+        bobs.clock.pause_at(datetime.fromtimestamp(now, tz=timezone.utc))
+        expect(widget_list(bobs)).to_have_text("bob")
+
+        alices = open_page()
+        alices.goto(f"{site}/login/alice/")
+        alices.goto(f"{site}{TOPIC}")
+        with bobs.expect_response(lambda response: "/online/widgets/" in response.url):
+            bobs.clock.run_for(1_000)  # polled, the stream refused
+        expect(widget_list(bobs)).to_have_text("alice and bob")
+
+        for _ in range(60):  # a minute: tries after 5, 10, 20 and 40 s more
+            bobs.clock.run_for(1_000)
+        until(bobs, lambda: sent.to(STREAM) >= 4)
+        assert len(refused) == sent.to(STREAM) == 4  # 0, 5, 15 and 35 s; the next at 75 s
+    finally:
+        bobs.unroute_all(behavior="ignoreErrors")
+
+
 def test_a_stream_that_ends_is_renewed_and_opened_again(
     site, open_page: Pages, settings, alice, bob
 ):

@@ -38,8 +38,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def server(settings, db) -> Iterator[RedisServer]:
     """A redis-server of this test's own (the session's must not be killed), the site on it,
-    live updates on, a short back-off; and no read of every room every ``REFRESH_INTERVAL``
-    within the test, so that only the subscription can bring the streams back."""
+    live updates on, a short back-off, no cap per address (every stream comes from one); and no
+    read of every room every ``REFRESH_INTERVAL`` within the test, so that only the
+    subscription can bring the streams back."""
     own = RedisServer()
     own.start()
     configure(
@@ -49,6 +50,7 @@ def server(settings, db) -> Iterator[RedisServer]:
         SHOW_NAMES_TO="everyone",
         FAILURE_BACKOFF=1,
         REFRESH_INTERVAL=3600,
+        MAX_STREAMS_PER_ADDRESS=None,
     )
     try:
         yield own

@@ -10,13 +10,21 @@ answer is a ``text/event-stream`` of:
 - the document again whenever one of its rooms (or the site's list, if it shows it) changed, as
   the process's one subscription learns (``reading.subscription``), rendered from one read for
   all the streams concerned, and only when it differs from the last one sent;
-- a comment every ``HEARTBEAT`` seconds, so that proxies keep the connection and a closed one is
-  noticed;
+- a comment after ``outbox.HEARTBEAT`` seconds of silence, so that proxies keep the connection
+  and a closed one is noticed;
 - ``event: stale`` while the subscription is down: the page polls meanwhile;
 - ``event: end``, and the end of the stream, once a room token it was opened with runs out, or
   ``ROOM_TOKEN_MAX_AGE`` seconds after it opened in any case: the page renews its tokens where
   needed and opens a new stream, whose rules are checked again. The page does the same when it
-  renews its tokens itself, shortly before they run out.
+  renews its tokens itself, shortly before they run out. The same when the process is asked
+  to stop (SIGTERM).
+
+A stream holds at most the newest state its page has not received (``reading.outbox``): a client
+that stops reading costs its process that and the server's buffer, and its stream ends once a
+send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
+a capped number of streams, in all and per client (``reading.stream_caps``); past a cap, and
+while the process stops, the view answers 503 with ``Retry-After``, and the page polls.
+``HEAD`` is answered 405: a stream without a body would never end.
 
 Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
 request, and of that thread's database connections (``reading.request_thread``): an open page
@@ -30,16 +38,26 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Final
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
-from django.views.decorators.http import require_safe
+from django.views.decorators.http import require_GET
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.reading import request_thread, room_tokens, snapshots, subscription, viewer
+from whos_online.flushing import lifecycle
+from whos_online.reading import (
+    request_thread,
+    room_tokens,
+    snapshots,
+    stream_caps,
+    subscription,
+    viewer,
+)
+from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (
@@ -62,17 +80,15 @@ if TYPE_CHECKING:
     from whos_online.store.results import Snapshot
     from whos_online.views import Accepted
 
-#: Seconds between two comments of an idle stream.
-HEARTBEAT: Final = 15.0
 #: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
 RETRY_MS: Final = 2000
-STALE: Final = "event: stale\ndata: \n\n"
-END: Final = "event: end\ndata: \n\n"
+#: Seconds after which a page refused a stream (a cap, a stop) may try again.
+RETRY_AFTER: Final = 30
 
 
 class Stream:
     """One open stream: its request (whose viewer and tokens its renders keep), its widgets,
-    and the events waiting to be sent."""
+    and what it has to send next (its ``outbox``)."""
 
     def __init__(
         self,
@@ -92,7 +108,7 @@ class Stream:
         self.reader = reader
         #: When (Unix time) the stream ends.
         self.ends_at = ends_at
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.outbox = Outbox(ends_at)
         #: What makes two streams' answers the same, given the same snapshots: every widget's
         #: query (tokens and language included) and status, the viewer, and the names rule.
         self._key = (
@@ -148,11 +164,17 @@ class Stream:
         return f"data: {body}\n\n"
 
     def send(self, event: str) -> None:
-        self.queue.put_nowait(event)
+        self.outbox.offer(event)
 
     def stale(self) -> None:
         self._stale = True
-        self.queue.put_nowait(STALE)
+        self.outbox.stale()
+
+    def end(self) -> None:
+        self.outbox.end()
+
+    def tick(self, now: float | None = None) -> bool:
+        return self.outbox.tick(now)
 
 
 def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
@@ -176,7 +198,7 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
 
 
 @not_recorded
-@require_safe
+@require_GET
 async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """The page's live widgets as a stream of events (see the module's docstring)."""
     config = get_config()
@@ -186,15 +208,40 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if not 1 <= len(queries) <= MAX_WIDGETS:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
-    hub = subscription.hub()
-    async with hub.opening:
-        seen = hub.generation
-        opened = await sync_to_async(_open)(request, config, queries)
+    if lifecycle.is_stopping():
+        return _unavailable("This process is stopping.")
+    client = await stream_caps.client_of(request, config)
+    ticket = stream_caps.caps().admit(config, client)
+    if ticket is None:
+        return _unavailable("Too many live streams are open; the page polls meanwhile.")
+    try:
+        hub = subscription.hub()
+        async with hub.opening:
+            seen = hub.generation
+            opened = await sync_to_async(_open)(request, config, queries)
+    except BaseException:
+        ticket.release()
+        raise
+    # Its place is given back as it ends, or should it never start, once it is collected.
+    weakref.finalize(opened, ticket.release)
     response = StreamingHttpResponse(
-        _events(hub, opened, seen), content_type="text/event-stream; charset=utf-8"
+        _events(hub, opened, seen, ticket), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _unavailable(reason: str) -> HttpResponse:
+    """503: the page polls, and tries a stream again later. The connection is closed (ASGI
+    servers honour ``Connection: close``), so that refused streams hold no file open."""
+    response = HttpResponse(reason, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(RETRY_AFTER)
+    response["Cache-Control"] = "no-store"
+    response["Connection"] = "close"
+    # Django's ``django.request`` logger would log each 5xx answer as an error: one line per
+    # refused connection. ``stream_caps`` logs one per episode instead.
+    response._has_been_logged = True  # type: ignore [attr-defined]
     return response
 
 
@@ -212,25 +259,31 @@ class _EveryDatabase(set[str]):
 stream._non_atomic_requests = _EveryDatabase()  # type: ignore [attr-defined]
 
 
-async def _events(hub: subscription.Hub, opened: Stream, seen: int) -> AsyncIterator[str]:
+async def _events(
+    hub: subscription.Hub, opened: Stream, seen: int, ticket: stream_caps.Ticket
+) -> AsyncIterator[str]:
+    def finish(*_task: object) -> None:
+        hub.discard(opened)
+        ticket.release()
+
+    # Cancelled in a send, the generator is left as it is (Django's handler closes the one
+    # that wraps it), and would only finish once collected: its task's end finishes it.
+    task = asyncio.current_task()
+    if task is not None:
+        task.add_done_callback(finish)
     hub.add(opened)
     try:
         if hub.generation != seen:
             hub.catch_up(opened)
-        yield opened.first()
+        yield opened.outbox.begin(opened.first())
         if not opened.rooms:
             yield END  # nothing to follow
             return
         request_thread.let_go()
         while True:
-            remaining = opened.ends_at - time.time()
-            if remaining <= 0:
-                yield END
-                return
-            try:
-                event = await asyncio.wait_for(opened.queue.get(), min(HEARTBEAT, remaining))
-            except asyncio.TimeoutError:
-                event = ": still here\n\n"
+            event = await opened.outbox.next()
             yield event
+            if event == END:
+                return
     finally:
-        hub.discard(opened)
+        finish()

@@ -45,6 +45,9 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "REFRESH_INTERVAL": 30,
     "LIVE_UPDATES": True,
     "JSON_MAX_AGE": 10,
+    "MAX_STREAMS": None,
+    "MAX_STREAMS_PER_CLIENT": 8,
+    "MAX_STREAMS_PER_ADDRESS": 64,
     "SHARDS": 1,
     "SNAPSHOT_MAX_AGE": 2,
     "FLUSH_INTERVAL": 0.1,
@@ -174,6 +177,9 @@ def test_override_settings_is_seen_at_once_and_undone():
             "HIDE_USER",
         ),
         ({"IGNORE_PATHS": ["("]}, "whos_online.E010", "IGNORE_PATHS"),
+        ({"MAX_STREAMS": 0}, "whos_online.E037", "MAX_STREAMS"),
+        ({"MAX_STREAMS_PER_CLIENT": "8"}, "whos_online.E038", "MAX_STREAMS_PER_CLIENT"),
+        ({"MAX_STREAMS_PER_ADDRESS": True}, "whos_online.E039", "MAX_STREAMS_PER_ADDRESS"),
     ],
 )
 def test_invalid_setting_raises_improperly_configured_naming_the_key(
@@ -184,6 +190,17 @@ def test_invalid_setting_raises_improperly_configured_naming_the_key(
         get_config()
     assert code in str(excinfo.value)
     assert f"WHOS_ONLINE[{key!r}]" in str(excinfo.value)
+
+
+def test_the_caps_of_live_streams_may_be_none(settings):
+    settings.WHOS_ONLINE = {
+        "MAX_STREAMS": 500,
+        "MAX_STREAMS_PER_CLIENT": None,
+        "MAX_STREAMS_PER_ADDRESS": None,
+    }
+    config = get_config()
+    assert (config.max_streams, config.max_streams_per_client) == (500, None)
+    assert config.max_streams_per_address is None
 
 
 def test_every_invalid_key_is_named_in_one_error(settings):

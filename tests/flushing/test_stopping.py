@@ -126,6 +126,33 @@ def test_only_the_main_thread_installs_it(sigterm):
 # Handling
 
 
+def test_the_handler_tells_the_live_streams_and_a_failing_receiver_is_logged(queued, caplog):
+    told: list[str] = []
+
+    def streams(**kwargs: object) -> None:
+        told.append("streams")
+
+    def failing(**kwargs: object) -> None:
+        raise RuntimeError("broken")
+
+    lifecycle.asked_to_stop.connect(failing, weak=False)
+    lifecycle.asked_to_stop.connect(streams, weak=False)
+    try:
+        forwarded: list[int] = []
+        stopping.WriteThenHandOn(lambda signum, frame: forwarded.append(signum))(
+            signal.SIGTERM, None
+        )
+    finally:
+        lifecycle.asked_to_stop.disconnect(failing)
+        lifecycle.asked_to_stop.disconnect(streams)
+
+    assert told == ["streams"]
+    assert forwarded == [signal.SIGTERM]
+    [logged] = caplog.records
+    assert "failing" in logged.getMessage()
+    assert "broken" in logged.getMessage()
+
+
 def test_a_process_that_holds_nothing_starts_no_thread(monkeypatch, queued):
     flushing.current()  # made, and empty
     monkeypatch.setattr(stopping, "threading", SimpleNamespace(Thread=None))  # use would fail

@@ -2,7 +2,9 @@
 
 Django's ``AsyncClient`` reads a response to its end; a stream ends only when the page goes. This
 calls the ASGI application with a scope of its own and reads what it sends as it comes, one
-server-sent event at a time, then says the client is gone (``http.disconnect``).
+server-sent event at a time, then says the client is gone (``http.disconnect``). A client that
+stops reading is a ``send`` that does not return until it reads again (``stop_reading``), as a
+server's does once its buffer is full.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ if TYPE_CHECKING:
 class Stream:
     """One request through the ASGI stack, its status, headers and events as they come."""
 
-    def __init__(self, url: str, *, cookies: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        cookies: dict[str, str] | None = None,
+        method: str = "GET",
+        client: str = "203.0.113.7",
+    ) -> None:
         parts = urlsplit(url)
         headers = [(b"host", b"testserver"), (b"accept", b"text/event-stream")]
         if cookies:
@@ -34,14 +43,14 @@ class Stream:
             "type": "http",
             "asgi": {"version": "3.0"},
             "http_version": "1.1",
-            "method": "GET",
+            "method": method,
             "scheme": "http",
             "path": parts.path,
             "raw_path": parts.path.encode(),
             "query_string": parts.query.encode(),
             "root_path": "",
             "headers": headers,
-            "client": ("203.0.113.7", 50000),
+            "client": (client, 50000),
             "server": ("testserver", 80),
         }
         self.status = 0
@@ -51,12 +60,14 @@ class Stream:
         self._buffer = ""
         self.ended = False
         self._task: asyncio.Task[None] | None = None
+        self._reading = asyncio.Event()
+        self._reading.set()
+        #: Messages whose ``send`` is waiting for the client to read again.
+        self.waiting = 0
 
     async def open(self, timeout: float = 30) -> Stream:
         await self._inbox.put({"type": "http.request", "body": b"", "more_body": False})
-        self._task = asyncio.ensure_future(
-            ASGIHandler()(self.scope, self._inbox.get, self._outbox.put)
-        )
+        self._task = asyncio.ensure_future(ASGIHandler()(self.scope, self._inbox.get, self._send))
         getting = asyncio.ensure_future(self._outbox.get())
         await asyncio.wait(
             [getting, self._task], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -71,6 +82,41 @@ class Stream:
         self.status = start["status"]
         self.headers = {k.decode().lower(): v.decode() for k, v in start["headers"]}
         return self
+
+    async def _send(self, message: Mapping[str, Any]) -> None:
+        if not self._reading.is_set():
+            self.waiting += 1
+            try:
+                await self._reading.wait()
+            finally:
+                self.waiting -= 1
+        await self._outbox.put(message)
+
+    def stop_reading(self) -> None:
+        """From the next message on, the server's ``send`` waits until ``read_again``."""
+        self._reading.clear()
+
+    def read_again(self) -> None:
+        self._reading.set()
+
+    @property
+    def handled(self) -> bool:
+        """Whether the ASGI application has returned."""
+        return self._task is not None and self._task.done()
+
+    async def sending(self, timeout: float = 10) -> None:
+        """Until a message waits for the client to read again."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.waiting:
+            assert loop.time() < deadline, "nothing was sent"
+            await asyncio.sleep(0.01)
+
+    async def handled_within(self, timeout: float = 10) -> bool:
+        """Whether the ASGI application returns within ``timeout`` seconds."""
+        assert self._task is not None
+        done, _ = await asyncio.wait([self._task], timeout=timeout)
+        return bool(done)
 
     async def event(self, timeout: float = 10) -> tuple[str, str]:
         """The next event, as (its name, its data): ("message", …) for a state, ("", "") for

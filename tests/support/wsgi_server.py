@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from tests.support.redis_server import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,9 +84,13 @@ def uvicorn(
     workers: int = 1,
     checkout: Path = ROOT,
     factory: str = "django.core.asgi:get_asgi_application",
+    log_level: str = "warning",
+    open_files: int | None = None,
+    options: tuple[str, ...] = (),
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Serve Django's ASGI application (or the one ``factory`` returns) with uvicorn until the
-    block ends (see ``gunicorn``)."""
+    block ends (see ``gunicorn``); ``open_files`` lowers the server's soft limit of open files,
+    ``options`` go to uvicorn as they are."""
     port = free_port()
     command = [
         sys.executable,
@@ -98,15 +103,32 @@ def uvicorn(
         "--workers",
         str(workers),
         "--log-level",
-        "warning",
+        log_level,
         "--no-access-log",
         "--app-dir",
         str(checkout),
+        *options,
         "--factory",
         factory,
     ]
-    with _serving(command, env, log, port=port, ready_path=ready_path, cwd=checkout) as process:
+    with _serving(
+        command,
+        env,
+        log,
+        port=port,
+        ready_path=ready_path,
+        cwd=checkout,
+        limit=None if open_files is None else _open_files_limit(open_files),
+    ) as process:
         yield port, process
+
+
+def _open_files_limit(soft: int) -> Callable[[], None]:
+    def limit() -> None:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return limit
 
 
 @contextlib.contextmanager
@@ -123,7 +145,14 @@ def runserver(
 
 @contextlib.contextmanager
 def _serving(
-    command: list[str], env: dict[str, str], log: Path, *, port: int, ready_path: str, cwd: Path
+    command: list[str],
+    env: dict[str, str],
+    log: Path,
+    *,
+    port: int,
+    ready_path: str,
+    cwd: Path,
+    limit: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -133,6 +162,7 @@ def _serving(
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=limit,  # noqa: PLW1509 - setrlimit only, in the child
         )
     try:
         _wait_until_serving(process, port, log, ready_path)

@@ -56,6 +56,16 @@ def whole(
     return problems
 
 
+def whole_or_none(minimum: int, *, wanted: str) -> Callable[[Any], list[str]]:
+    """None, or what ``whole(minimum)`` takes; ``wanted`` says so in the setting's terms."""
+    check = whole(minimum, wanted=wanted)
+
+    def problems(value: Any) -> list[str]:
+        return [] if value is None else check(value)
+
+    return problems
+
+
 #: Longest FLUSH_INTERVAL: what a crash may lose, and how late other processes see a visit.
 MAX_FLUSH_INTERVAL: Final = 10
 

@@ -199,6 +199,35 @@ class Config:
     #: Whether flushes publish what they changed and the stream view serves pages (``live``).
     live_updates: bool = rules.setting("LIVE_UPDATES", True, "whos_online.E036", rules.boolean)
     json_max_age: int = rules.setting("JSON_MAX_AGE", 10, "whos_online.E024", rules.whole(0))
+    #: Live streams one process opens at most; None: half its soft limit of open files
+    #: (``reading.stream_caps``).
+    max_streams: int | None = rules.setting(
+        "MAX_STREAMS",
+        None,
+        "whos_online.E037",
+        rules.whole_or_none(1, wanted="None or an integer of at least 1"),
+        hint="None (the default) opens at most half as many streams as the process may open "
+        "files (RLIMIT_NOFILE), leaving the other half to pages, Redis and the database.",
+    )
+    #: Live streams one process opens at most for one session; None: no such cap.
+    max_streams_per_client: int | None = rules.setting(
+        "MAX_STREAMS_PER_CLIENT",
+        8,
+        "whos_online.E038",
+        rules.whole_or_none(1, wanted="None or an integer of at least 1"),
+        hint="The default, {default}, is more tabs of one site than a person keeps shown side by "
+        "side (a hidden tab closes its stream); None sets no cap per session.",
+    )
+    #: Live streams one process opens at most for one client address, to requests that have
+    #: no session; None: no such cap.
+    max_streams_per_address: int | None = rules.setting(
+        "MAX_STREAMS_PER_ADDRESS",
+        64,
+        "whos_online.E039",
+        rules.whole_or_none(1, wanted="None or an integer of at least 1"),
+        hint="Counts only requests without a session, which may be many people behind one "
+        "address (an office's NAT): the default is {default}; None sets no cap per address.",
+    )
     shards: int = rules.setting(
         "SHARDS",
         1,

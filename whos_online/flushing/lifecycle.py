@@ -4,13 +4,22 @@ Flags by process id, so that a child forked afterwards inherits neither: the flu
 on the request path (``flusher.writes_at_once``), the SIGTERM handler (``stopping``) and the
 exit (``flusher.write_at_exit``) set them. The first of the two also notes when the stop began,
 from which the writes of a stopping process go on trying through a stall of Redis, for
-``STOP_TIMEOUT`` (``stalls``).
+``STOP_TIMEOUT`` (``stalls``). The handler also tells those who hold connections open (the live
+streams, ``reading.subscription``) to end them, through ``asked_to_stop``: the parts that come
+later in a visit's travel connect to it, since this one may not import them.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Final
+
+from django.dispatch import Signal
+
+#: Sent by the SIGTERM handler (``announce_stop``), on the thread the signal runs on (an ASGI
+#: server's event loop): a receiver must not wait, only have its work done soon.
+asked_to_stop: Final = Signal()
 
 #: The process (by id) that a SIGTERM has reached: from then on it writes what it records at
 #: once (``stopping``). By id, so that a child forked afterwards does not inherit it.
@@ -27,6 +36,12 @@ def stop_soon() -> None:
     global _stopping_in  # noqa: PLW0603 - one flag per process
     _stopping_in = os.getpid()
     _note_stop()
+
+
+def announce_stop() -> None:
+    """Send ``asked_to_stop``; a receiver that fails is logged (by Django, ``django.dispatch``),
+    and the others still run."""
+    asked_to_stop.send_robust(sender=None)
 
 
 def is_stopping() -> bool:

@@ -15,6 +15,8 @@ Where it is installed matters: uvicorn loads the site before it takes the signal
 one process, so the handler runs once, at the end, when uvicorn raises the signal again; its
 ``--workers`` and ``--reload`` processes load the site inside, so the handler runs at the signal,
 before uvicorn's, and the requests the server finishes afterwards write their own visits and hits.
+(The first live stream of a one-process uvicorn installs the handler again, over uvicorn's, so
+that the signal ends the streams before uvicorn waits for them: ``reading.subscription``.)
 A fork inherits the handler (a ``multiprocessing`` child, a fork of a fork); spawn and forkserver
 children install their own when they set Django up.
 
@@ -134,6 +136,7 @@ class WriteThenHandOn:
             return None
         self._ran_in = os.getpid()
         lifecycle.stop_soon()
+        lifecycle.announce_stop()  # the live streams end, and refuse new ones
         if final and lifecycle.is_exiting():
             # Caught writing as it exits (a pool's worker that ended just as the pool was
             # terminated): ending now would cut that write off, and the process ends after it.
@@ -160,6 +163,8 @@ def wait_for(writer: threading.Thread, made: flusher.Flusher) -> None:
     until = made.retrying_until
     if until is not None and writer.is_alive():
         writer.join(max(0.0, until - time.monotonic()) + flusher.EXIT_WAIT)
+
+
 #: How long the watch waits for the handler to start after a signal, before (and between) its
 #: sending the signal again to the main thread; and for how long, at most, it does so.
 KNOCK_EVERY: Final = 0.1

@@ -21,6 +21,17 @@ widgets poll meanwhile), the log says so once per outage (``breaker``), and it s
 after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Without a message
 for ``HEALTH_EVERY`` seconds it pings, so that a Redis that stopped answering is noticed too.
 Once no stream has been open for ``LINGER`` seconds, it ends.
+
+Its one periodic task (``tick``, every ``TICK`` seconds) does what each stream would otherwise
+need a timer for (``outbox``): a heartbeat after a silence, the end at a stream's end time, the
+cancellation of a stream whose send does not complete, or that does not end when told to.
+
+SIGTERM (``flushing.stopping``, through ``lifecycle.asked_to_stop``) has every hub of the process
+end its streams (``shut_down``): each is sent its end and its response ends, those that cannot
+send it are cancelled after ``outbox.END_GRACE`` seconds, the subscription stops, and the view
+refuses new streams. An ASGI server waits for the responses under way before it exits, so this
+is what lets it exit. uvicorn, run as one process, takes SIGTERM for itself after the site was
+loaded: the first hub of the process installs the handler again, over uvicorn's.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
+from whos_online.flushing import lifecycle, stopping
 from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
@@ -59,6 +71,8 @@ logger = logging.getLogger("whos_online")
 HEALTH_EVERY: Final = 5.0
 #: Seconds the subscription stays up with no stream open.
 LINGER: Final = 30.0
+#: Seconds between two ticks of a hub (``Hub.tick``).
+TICK: Final = 1.0
 #: Seconds before the first attempt to subscribe again; each failure doubles it.
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
@@ -99,6 +113,13 @@ class Listener(Protocol):
     def lost(self, config: Config) -> None:
         """Redis lost its data, or may have: have its reader recorded again (in a thread)."""
 
+    def end(self) -> None:
+        """Have it send its end, and end."""
+
+    def tick(self, now: float | None = None) -> bool:
+        """Its heartbeat, its end or its cancellation, when due (``outbox.Outbox.tick``);
+        False once it has ended."""
+
 
 class Hub:
     """The subscription of one event loop, and the streams it feeds."""
@@ -130,7 +151,9 @@ class Hub:
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
             asyncio.ensure_future(self._read()),
+            asyncio.ensure_future(self._ticking()),
         ]
+        stopping.install_signal_handler()  # over a handler the server set after the site loaded
 
     def add(self, listener: Listener) -> None:
         self.listeners.add(listener)
@@ -162,6 +185,25 @@ class Hub:
         self.done = True
         for task in self._tasks:
             task.cancel()
+
+    def shut_down(self) -> None:
+        """End every stream and the subscription (the process was asked to stop): the tick
+        goes on until the last stream has gone, cancelling those that do not end in time."""
+        for task in self._tasks[:2]:
+            task.cancel()
+        for listener in list(self.listeners):
+            listener.end()
+
+    def tick(self, now: float | None = None) -> None:
+        """Every stream's heartbeat, end or cancellation, when due; those that ended go."""
+        for listener in list(self.listeners):
+            if not listener.tick(now):
+                self.discard(listener)
+
+    async def _ticking(self) -> None:
+        while not (self.done and not self.listeners):
+            await asyncio.sleep(TICK)
+            self.tick()
 
     # The subscription
 
@@ -363,6 +405,15 @@ def hub() -> Hub:
             del hubs[other]
         found = hubs[loop] = Hub()
     return found
+
+
+@receiver(lifecycle.asked_to_stop, dispatch_uid="whos_online.reading.subscription.shut_down")
+def shut_down(**kwargs: object) -> None:
+    """End the streams of every event loop of the process (SIGTERM; from its handler, which
+    runs between two steps of one of those loops, so each hub does it on its own loop)."""
+    for loop, found in list((_hubs.peek() or {}).items()):
+        with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+            loop.call_soon_threadsafe(found.shut_down)
 
 
 @receiver(config_changed, dispatch_uid="whos_online.reading.subscription.reset")

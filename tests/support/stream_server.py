@@ -1,0 +1,27 @@
+"""Django's ASGI application with a live stream's bounds shortened, for tests under a real server
+that cannot wait for a deployment's: each ``WHOS_ONLINE_TEST_<NAME>`` of the environment sets
+``whos_online.reading.outbox.<NAME>`` (seconds), such as ``WHOS_ONLINE_TEST_SEND_BOUND=2``.
+Served as ``--factory tests.support.stream_server:application``."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from django.core.asgi import get_asgi_application
+
+if TYPE_CHECKING:
+    from django.core.handlers.asgi import ASGIHandler
+
+BOUNDS = ("SEND_BOUND", "END_GRACE", "HEARTBEAT")
+
+
+def application() -> ASGIHandler:
+    handler = get_asgi_application()
+    from whos_online.reading import outbox  # once Django is set up
+
+    for name in BOUNDS:
+        value = os.environ.get(f"WHOS_ONLINE_TEST_{name}")
+        if value:
+            setattr(outbox, name, float(value))
+    return handler
