@@ -18,6 +18,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     # Lets the browser tests' live server serve whos_online's scripts and stylesheet.
     "django.contrib.staticfiles",
+    # Token-authenticated API clients (tests/api_urls.py).
+    "rest_framework",
+    "rest_framework.authtoken",
     "whos_online",
 ]
 
