@@ -78,6 +78,15 @@ WHOS_ONLINE: dict[str, object] = {
     "LIVE_UPDATES": False,
 }
 
+# A site's API authentication (tests/api_urls.py sets its own per view; the recipes of
+# docs/beyond-page-views.md use these).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ]
+}
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STATIC_URL = "/static/"
 MEDIA_URL = "/media/"
