@@ -81,6 +81,13 @@ class BearerTokenAssigningUser(HttpBearer):
         return user
 
 
+class BearerTokenKey(HttpBearer):
+    """Returns the token itself, as django-ninja's own guide does: no user."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> str | None:
+        return token if user_of_token(token) is not None else None
+
+
 ninja_api = NinjaAPI(urls_namespace="tests-api")
 
 
@@ -97,6 +104,11 @@ async def ninja_async_me(request: HttpRequest) -> dict[str, str]:
 @ninja_api.get("/assigning-me", auth=BearerTokenAssigningUser())
 def ninja_assigning_me(request: HttpRequest) -> dict[str, str]:
     return {"username": request.user.get_username()}
+
+
+@ninja_api.get("/token-key", auth=BearerTokenKey())
+def ninja_token_key(request: HttpRequest) -> dict[str, bool]:
+    return {"authenticated": request.user.is_authenticated}
 
 
 # A view of the site's own

@@ -110,6 +110,27 @@ def test_an_anonymous_request_of_the_same_client_is_a_bot(r, server):
     assert members(r, "users") == members(r, "guests") == []
 
 
+def test_a_ninja_authentication_that_returns_no_user_leaves_the_request_anonymous(r, server, alice):
+    response = send(
+        server, "get", "/api/ninja/token-key", Authorization=f"Bearer {token_of(alice)}"
+    )
+
+    assert json.loads(response.content) == {"authenticated": False}
+    assert members(r, "bots") == [guest(ADDRESS)]
+    assert members(r, "users") == []
+
+
+def test_a_site_without_authentication_middleware_records_guests(r, server, settings, db):
+    settings.MIDDLEWARE = [
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "whos_online.middleware.WhosOnlineMiddleware",
+    ]
+
+    send(server, "get", "/api/own/me/", agent="Mozilla/5.0")
+
+    assert members(r, "guests") == [guest(ADDRESS)]
+
+
 @pytest.mark.parametrize("endpoint", ["drf", "ninja", "ninja-async"])
 def test_a_cookie_less_token_client_costs_one_write(r, server, alice, redis_calls, endpoint):
     path, scheme = TOKEN_ENDPOINTS[endpoint]
