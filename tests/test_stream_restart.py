@@ -15,8 +15,8 @@ import redis
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from tests.support.asgi_stream import Stream
 from tests.reading.test_viewer import widget_of
+from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure
 from tests.support.redis_server import RedisServer
 from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
