@@ -23,9 +23,17 @@ from ninja import NinjaAPI
 from ninja.security import HttpBearer
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
-from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    permission_classes,
+    renderer_classes,
+)
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import StaticHTMLRenderer
 from rest_framework.response import Response
+
+import whos_online
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -59,6 +67,15 @@ def drf_me(request: Request) -> Response:
 def drf_token_only(request: Request) -> Response:
     """An API that knows tokens only: a browser's session is an AnonymousUser to it."""
     return Response({"authenticated": request.user.is_authenticated})
+
+
+@api_view(["GET"])
+@renderer_classes([StaticHTMLRenderer])
+def drf_topic(request: Request, pk: int) -> Response:
+    """A page that Django REST framework renders, in a room: ``set_room`` is given DRF's
+    ``Request``, which wraps Django's."""
+    whos_online.set_room(request, f"topic:{pk}")
+    return Response(f"<main>topic {pk}</main>")
 
 
 # django-ninja
@@ -163,10 +180,8 @@ def app_view(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpReque
 
 @app_view
 def app_login(request: HttpRequest) -> HttpResponse:
-    credentials = json.loads(request.body)
-    user = authenticate(request, **credentials)
-    if user is None:
-        return JsonResponse({"status": 400}, status=400)
+    user = authenticate(request, **json.loads(request.body))
+    assert user is not None
     login(request, user)
     return JsonResponse({"meta": {"session_token": request.session.session_key}})
 
@@ -176,8 +191,6 @@ def app_session(request: HttpRequest) -> HttpResponse:
     if request.method == "DELETE":
         logout(request)
         return JsonResponse({"status": 401}, status=401)
-    if not request.user.is_authenticated:
-        return JsonResponse({"status": 401}, status=401)
     return JsonResponse({"data": {"user": {"username": request.user.get_username()}}})
 
 
@@ -185,11 +198,9 @@ def app_session(request: HttpRequest) -> HttpResponse:
 async def async_login(request: HttpRequest) -> HttpResponse:
     """An async view that asks who the visitor is before it logs them in: the request's
     ``auser()`` keeps answering the AnonymousUser it found first."""
-    if (await request.auser()).is_authenticated:
-        return JsonResponse({"status": 409}, status=409)
+    assert not (await request.auser()).is_authenticated
     user = await aauthenticate(request, **json.loads(request.body))
-    if user is None:
-        return JsonResponse({"status": 400}, status=400)
+    assert user is not None
     await alogin(request, user)
     return JsonResponse({"meta": {"session_token": request.session.session_key}})
 
@@ -197,6 +208,7 @@ async def async_login(request: HttpRequest) -> HttpResponse:
 urlpatterns: list[URLPattern | URLResolver] = [
     path("api/drf/me/", drf_me),
     path("api/drf/token-only/", drf_token_only),
+    path("api/drf/topics/<int:pk>/", drf_topic),
     path("api/ninja/", ninja_api.urls),
     path("api/own/me/", own_token_view),
     path("_allauth/app/v1/auth/login", app_login),

@@ -121,13 +121,15 @@ def test_a_ninja_authentication_that_returns_no_user_leaves_the_request_anonymou
 
 
 def test_a_site_without_authentication_middleware_records_guests(r, server, settings, db):
+    """Whose API makes every request anonymous: nobody has a session's user to load."""
     settings.MIDDLEWARE = [
         "django.contrib.sessions.middleware.SessionMiddleware",
         "whos_online.middleware.WhosOnlineMiddleware",
     ]
 
-    send(server, "get", "/api/own/me/", agent="Mozilla/5.0")
+    response = send(server, "get", "/api/drf/token-only/", agent="Mozilla/5.0")
 
+    assert json.loads(response.content) == {"authenticated": False}
     assert members(r, "guests") == [guest(ADDRESS)]
 
 
@@ -164,6 +166,13 @@ def test_a_browser_s_session_user_stays_themselves_on_an_api_that_knows_only_tok
 
     assert json.loads(response.content) == {"authenticated": False}
     assert_only_user(r, alice)
+
+
+def test_a_page_of_django_rest_framework_s_puts_its_reader_in_the_room_it_sets(r, server):
+    response = send(server, "get", "/api/drf/topics/1/", agent="Mozilla/5.0")
+
+    assert response["Content-Type"].startswith("text/html")
+    assert whos_online.online_counts(room="topic:1").guests == 1
 
 
 # A login that is the client's first request
