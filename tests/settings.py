@@ -18,6 +18,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     # Lets the browser tests' live server serve whos_online's scripts and stylesheet.
     "django.contrib.staticfiles",
+    # Token-authenticated API clients (tests/api_urls.py).
+    "rest_framework",
+    "rest_framework.authtoken",
     "whos_online",
 ]
 
@@ -73,6 +76,15 @@ WHOS_ONLINE: dict[str, object] = {
     "FLUSH_INTERVAL": 0,
     "ISOLATE_TESTS": False,
     "LIVE_UPDATES": False,
+}
+
+# A site's API authentication (tests/api_urls.py sets its own per view; the recipes of
+# docs/beyond-page-views.md use these).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ]
 }
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -666,3 +666,17 @@ def test_failed_write_is_not_remembered_as_recorded(redis_down, settings, alice)
     assert whos_online.record_user(alice, now=now) is False
 
     assert recent.seen_recently(f"u:{alice.pk}", now, epochs.generation()) is False
+
+
+def test_shows_names_to_applies_show_names_to(settings, alice, staff):
+    """For an endpoint of the site's own API, which authenticated its caller itself."""
+    assert whos_online.shows_names_to(staff)
+    assert not whos_online.shows_names_to(alice)
+    assert not whos_online.shows_names_to(AnonymousUser())
+
+    configure(settings, SHOW_NAMES_TO="authenticated")
+    assert whos_online.shows_names_to(alice)
+    assert not whos_online.shows_names_to(AnonymousUser())
+
+    configure(settings, SHOW_NAMES_TO="everyone")
+    assert whos_online.shows_names_to(AnonymousUser())

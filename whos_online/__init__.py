@@ -28,6 +28,7 @@ __all__ = [
     "record_user",
     "room_token",
     "set_room",
+    "shows_names_to",
     "unique_visitors",
     "update_counter",
 ]
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         record_user,
         room_token,
         set_room,
+        shows_names_to,
         unique_visitors,
         update_counter,
     )

@@ -18,7 +18,7 @@ from whos_online.backend import connection
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
-from whos_online.reading import snapshots
+from whos_online.reading import snapshots, visibility
 from whos_online.reading.room_tokens import room_token
 from whos_online.recording import clients, rooms, visits
 from whos_online.recording.rooms import set_room
@@ -72,6 +72,7 @@ __all__ = [
     "record_user",
     "room_token",
     "set_room",
+    "shows_names_to",
     "unique_visitors",
     "update_counter",
 ]
@@ -90,6 +91,12 @@ def online_counts(room: str | None = None) -> OnlineCounts:
     """How many are online on the site, or in ``room``."""
     found = snapshots.read(0, room=_room(room))
     return EMPTY_COUNTS if found is None else found.counts
+
+
+def shows_names_to(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """Whether ``SHOW_NAMES_TO`` lets ``user`` see who is online by name: for an endpoint of
+    the site's own API, whose authentication (a token, say) the JSON view cannot know."""
+    return visibility.shows_names_to(user, get_config())
 
 
 def _room(room: str | None) -> str:

@@ -145,10 +145,12 @@ def after_view(
         return None
     if page_view and config.count_hits:
         visits.count_hit(now)
-    if moved and _binding_after_view(request, state, config) != _binding_before_view(
-        request, state, config
+    if moved and (
+        state.logged_in_as is not None
+        or _binding_after_view(request, state, config)
+        != _binding_before_view(request, state, config)
     ):
-        # A login or logout: the cookie spoke for another session, and another visitor.
+        # A login or logout: the cookie spoke for another session, or another visitor.
         state.cookie = None
         state.forget_visitor()
     return placement if moved else None

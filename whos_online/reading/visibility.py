@@ -14,9 +14,13 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+
+    AnyUser = AbstractBaseUser | AnonymousUser
 
 
 def may_see_names(request: HttpRequest | None, config: Config) -> bool:
@@ -31,6 +35,13 @@ def may_see_names(request: HttpRequest | None, config: Config) -> bool:
         return bool(rule(AnonymousUser()))
     user = getattr(request, "user", None)
     return user is not None and bool(rule(user))
+
+
+def shows_names_to(user: AnyUser, config: Config) -> bool:
+    """Whether ``SHOW_NAMES_TO`` lets ``user`` see names, for a view that authenticated them
+    itself (an API's token, which the JSON view cannot know)."""
+    rule = config.show_names_to
+    return rule is None or bool(rule(user))
 
 
 def shows_names_to_everyone(config: Config) -> bool:

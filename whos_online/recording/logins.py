@@ -4,7 +4,9 @@ when their throttle cookie runs out.
 A login records the user and takes the visitor's guest entry off in the same step; a logout
 takes the user off and records the visitor as a guest again. Both go through the process's queue
 like any recorded visit (``recording``), and what a logout writes beyond it through the jobs the
-flusher runs with its next flush (``flush_jobs``): neither request waits on Redis.
+flusher runs with its next flush (``flush_jobs``): neither request waits on Redis. Either is, from
+then on, who the request is (``RequestState.logged_in_as``), whatever the view leaves on
+``request.user``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ def user_logged_in(user: AbstractBaseUser, request: HttpRequest | None) -> None:
     recorded request like any other, and waits on Redis no more."""
     config = get_config()
     now = time.time()
-    former = state_of(request).guest_member(config, now) if request is not None else ""
+    former = ""
+    if request is not None:
+        state = state_of(request)
+        state.logged_in_as = user
+        former = state.guest_member(config, now)
     details = users.details(user, config)
     visits.record_soon(config, visits.user_visit(details, now, former_guest=former))
     if former:
@@ -57,6 +63,10 @@ def user_logged_out(
     that the site's processes have written in, which a switch back would show again. Either way
     the request waits on nothing (with ``FLUSH_INTERVAL`` 0, it writes as it always did).
     """
+    if request is not None:
+        from django.contrib.auth.models import AnonymousUser
+
+        state_of(request).logged_in_as = AnonymousUser()
     if user is None or not user.is_authenticated:
         return
     pk = users.pk_text(user)

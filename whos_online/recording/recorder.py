@@ -83,13 +83,14 @@ def record_request(
 async def arecord_request(
     request: HttpRequest, config: Config, now: float, placement: Placement
 ) -> Recorded:
-    """``record_request`` for an ASGI site: the user is loaded with ``request.auser()``, and the
-    visit queued from the event loop, which never waits on Redis for it. With ``FLUSH_INTERVAL``
-    0 the queue is written in a thread of its own, which a client that hangs up cannot cut off.
+    """``record_request`` for an ASGI site: the person is who the view authenticated, as under
+    WSGI, or the session's user, loaded with ``request.auser()`` (``RequestState.auser``); the
+    visit is queued from the event loop, which never waits on Redis for it. With
+    ``FLUSH_INTERVAL`` 0 the queue is written in a thread of its own, which a client that hangs
+    up cannot cut off.
     """
-    auser = getattr(request, "auser", None)  # set by AuthenticationMiddleware
-    user = getattr(request, "user", None) if auser is None else await auser()
-    visitor = state_of(request).visitor(config, now, user)
+    state = state_of(request)
+    visitor = state.visitor(config, now, await state.auser())
     found = _spared(visitor, request, config, now, placement)
     if isinstance(found, Recorded):
         return found

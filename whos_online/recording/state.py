@@ -9,11 +9,19 @@ attributes, and none is worked out again by the next module that needs it.
 
 A request the middleware never saw (rendered by a test's ``RequestFactory``, or on an ignored
 path) gets a state too, when first asked, with ``seen`` false: its viewer is not recorded.
+
+Who the request's person is, is decided after the view, the same way under WSGI and ASGI
+(``RequestState.user``): the view's own authentication (Django REST framework's, django-ninja's, a
+token of the site's own) may have put a user on the request, or a login may have made one.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django.utils.functional import LazyObject, empty
 
 from whos_online.recording import clients
 from whos_online.store import users
@@ -21,7 +29,6 @@ from whos_online.store import users
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
-    from django.http import HttpRequest
 
     from whos_online.config.settings import Config
     from whos_online.recording.throttle import ThrottleCookie
@@ -37,6 +44,8 @@ ATTRIBUTE: Final = "whos_online"
 VIEW_ATTRIBUTE: Final = "whos_online_not_recorded"
 
 _UNSET: Final = object()
+#: What ``RequestState.assigned_user`` answers when only the session can tell who the user is.
+NOT_LOADED: Final = object()
 
 
 class Visitor:
@@ -95,13 +104,16 @@ class RequestState:
         "_candidate",
         "_guest",
         "_visitor",
+        "_visitor_user",
         "cookie",
+        "logged_in_as",
         "not_recorded",
         "request",
         "room",
         "room_by_url",
         "room_title",
         "seen",
+        "session_user",
         "snapshots",
         "stay",
         "token_issued",
@@ -129,10 +141,17 @@ class RequestState:
         self.snapshots: dict[str, Snapshot] = {}
         #: When the room token the request carried was issued (``reading.room_tokens``).
         self.token_issued: int | None = None
+        #: ``request.user`` as the middlewares before the view left it, not loaded (Django's
+        #: lazy object): the session's user, for a view that puts an anonymous one in its place.
+        self.session_user: object = request.__dict__.get("user")
+        #: The user that a login during the request logged in (an AnonymousUser after a
+        #: logout); None if neither happened.
+        self.logged_in_as: AnyUser | None = None
         self._candidate: str | None = None
         self._address: object = _UNSET
         self._guest: object = _UNSET
         self._visitor: object = _UNSET
+        self._visitor_user: object = _UNSET
 
     # The client
 
@@ -177,16 +196,72 @@ class RequestState:
         address = self.address(config)
         return clients.guest_id(address, config, now) if address else ""
 
+    # The person
+
+    def assigned_user(self) -> AnyUser | object | None:
+        """The user the request is recorded as, where that is known without loading anyone, or
+        ``NOT_LOADED`` when only the session can tell. Asked after the view, in this order:
+
+        - the user of a login (or the AnonymousUser of a logout) made during the request, whatever
+          the view left on ``request.user`` afterwards (django-allauth's app API runs its views
+          in a session of its own, and puts the request's own user back after them);
+        - an authenticated user on ``request.user``: one the view or its authentication put there
+          (Django REST framework's, or any ``request.user = ...``), or the middleware's lazy
+          object, once something loaded it;
+        - a user that a django-ninja authentication returned, which it keeps as
+          ``request.auth``;
+        - the middleware's own lazy object, loaded to an anonymous user: the session holds none.
+
+        Neither loads the session or the user, so that a request under ASGI never does so on the
+        event loop. An anonymous user that the view put in the lazy object's place (an API that
+        knows only tokens, called with a browser's session) is no answer: the session decides.
+        """
+        if self.logged_in_as is not None:
+            return self.logged_in_as
+        request = self.request.__dict__
+        user = request.get("user")
+        found = _loaded(user)
+        if found is not NOT_LOADED and getattr(found, "is_authenticated", False):
+            return found
+        auth: object = request.get("auth")
+        if auth is not None and _is_user(auth):
+            return auth
+        if found is NOT_LOADED or user is not self.session_user:
+            return NOT_LOADED
+        return found
+
+    def user(self) -> AnyUser | None:
+        """The user the request is recorded as (see ``assigned_user``), loading the session's
+        if need be (None without ``AuthenticationMiddleware``)."""
+        found = self.assigned_user()
+        if found is NOT_LOADED:
+            found = _load(self.session_user)
+        return found  # type: ignore [return-value]
+
+    async def auser(self) -> AnyUser | None:
+        """``user`` from an event loop, where the session's user is loaded by the request's
+        ``auser()`` (``AuthenticationMiddleware``'s)."""
+        found = self.assigned_user()
+        if found is NOT_LOADED:
+            auser = getattr(self.request, "auser", None)
+            if auser is not None:
+                found = await auser()
+            else:
+                found = await sync_to_async(_load)(self.session_user)
+        return found  # type: ignore [return-value]
+
     def visitor(
         self, config: Config, now: float, user: AnyUser | object | None = _UNSET
     ) -> Visitor | None:
         """Who makes the request, as they are recorded (None for someone who is not: a guest
-        while guests are not tracked, or without a usable address). The user is
-        ``request.user`` unless given (the ASGI path loads it with ``auser()``)."""
-        if self._visitor is _UNSET:
-            if user is _UNSET:
-                user = getattr(self.request, "user", None)
+        while guests are not tracked, or without a usable address). The user is ``user()``
+        unless given (the ASGI path loads it with ``auser()``); worked out again if it is
+        another than last time (the view authenticated someone after a tag looked)."""
+        if user is _UNSET:
+            user = self.user()
+        if self._visitor is _UNSET or user is not self._visitor_user:
             self._visitor = self._work_out_visitor(config, now, user)
+            self._visitor_user = user
         assert self._visitor is None or isinstance(self._visitor, Visitor)
         return self._visitor
 
@@ -199,6 +274,7 @@ class RequestState:
     def forget_visitor(self) -> None:
         """The view logged someone in or out: who makes the request is to be worked out anew."""
         self._visitor = _UNSET
+        self._visitor_user = _UNSET
 
     # What the view said
 
@@ -213,8 +289,34 @@ class RequestState:
         return match is not None and getattr(match.func, VIEW_ATTRIBUTE, False) is True
 
 
+def _loaded(user: object) -> object:
+    """``user``, or what a lazy object holds once loaded (``NOT_LOADED`` before)."""
+    if isinstance(user, LazyObject):
+        held = user._wrapped  # whether it was loaded, as Django's own code asks
+        return NOT_LOADED if held is empty else held
+    return user
+
+
+def _load(user: object) -> object:
+    """``user``, a lazy one loaded (which reads the session and may run an SQL query)."""
+    if isinstance(user, LazyObject):
+        getattr(user, "is_authenticated", None)  # loads it
+    return _loaded(user)
+
+
+def _is_user(value: object) -> bool:
+    from django.contrib.auth.base_user import AbstractBaseUser
+
+    return isinstance(value, AbstractBaseUser) and value.is_authenticated
+
+
 def state_of(request: HttpRequest) -> RequestState:
-    """The state of ``request``, made when first asked."""
+    """The state of ``request``, made when first asked. Django REST framework's ``Request``
+    (which a login made in one of its views hands to Django's signals) stands for the request
+    it wraps."""
+    inner = request.__dict__.get("_request")
+    if isinstance(inner, HttpRequest):
+        request = inner
     state = request.__dict__.get(ATTRIBUTE)
     if isinstance(state, RequestState):
         return state
