@@ -88,6 +88,18 @@ def room_key(shard: keyspace.Shard, room: str, kind: str) -> str:
     return shard.key(f"{ROOM_PREFIX}{room}:{kind}")
 
 
+#: Per person: the sorted set of their connections in rooms (``links:<person key>``; member: the
+#: room, a byte that no room name holds, the connection; score: its last renewal).
+LINKS_PREFIX: Final = "links:"
+#: Between a connection's room and its id in a member of a person's links: 0xFF, which valid
+#: UTF-8 text never holds.
+LINK_SEPARATOR: Final = b"\xff"
+
+
+def links_key(shard: keyspace.Shard, person: str) -> str:
+    return shard.key(f"{LINKS_PREFIX}{person}")
+
+
 #: The shard counts of the layouts the cleanup command has seen, so that it can empty an old one.
 def layouts_key(config: Config) -> str:
     return key(config, "layouts")
