@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 
 import whos_online
 from tests.support.helpers import configure
@@ -19,7 +20,6 @@ from whos_online.signals import came_online, entered_room, left_room
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    import redis
     from django.contrib.auth.models import AbstractUser
 
 CHAT = "chat:lobby"
@@ -332,3 +332,29 @@ def test_a_renewal_is_a_write_of_the_same_member(backend, r: redis.Redis, alice)
     whos_online.enter(CHAT, user=alice, connection="1")
 
     assert r.zcard(f"{{whos_online}}:links:u:{alice.pk}") == 1
+
+
+def commands_run(r: redis.Redis, write: Any) -> dict[str, int]:
+    """The commands Redis ran for ``write()`` (its scripts' own, by INFO commandstats)."""
+    r.config_resetstat()
+    write()
+    found = {
+        name.removeprefix("cmdstat_"): int(stat["calls"])
+        for name, stat in r.info("commandstats").items()
+    }
+    return {name: calls for name, calls in found.items() if name not in {"evalsha", "config"}}
+
+
+def test_page_views_of_people_without_connections_cost_one_read_per_move(
+    real_redis_url, settings, db
+):
+    configure(settings, REDIS_URL=real_redis_url)
+    r = redis.Redis.from_url(real_redis_url)
+    now = time.time()
+    whos_online.record_guest(ADDRESS, room="page:a", now=now)
+
+    stays = commands_run(r, lambda: whos_online.record_guest(ADDRESS, room="page:a", now=now + 1))
+    moves = commands_run(r, lambda: whos_online.record_guest(ADDRESS, room="page:b", now=now + 2))
+
+    assert "zrangebyscore" not in stays  # staying in a room looks for no connection
+    assert moves["zrangebyscore"] == 1  # a move reads the person's connections (none: no key)
