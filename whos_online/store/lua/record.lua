@@ -536,20 +536,25 @@ local function enter(i)
   local kind, member, score, room = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 10]
   local field = place(kind, member)
   local links = links_prefix .. field
-  local kinds = ROOM_KINDS[kind]
   local _, left_page = page_room_of(field, room)
-  local counted = not left_page and counted_in(room, kinds, member, score)
-  rcall('ZREMRANGEBYSCORE', links, '-inf', tonumber(score) - window)
-  rcall('ZADD', links, score, room .. LINK .. ARGV[i + 13])
-  rcall('EXPIRE', links, math.ceil(window) + LINKS_OUTLIVE)
   local set = room_prefix .. room .. ':' .. kind
   local seen = rcall('ZSCORE', set, member)
+  local since = tonumber(score) - window
+  local counted = not left_page and seen and tonumber(seen) > since
+  rcall('ZREMRANGEBYSCORE', links, '-inf', since)
+  rcall('ZADD', links, score, room .. LINK .. ARGV[i + 13])
+  rcall('EXPIRE', links, math.ceil(window) + LINKS_OUTLIVE)
   if not seen or tonumber(seen) < tonumber(score) then
     rcall('ZADD', set, score, member)
   end
   local other = OTHER_USER_SET[kind]
   if other then
-    rcall('ZREM', room_prefix .. room .. ':' .. other, member)
+    -- In the room as the other kind of user until now (they were hidden, or were not).
+    local as_other = rcall('ZSCORE', room_prefix .. room .. ':' .. other, member)
+    if as_other then
+      counted = counted or (not left_page and tonumber(as_other) > since)
+      rcall('ZREM', room_prefix .. room .. ':' .. other, member)
+    end
   end
   touch_room(room, score)
   if not counted then
