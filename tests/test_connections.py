@@ -315,6 +315,27 @@ def test_signals_of_a_page_room_and_a_connection_room_are_apart(backend, heard, 
     assert heard.wait_for(1) == [("left_room", me, CHAT)]
 
 
+def test_a_hidden_user_is_told_as_hidden_as_they_enter_and_leave(backend, hiding_bob, bob):
+    told: list[tuple[str, str]] = []
+
+    def heard(sender: object, **kwargs: Any) -> None:
+        told.append((kwargs["kind"], kwargs.get("room", "")))
+
+    for signal in (entered_room, left_room):
+        signal.connect(heard, weak=False, dispatch_uid="tests.links.hidden")
+    try:
+        whos_online.enter(CHAT, user=bob, connection="1")
+        whos_online.leave(CHAT, user=bob, connection="1")
+        deadline = time.monotonic() + 10
+        while len(told) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        for signal in (entered_room, left_room):
+            signal.disconnect(dispatch_uid="tests.links.hidden")
+
+    assert told == [("hidden", CHAT), ("hidden", CHAT)]
+
+
 def test_a_guest_s_signals_name_their_pseudonym(backend, heard, db):
     whos_online.enter(CHAT, address=ADDRESS, connection="1")
     me = guest_id(ADDRESS, get_config(), time.time())

@@ -89,11 +89,8 @@ def room_key(shard: keyspace.Shard, room: str, kind: str) -> str:
 
 
 #: Per person: the sorted set of their connections in rooms (``links:<person key>``; member: the
-#: room, a byte that no room name holds, the connection; score: its last renewal).
+#: room, the byte 0xFF that no room name holds, the connection; score: its last renewal).
 LINKS_PREFIX: Final = "links:"
-#: Between a connection's room and its id in a member of a person's links: 0xFF, which valid
-#: UTF-8 text never holds.
-LINK_SEPARATOR: Final = b"\xff"
 
 
 def links_key(shard: keyspace.Shard, person: str) -> str:

@@ -581,14 +581,19 @@ local function leave_link(i)
   end
   local kinds = ROOM_KINDS[kind]
   local counted = not left_page and counted_in(room, kinds, member, score)
+  local held_by
   for _, set_kind in ipairs(kinds) do
-    rcall('ZREM', room_prefix .. room .. ':' .. set_kind, member)
+    if rcall('ZREM', room_prefix .. room .. ':' .. set_kind, member) == 1 then
+      held_by = held_by or set_kind
+    end
   end
   if left_page then
     rcall('HDEL', where, field)
   end
   if counted then
-    changed('', room, '')
+    -- Told as the kind of the set that held them: a leave names a user 'users' whether hidden
+    -- or not, and a hidden one must not be told as shown.
+    changed((held_by or kind) .. ':' .. member, room, '')
   end
 end
 
