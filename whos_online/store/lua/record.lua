@@ -364,7 +364,6 @@ do
   end
 end
 
--- Returns 1 if the visitor was not online until now.
 -- Returns 1 if the visitor was not online until now, and 'gone' besides when it was not recorded
 -- for being older than the user's logout or erasure.
 local function visit(i)
@@ -460,8 +459,9 @@ local function visit(i)
   elseif mode == 'stay' and was and was ~= room then
     room = was -- a later page of theirs (another tab) put them in another room
   end
-  -- A room one of their connections holds they neither leave nor enter by a page view.
-  local moves = (was and (was ~= room or left)) or (room ~= '' and was ~= room)
+  -- A room one of their connections holds they neither leave nor enter by a page view: looked
+  -- up only when the visit would take them out of a room or into one.
+  local moves = (was and not left and was ~= room) or (room ~= '' and (was ~= room or left))
   local held = moves and linked_rooms(field, score) or {}
   local leaves = was and not left and was ~= room and not held[was]
   local enters = room ~= '' and (was ~= room or left) and not held[room]
