@@ -218,3 +218,53 @@ def test_the_default_renewal_is_a_third_of_the_window(settings, monkeypatch):
     assert Chat().presence_renewal_interval() == 100.0
     monkeypatch.setattr(Chat, "presence_renew_every", 7.5)
     assert Chat().presence_renewal_interval() == 7.5
+
+
+def test_the_connection_is_the_consumer_s_channel_name_with_a_channel_layer():
+    consumer = Chat()
+    first = consumer.get_presence_connection()
+    assert first == consumer.get_presence_connection()  # made once
+    assert first != Chat().get_presence_connection()
+
+    consumer.channel_name = "specific.abc!def"
+    assert consumer.get_presence_connection() == "specific.abc!def"
+
+
+def test_parting_a_room_not_joined_changes_nothing(backend, alice):
+    async def scenario() -> list[str]:
+        communicator = socket(alice)
+        await communicator.connect()
+        await communicator.send_to(text_data="part chat:elsewhere")
+        await communicator.receive_from()
+        inside = await names()
+        await communicator.disconnect()
+        return inside
+
+    assert run(scenario) == ["alice"]
+
+
+def test_a_renewal_that_fails_is_logged_and_the_next_one_tried(backend, monkeypatch, caplog, alice):
+    calls: list[str] = []
+    real = api.aenter
+
+    async def failing(room: str, **kwargs: Any) -> bool:
+        calls.append(room)
+        if len(calls) == 2:  # the first renewal
+            raise RuntimeError("a bug of the site's HIDE_USER")
+        return await real(room, **kwargs)
+
+    monkeypatch.setattr(api, "aenter", failing)
+    monkeypatch.setattr(Chat, "presence_renew_every", 0.01)
+
+    async def scenario() -> None:
+        communicator = socket(alice)
+        await communicator.connect()
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            await communicator.receive_nothing(0.01)
+        await communicator.disconnect()
+
+    run(scenario)
+
+    assert len(calls) >= 3  # renewed again after the failure
+    assert "could not renew a connection's rooms" in caplog.text

@@ -379,3 +379,10 @@ def test_page_views_of_people_without_connections_cost_one_read_per_move(
 
     assert "zrangebyscore" not in stays  # staying in a room looks for no connection
     assert moves["zrangebyscore"] == 1  # a move reads the person's connections (none: no key)
+
+
+def test_a_full_queue_says_it_could_not_keep_the_connection(backend, monkeypatch, alice):
+    monkeypatch.setattr(flusher.current(), "put", lambda item: False)
+
+    assert whos_online.enter(CHAT, user=alice, connection="1") is False
+    assert names(CHAT) == []
