@@ -119,9 +119,10 @@ def package(session: nox.Session) -> None:
 
 @nox.session
 def example(session: nox.Session) -> None:
-    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set; its /metrics
-    page needs the ``prometheus`` extra."""
-    install(session, "server", extras=("prometheus",))
+    """The example site, on a throw-away redis-server unless ``REDIS_URL`` is set, served by
+    uvicorn with its chat's Channels (the ``example`` group); its /metrics page needs the
+    ``prometheus`` extra."""
+    install(session, "server", "example", extras=("prometheus",))
     session.run("python", "scripts/example.py", *session.posargs)
 
 

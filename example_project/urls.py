@@ -10,6 +10,8 @@ urlpatterns = [
     path("forum/", views.forum, name="forum"),
     path("forum/topics/<int:pk>/", views.topic, name="topic"),
     path("forum/topics/<int:pk>/read/", views.mark_read, name="mark_read"),
+    # The chat's page; its WebSocket is routed in asgi.py (routing.py).
+    path("chat/", views.chat, name="chat"),
     path("accounts/", include("django.contrib.auth.urls")),
     # The view the live widget polls (/online/widget/), the JSON view of the counts
     # (/online/counts.json) and the staff dashboard (/online/).

@@ -10,6 +10,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_POST
 
+import whos_online
 from example_project.models import Board, Topic
 from whos_online.decorators import not_recorded
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 #: The repository's root, where manage.py is.
 ROOT = Path(__file__).resolve().parent.parent
+#: The chat's room: its sockets' (``routing``: ``/ws/chat/lobby/``) and its page's.
+CHAT_ROOM = "chat:lobby"
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -36,6 +39,14 @@ def topic(request: HttpRequest, pk: int) -> HttpResponse:
     """
     found = get_object_or_404(Topic._default_manager.select_related("board"), pk=pk)
     return render(request, "topic.html", {"topic": found})
+
+
+def chat(request: HttpRequest) -> HttpResponse:
+    """A chat: its WebSocket (``consumers.ChatConsumer``) holds its person in the room
+    ``chat:lobby`` while it is open, in however many tabs, whatever page they read in another
+    one; the page is in the room too, and says who is in it, live."""
+    whos_online.set_room(request, CHAT_ROOM, title="Chat")
+    return render(request, "chat.html", {"room": CHAT_ROOM})
 
 
 @require_POST

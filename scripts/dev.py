@@ -3,7 +3,7 @@
 
     python3 scripts/dev.py test [pytest arguments]    # nox -s tests
     python3 scripts/dev.py lint                       # nox -s lint
-    python3 scripts/dev.py example [runserver args]   # nox -s example
+    python3 scripts/dev.py example [host:port]        # nox -s example
     python3 scripts/dev.py bench [bench arguments]    # nox -s bench
     python3 scripts/dev.py bench failover             # capacity, failover, outages: run alone
     python3 scripts/dev.py nox [nox arguments]        # anything else nox does

@@ -1,10 +1,11 @@
 """Run the example site (``python3 scripts/dev.py example``, which runs it in nox's ``example``
-session): migrate, seed the demo, and serve it with ``runserver``.
+session): migrate, seed the demo, and serve it with uvicorn, which carries the chat's WebSockets
+too (``example_project/asgi.py``).
 
 Unless ``REDIS_URL`` is set, a throw-away redis-server (the one the test session uses, from the
 ``server`` dependency group) runs on a free loopback port for as long as the site does. Its URL is
 given to the site's process only, so the cleanup command to run by hand is printed with it.
-Arguments go to ``runserver`` (default ``127.0.0.1:8000``).
+An argument gives the address to serve on, as runserver takes it (default ``127.0.0.1:8000``).
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ def manage(*arguments: str, env: dict[str, str]) -> int:
     return subprocess.call([sys.executable, "manage.py", *arguments], cwd=ROOT, env=env)
 
 
-def serve(runserver_arguments: list[str], env: dict[str, str]) -> int:
+def serve(arguments: list[str], env: dict[str, str]) -> int:
     for step in (["migrate", "--noinput"], ["whos_online_demo"]):
         code = manage(*step, env=env)
         if code:
             return code
+    host, _, port = (arguments[0] if arguments else "127.0.0.1:8000").rpartition(":")
+    command = [sys.executable, "-m", "uvicorn", "example_project.asgi:application"]
+    command += ["--host", host or "127.0.0.1", "--port", port]
+    print(f"example: serving http://{host or '127.0.0.1'}:{port}/", flush=True)
     try:
-        return manage("runserver", *(runserver_arguments or ["127.0.0.1:8000"]), env=env)
+        return subprocess.call(command, cwd=ROOT, env=env)
     except KeyboardInterrupt:
         return 0
 

@@ -773,7 +773,7 @@ def test_every_text_of_the_example_is_readable_in_light_and_dark(backend, browse
 
     page = example_page(browser, 1366, scheme)
     log_in(page, example, "admin")
-    for path in ("/", "/forum/", "/forum/topics/1/", "/online/"):
+    for path in ("/", "/forum/", "/forum/topics/1/", "/chat/", "/online/"):
         page.goto(f"{example}{path}")
         assert page.evaluate(LOW_CONTRAST, AA) == [], path
     page.goto(f"{example}/")

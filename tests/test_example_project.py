@@ -229,6 +229,23 @@ def test_the_example_session_installs_everything_the_example_imports(monkeypatch
         if requirement.marker is None
         or any(requirement.marker.evaluate({"extra": extra}) for extra in ["", *extras])
     }
+    groups = [installed[index + 1] for index, word in enumerate(installed) if word == "--group"]
+    environment |= {canonicalize_name(Requirement(line).name) for line in group_lines(groups)}
     needed = imported_distributions([ROOT / "example_project", ROOT / "scripts" / "example.py"])
-    assert {"django", "prometheus-client"} <= needed  # the search itself works
+    assert {"django", "prometheus-client", "channels"} <= needed  # the search itself works
     assert sorted(needed - environment) == []
+
+
+def group_lines(groups: list[str]) -> list[str]:
+    """The requirements of the dependency groups ``groups`` of pyproject.toml, with those they
+    include."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]
+    lines: list[str] = []
+    for group in groups:
+        for entry in declared[group]:
+            if isinstance(entry, dict):
+                lines += group_lines([entry["include-group"]])
+            else:
+                lines.append(entry)
+    return lines

@@ -13,6 +13,8 @@ import time
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import sync_to_async
+
 from whos_online import signals, store
 from whos_online.backend import connection
 from whos_online.config.settings import get_config
@@ -20,7 +22,7 @@ from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import snapshots, visibility
 from whos_online.reading.room_tokens import room_token
-from whos_online.recording import clients, rooms, visits
+from whos_online.recording import clients, links, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import counters, pruning
@@ -39,7 +41,7 @@ from whos_online.store.results import (
 from whos_online.store.users import pk_text, pk_values
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
@@ -56,12 +58,22 @@ __all__ = [
     "OnlineUser",
     "Peak",
     "Presence",
+    "aenter",
+    "aflush",
+    "ais_online",
+    "alast_seen",
+    "aleave",
+    "aonline_counts",
+    "aonline_users",
+    "apresence",
     "clean_counters",
+    "enter",
     "flush",
     "forget_user",
     "get_counter",
     "is_online",
     "last_seen",
+    "leave",
     "online_counts",
     "online_user_pks",
     "online_users",
@@ -375,3 +387,147 @@ def unique_visitors(day: date | datetime | None = None) -> int:
 
 def _utc_date(timestamp: float) -> date:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).date()
+
+
+def enter(
+    room: str,
+    *,
+    user: AbstractBaseUser | AnonymousUser | None = None,
+    address: str | None = None,
+    connection: str,
+    now: float | datetime | None = None,
+) -> bool:
+    """Put the person of ``connection`` in ``room`` while it stays (a chat's WebSocket, say):
+    ``user`` if authenticated, else the guest at ``address`` (``record_guest``'s pseudonym; which
+    address is the client's, behind proxies, is the caller's to say). Call it again within
+    ``WINDOW`` to renew it, and ``leave`` when it closes.
+
+    A person is in a room while any of their connections there is (renewed within ``WINDOW``),
+    apart from the room of their page: a page view elsewhere takes them out of none, and leaving
+    takes them off no page. Entering keeps them online site-wide too. Queued and written with
+    the process's next flush; False when it may not be stored soon (Redis known to be down, the
+    queue full). Runs ``HIDE_USER`` and ``DISPLAY_NAME``, which may read the database: from
+    async code, call ``aenter``.
+    """
+    timestamp = as_timestamp(now)
+    config = get_config()
+    link = links.entering(
+        config,
+        _room(room),
+        links.check_connection(connection),
+        timestamp,
+        user=user,
+        address=address,
+    )
+    return links.send(config, link)
+
+
+def leave(
+    room: str,
+    *,
+    user: AbstractBaseUser | AnonymousUser | None = None,
+    address: str | None = None,
+    connection: str,
+    now: float | datetime | None = None,
+) -> bool:
+    """Take ``connection`` out of ``room`` (``enter``'s, with the same person): its person
+    leaves the room with the last of their connections there, unless it is the room of their
+    page. Queued like ``enter``; never reads the database."""
+    timestamp = as_timestamp(now)
+    config = get_config()
+    link = links.leaving(
+        config,
+        _room(room),
+        links.check_connection(connection),
+        timestamp,
+        user=user,
+        address=address,
+    )
+    return links.send(config, link)
+
+
+# The async API. Writes (``aenter``, ``aleave``) queue from the event loop, which never waits on
+# Redis for them; only a write at once (FLUSH_INTERVAL 0, a stopping process) and a HIDE_USER or
+# DISPLAY_NAME that reads the database go to a thread. Reads run the sync API in a thread of
+# asgiref's pool (not Django's one thread for the database, where they would queue behind the
+# site's queries): they go through the same client, breakers and flush-before-read as the sync
+# API, on one Redis, a Sentinel's master or a Cluster alike.
+
+
+async def aenter(
+    room: str,
+    *,
+    user: AbstractBaseUser | AnonymousUser | None = None,
+    address: str | None = None,
+    connection: str,
+    now: float | datetime | None = None,
+) -> bool:
+    """``enter`` for async code (a Channels consumer): never blocks the event loop."""
+    timestamp = as_timestamp(now)
+    config = get_config()
+    link = await links.aentering(
+        config,
+        _room(room),
+        links.check_connection(connection),
+        timestamp,
+        user=user,
+        address=address,
+    )
+    return await links.asend(config, link)
+
+
+async def aleave(
+    room: str,
+    *,
+    user: AbstractBaseUser | AnonymousUser | None = None,
+    address: str | None = None,
+    connection: str,
+    now: float | datetime | None = None,
+) -> bool:
+    """``leave`` for async code: never blocks the event loop."""
+    timestamp = as_timestamp(now)
+    config = get_config()
+    link = links.leaving(
+        config,
+        _room(room),
+        links.check_connection(connection),
+        timestamp,
+        user=user,
+        address=address,
+    )
+    return await links.asend(config, link)
+
+
+def _in_thread(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    return sync_to_async(function, thread_sensitive=False)
+
+
+async def aonline_users(limit: int | None = None, room: str | None = None) -> list[OnlineUser]:
+    """``online_users`` for async code, read in a thread."""
+    return await _in_thread(online_users)(limit, room)
+
+
+async def aonline_counts(room: str | None = None) -> OnlineCounts:
+    """``online_counts`` for async code, read in a thread."""
+    return await _in_thread(online_counts)(room)
+
+
+async def ais_online(user: AbstractBaseUser | AnonymousUser) -> bool:
+    """``is_online`` for async code, read in a thread."""
+    return await _in_thread(is_online)(user)
+
+
+async def alast_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
+    """``last_seen`` for async code, read in a thread."""
+    return await _in_thread(last_seen)(user)
+
+
+async def apresence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presence]:
+    """``presence`` for async code, read in a thread. ``users`` is taken in the loop: a list of
+    users or primary keys (an unevaluated queryset cannot be iterated there)."""
+    return await _in_thread(presence)(list(users))
+
+
+async def aflush() -> bool:
+    """``flush`` for async code, written in a thread."""
+    return await _in_thread(flush)()

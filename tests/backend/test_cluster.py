@@ -241,3 +241,23 @@ def test_a_test_process_s_keys_are_removed_from_every_master(sharded, cluster, s
     isolated_keys.remove_at_exit(prefixes=[prefix])
 
     assert sorted(text(key) for key in client.scan_iter()) == live
+
+
+def test_connections_hold_people_in_rooms_apart_from_their_pages(
+    on_cluster, alice: AbstractUser, bob: AbstractUser
+):
+    whos_online.enter("chat:lobby", user=alice, connection="tab-1")
+    whos_online.enter("chat:lobby", user=alice, connection="tab-2")
+    whos_online.enter("chat:lobby", user=bob, connection="tab-3")
+    whos_online.enter("chat:lobby", address="198.51.100.9", connection="tab-4")
+    whos_online.record_user(alice, room="page:a")
+    whos_online.leave("chat:lobby", user=alice, connection="tab-1")
+    whos_online.leave("chat:lobby", user=bob, connection="tab-3")
+
+    assert [user.name for user in whos_online.online_users(room="chat:lobby")] == ["alice"]
+    assert whos_online.online_counts(room="chat:lobby").total == 2
+    assert [user.name for user in whos_online.online_users(room="page:a")] == ["alice"]
+    whos_online.leave("chat:lobby", user=alice, connection="tab-2")
+    assert whos_online.online_users(room="chat:lobby") == []
+    assert whos_online.forget_user(alice)
+    assert whos_online.online_counts(room="page:a").users == 0

@@ -388,3 +388,15 @@ def test_a_refusal_by_a_replica_just_announced_as_promoted_is_tried_again(on_sen
     later = time.monotonic() + sentinels.PROMOTION_GRACE
     monkeypatch.setattr(sentinels, "time", SimpleNamespace(monotonic=lambda: later))
     assert connection.masters.moved_after(client, refused) is False
+
+
+def test_connections_hold_people_in_rooms_on_the_master(on_sentinel, alice):
+    whos_online.enter("chat:lobby", user=alice, connection="tab-1")
+    whos_online.enter("chat:lobby", user=alice, connection="tab-2")
+    whos_online.leave("chat:lobby", user=alice, connection="tab-1")
+
+    assert [user.name for user in whos_online.online_users(room="chat:lobby")] == ["alice"]
+    master = on_sentinel.current_master().client()
+    assert master.zcard(f"{{whos_online}}:links:u:{alice.pk}") == 1
+    whos_online.leave("chat:lobby", user=alice, connection="tab-2")
+    assert whos_online.online_users(room="chat:lobby") == []

@@ -17,8 +17,8 @@ from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.flushing import hits
 from whos_online.store import epochs
-from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry
-from whos_online.store.visit import Visit
+from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry, link_entry
+from whos_online.store.visit import Link, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,9 +30,12 @@ if TYPE_CHECKING:
 
 
 def entries(config: Config, item: Item) -> list[Entry]:
-    """The entries a queued item makes: a visit's (one per shard it touches), or a leave's."""
+    """The entries a queued item makes: a visit's (one per shard it touches), a leave's, or a
+    connection's."""
     if isinstance(item, Visit):
         return entries_of(config, item)
+    if isinstance(item, Link):
+        return [link_entry(config, item)]
     return [leave_room_entry(config, item.kind, item.member, item.room, at=item.at)]
 
 

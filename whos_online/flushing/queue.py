@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from whos_online.store.people import person_key
-from whos_online.store.visit import GO, KEEP, STAY, Visit
+from whos_online.store.visit import GO, KEEP, STAY, Link, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,7 +50,7 @@ class RoomLeave:
         return person_key(self.kind, self.member)
 
 
-Item = Visit | RoomLeave
+Item = Visit | RoomLeave | Link
 
 
 def merge(earlier: Visit, later: Visit) -> Visit:
@@ -70,14 +70,25 @@ def merge(earlier: Visit, later: Visit) -> Visit:
     )
 
 
-def _key(item: Item) -> str:
-    return item.person if isinstance(item, Visit) else f"leave:{item.person}"
+#: What the queue holds an item by: a person's key (a visit), ``leave:`` and it (a leave), or a
+#: connection's person, room and id.
+Key = str | tuple[str, str, str]
+
+
+def _key(item: Item) -> Key:
+    """A visit is queued by person, a leave by person too (apart), a connection's entering or
+    leaving by person, room and connection: the later of two of one connection wins."""
+    if isinstance(item, Visit):
+        return item.person
+    if isinstance(item, Link):
+        return (item.person, item.room, item.connection)
+    return f"leave:{item.person}"
 
 
 class VisitQueue:
     def __init__(self, size: int = QUEUE_SIZE) -> None:
         self.size = size
-        self._items: OrderedDict[str, Item] = OrderedDict()
+        self._items: OrderedDict[Key, Item] = OrderedDict()
         self._lock = threading.Lock()
         #: How many items ``take`` handed out that are not settled yet.
         self._taken = 0

@@ -88,6 +88,15 @@ def room_key(shard: keyspace.Shard, room: str, kind: str) -> str:
     return shard.key(f"{ROOM_PREFIX}{room}:{kind}")
 
 
+#: Per person: the sorted set of their connections in rooms (``links:<person key>``; member: the
+#: room, the byte 0xFF that no room name holds, the connection; score: its last renewal).
+LINKS_PREFIX: Final = "links:"
+
+
+def links_key(shard: keyspace.Shard, person: str) -> str:
+    return shard.key(f"{LINKS_PREFIX}{person}")
+
+
 #: The shard counts of the layouts the cleanup command has seen, so that it can empty an old one.
 def layouts_key(config: Config) -> str:
     return key(config, "layouts")

@@ -18,6 +18,7 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_WHERE,
     gone_key,
+    links_key,
     score,
     user_key,
     user_shard,
@@ -53,10 +54,13 @@ def remove_user(
     they were seen since (a visit from another device); with ``erase``, whenever they were seen,
     and drop their last-seen record too.
 
-    Either way a mark says when they left (the time, no more), so that a visit of theirs from
-    before, still on its way from a process or sent again after an outage, does not bring them
-    back: for ``WINDOW`` after a logout (a visit older than that no longer counts anyway), for
-    ``ERASURE_MARK_LIVES`` after an erasure (which would otherwise write their name again).
+    An erasure also takes them out of the rooms their connections hold, and forgets those; a
+    logout leaves them there (a connection holds the identity it was opened with until it
+    leaves). Either way a mark says when they left (the time, no more), so that a visit of
+    theirs from before, still on its way from a process or sent again after an outage, does not
+    bring them back: for ``WINDOW`` after a logout (a visit older than that no longer counts
+    anyway), for ``ERASURE_MARK_LIVES`` after an erasure (which would otherwise write their name
+    again).
     ``shards`` names another layout than the configured one (the cleanup's old layouts, an
     erasure's).
     """
@@ -64,7 +68,7 @@ def remove_user(
     keys = [shard.key("users"), shard.key("hidden"), shard.key(ROOMS_WHERE), gone_key(shard, pk)]
     mark_lives = config.window
     if erase:
-        keys.append(user_key(shard, pk))
+        keys += [user_key(shard, pk), links_key(shard, user_person_key(pk))]
         mark_lives = max(config.window, ERASURE_MARK_LIVES)
     arguments: list[str | int | float] = [
         pk,

@@ -36,19 +36,23 @@ from whos_online.store.keys import (
 from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.replies import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
+from whos_online.store.visit import KEEP
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
-    from whos_online.store.visit import Visit
+    from whos_online.store.visit import Link, Visit
 
 #: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
-#: and rooms of its shard, a page's reader leaving its room.
+#: and rooms of its shard, a page's reader leaving its room, a connection entering (or renewing)
+#: its room, a connection leaving it.
 VISIT: Final = "v"
 LEAVE: Final = "l"
 LEAVE_ROOM: Final = "r"
+ENTER: Final = "e"
+EXIT: Final = "x"
 #: The arguments of a batch before its entries, and of each entry, in the order
 #: ``lua/record.lua`` reads them (its header says what each holds; a test checks the two agree).
 HEADER_ARGUMENTS: Final = (
@@ -84,6 +88,7 @@ ENTRY_ARGUMENTS: Final = (
     "room",
     "mode",
     "title",
+    "connection",
 )
 ENTRY_FIELDS: Final = len(ENTRY_ARGUMENTS)
 #: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
@@ -148,9 +153,44 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
         visit.room,
         visit.room_mode,
         visit.title,
+        "",
     )
     entries.append(Entry(shard, day, fields, now))
     return entries
+
+
+def link_entry(config: Config, link: Link) -> Entry:
+    """The entry of a connection entering (or renewing) its room, or leaving it, in the shard
+    of its person."""
+    shard = member_shard(config, link.kind, link.member)
+    if link.leaving:
+        fields = _entry(
+            op=EXIT,
+            kind=link.kind,
+            member=link.member,
+            score=score(link.now),
+            hll="0",
+            room=link.room,
+            connection=link.connection,
+        )
+        return Entry(shard, None, fields)
+    user = link.user
+    day = int(link.now // 86400) if link.visitor else None
+    fields = _entry(
+        op=ENTER,
+        kind=link.kind,
+        member=link.member,
+        score=score(link.now),
+        visitor=link.visitor,
+        hll="0",
+        day_end=_day_end(day or 0),
+        name="" if user is None else user.name,
+        url="" if user is None else user.url,
+        room=link.room,
+        mode=KEEP,
+        connection=link.connection,
+    )
+    return Entry(shard, day, fields, link.now)
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,7 +1,9 @@
-"""A visit to record, and how it places its person among the rooms.
+"""A visit to record, and how it places its person among the rooms; a connection entering or
+leaving a room.
 
-What the recording side makes (``recording.visits``), the process queues (``flushing.queue``),
-and the record script's codec (``store.record``) turns into the entries of a batch.
+What the recording side makes (``recording.visits``, ``recording.links``), the process queues
+(``flushing.queue``), and the record script's codec (``store.record``) turns into the entries of
+a batch.
 """
 
 from __future__ import annotations
@@ -69,4 +71,29 @@ class Visit:
     @property
     def person(self) -> str:
         """Who the visit is of, the same whichever set a user is in (``u:<pk>``)."""
+        return person_key(self.kind, self.member)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A connection of a person entering (or renewing) ``room``, or ``leaving`` it, at ``now``.
+
+    ``connection`` is the caller's id of one connection (a Channels consumer's
+    ``channel_name``). A person is in a room while any of their connections there was renewed
+    within ``WINDOW``, whatever their page room (``lua/record.lua``); entering is also a visit
+    that keeps them where they are, so ``kind`` is the set they join ("users", "hidden", "guests"),
+    with ``user`` for a user and ``visitor`` for the day's HyperLogLog, as a ``Visit``'s.
+    """
+
+    kind: str
+    member: str
+    room: str
+    connection: str
+    now: float
+    leaving: bool = False
+    user: UserDetails | None = None
+    visitor: str = ""
+
+    @property
+    def person(self) -> str:
         return person_key(self.kind, self.member)

@@ -2,7 +2,9 @@
   Takes a user off the online sets and out of the room they are in, and marks when they left, so
   that a visit of theirs from before (still on its way from a process, or sent again after an
   outage) is not recorded: a logout outside the queue, or an erasure, which also deletes the
-  user's display HASH and removes them whenever they were seen.
+  user's display HASH and their connections, takes them out of the rooms those hold, and removes
+  them whenever they were seen. (A logout leaves the rooms of their connections to them: a
+  connection holds the identity it was opened with until it leaves.)
 
   Input:
     KEYS[1]  the users sorted set
@@ -10,6 +12,7 @@
     KEYS[3]  the shard's HASH of who is in which room
     KEYS[4]  the key that marks when the user left (see lua/record.lua, ``gone_prefix``)
     KEYS[5]  optional: the user's display HASH, to delete (an erasure)
+    KEYS[6]  with KEYS[5]: the sorted set of the user's connections (see lua/record.lua)
     ARGV[1]  the user's member in those sets (their primary key)
     ARGV[2]  how the keys of a room's sets begin in this shard
     ARGV[3]  when they left (a score)
@@ -45,5 +48,11 @@ if not marked or tonumber(marked) < left then
 end
 if erasing then
   redis.call('DEL', KEYS[5])
+  for _, link in ipairs(redis.call('ZRANGE', KEYS[6], 0, -1)) do
+    local room = string.match(link, '^[^\255]*')
+    redis.call('ZREM', ARGV[2] .. room .. ':users', ARGV[1])
+    redis.call('ZREM', ARGV[2] .. room .. ':hidden', ARGV[1])
+  end
+  redis.call('DEL', KEYS[6])
 end
 return 1

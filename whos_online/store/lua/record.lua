@@ -22,7 +22,17 @@
   Other entries of the batch: 'l', an identity leaving this shard's sets and rooms (the former
   identity of a visit recorded in another shard, or a user logging out), unless it was seen
   after; 'r', a page's reader leaving its room, kept in it ``leave_grace`` seconds more if the
-  room is still theirs and they were not seen in it after they left (a reload).
+  room is still theirs and they were not seen in it after they left (a reload); 'e', a connection
+  of the person entering a room or renewing its stay there, which is a visit that keeps them
+  where they are too; 'x', a connection leaving its room.
+
+  A person's connections are kept in a sorted set of theirs, ``…links:<person>`` (member: the
+  room, the byte LINK and the connection; score: its last renewal), which expires a little after
+  the window of its last renewal, so that connections that die silently vanish with it. A person
+  is in a room while a connection of theirs there was renewed within the window, besides their
+  page room: a page view elsewhere, or a page's leaving word, keeps them in a room a live
+  connection holds, and a connection leaving takes them out of its room only when it was their
+  last there and the room is not their page room.
 
   The shard's epoch key holds a random word: it is set (to the candidate given) when missing, so
   that a Redis that lost its data, by a restart without persistence or a FLUSHDB, gets a new one;
@@ -65,8 +75,9 @@
     ARGV[14]  window: WINDOW, how long a visit counts (and a logout's mark lives)
     ARGV[15]  leave_grace: seconds a reader who left a page still counts in its room
     ARGV[16]  gone_prefix: how the keys that mark when a user logged out or was erased begin
-    ARGV[17]  count: how many entries follow, of 13 arguments each:
-                op         'v' a visit, 'l' an identity leaving, 'r' a reader leaving a room
+    ARGV[17]  count: how many entries follow, of 14 arguments each:
+                op         'v' a visit, 'l' an identity leaving, 'r' a reader leaving a room,
+                           'e' a connection entering (or renewing), 'x' a connection leaving
                 kind       'users', 'hidden', 'guests' or 'bots' ('l': the kind of the sets
                            left, 'users' for both user sets, 'guests' for both anonymous ones)
                 member     who
@@ -84,6 +95,8 @@
                            a page's word that its reader is still on it
                 title      the room's title for people, set as the visitor enters it ('' for
                            none)
+                connection  the connection of an 'e' or 'x' entry ('' for the others); its
+                            room is ``room``, and an 'e' entry's mode is 'keep'
     ARGV[…]   on the base shard, the page-hit batch and its increments (see includes/counters,
               ``add_batch``), after the entries
 
@@ -122,11 +135,17 @@ local leave_grace = tonumber(ARGV[15])
 local gone_prefix = ARGV[16]
 local count = tonumber(ARGV[17])
 -- The entries' arguments, each as ``store.record.ENTRY_ARGUMENTS`` lists them.
-local FIELDS = 13
+local FIELDS = 14
 local first = 18
 local where, index = KEYS[5], KEYS[6]
--- The shard's HASH of rooms' titles, beside the HASH of who is where (``rooms:titles``).
+-- The shard's HASH of rooms' titles, beside the HASH of who is where (``rooms:titles``), and
+-- how the keys of the people's connections begin (``links:<person>``).
 local titles = string.gsub(where, 'where$', 'titles')
+local links_prefix = string.gsub(where, 'rooms:where$', 'links:')
+-- Between a connection's room and its id in a member of ``links:<person>``: a valid UTF-8 room
+-- name never holds it. The key outlives its last renewal's window by LINKS_OUTLIVE seconds.
+local LINK = '\255'
+local LINKS_OUTLIVE = 60
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
 -- The sets of a person's kind that a room holds them in: a user's both user sets.
@@ -246,18 +265,30 @@ end
 
 -- Marks that ``member`` left ``room`` at ``left``: they count there ``grace`` seconds more (their
 -- score is set so that the window ends then, unless it is from after they left; -1 ends it at
--- once), and stay a member of its sets until the cleanup takes them, and the mark, away.
-local function mark_left(room, kinds, member, left, grace)
+-- once), and stay a member of its sets until the cleanup takes them, and the mark, away. When a
+-- connection of theirs ``holds`` the room, they count there as long as it does.
+local function mark_left(room, kinds, member, left, grace, holds)
   left = tonumber(left)
   local edge = left - window + grace
   for _, set_kind in ipairs(kinds) do
     local set = room_prefix .. room .. ':' .. set_kind
     local seen = rcall('ZSCORE', set, member)
-    if seen and tonumber(seen) > edge and tonumber(seen) <= left then
+    if not holds and seen and tonumber(seen) > edge and tonumber(seen) <= left then
       rcall('ZADD', set, 'XX', edge, member)
     end
   end
   rcall('HSET', where, place(kinds[1], member), LEFT .. room)
+end
+
+-- The rooms where the person of ``field`` holds a connection renewed within the window of
+-- ``score``, as a set: empty for whoever holds none (one read of a key that does not exist).
+local function linked_rooms(field, score)
+  local held = {}
+  local floor = '(' .. (tonumber(score) - window)
+  for _, link in ipairs(rcall('ZRANGEBYSCORE', links_prefix .. field, floor, '+inf')) do
+    held[string.match(link, '^[^\255]*')] = true
+  end
+  return held
 end
 
 -- Whether the shard's hidden set exists: without it, a user's visit skips looking there.
@@ -333,7 +364,8 @@ do
   end
 end
 
--- Returns 1 if the visitor was not online until now.
+-- Returns 1 if the visitor was not online until now, and 'gone' besides when it was not recorded
+-- for being older than the user's logout or erasure.
 local function visit(i)
   local kind, member, score, mode = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 11]
   local set = sets[kind]
@@ -348,7 +380,7 @@ local function visit(i)
       gone = rcall('GET', gone_prefix .. member)
     end
     if gone and tonumber(gone) > when then
-      return 0 -- from before they logged out, or were erased
+      return 0, 'gone' -- from before they logged out, or were erased
     end
   end
   add_visitor(ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6])
@@ -427,22 +459,28 @@ local function visit(i)
   elseif mode == 'stay' and was and was ~= room then
     room = was -- a later page of theirs (another tab) put them in another room
   end
-  if was and not left and was ~= room then
-    changed('', was, room)
-  elseif room ~= '' and (was ~= room or left) then
-    changed('', '', room)
+  -- A room one of their connections holds they neither leave nor enter by a page view: looked
+  -- up only when the visit would take them out of a room or into one.
+  local moves = (was and not left and was ~= room) or (room ~= '' and (was ~= room or left))
+  local held = moves and linked_rooms(field, score) or {}
+  local leaves = was and not left and was ~= room and not held[was]
+  local enters = room ~= '' and (was ~= room or left) and not held[room]
+  if leaves or enters then
+    changed('', leaves and was or '', enters and room or '')
   end
   if was and (was ~= room or left) then
     if room ~= '' then
       -- Out of the room they were in (or left). A user may still be in its set of the other
       -- kind, out of date: a cleanup that pruned the shard's sets has not pruned the rooms yet.
-      for _, set_kind in ipairs(kinds) do
-        rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
+      if not held[was] then
+        for _, set_kind in ipairs(kinds) do
+          rcall('ZREM', room_prefix .. was .. ':' .. set_kind, member)
+        end
       end
     elseif not left then
       -- A page view in no room: out at once, with the mark that they left, so that a page of
       -- the room still open in another tab does not put them back.
-      mark_left(was, kinds, member, score, -1)
+      mark_left(was, kinds, member, score, -1, held[was])
     end
   end
   if room ~= '' then
@@ -472,9 +510,91 @@ local function leave_room_by(i)
     return
   end
   -- Counted in the room until ``leave_grace`` after they left: their score there is set so that
-  -- the window ends then. A score from after they left (the reload, recorded first) stands.
-  mark_left(room, ROOM_KINDS[kind], member, left, leave_grace)
-  changed('', room, '')
+  -- the window ends then. A score from after they left (the reload, recorded first) stands, and
+  -- so does a connection of theirs that holds the room.
+  local held = linked_rooms(field, left)[room]
+  mark_left(room, ROOM_KINDS[kind], member, left, leave_grace, held)
+  if not held then
+    changed('', room, '')
+  end
+end
+
+-- Whether the person of ``field`` counts in ``room`` as a reader of its page: it is their page
+-- room, and they did not leave it.
+local function page_room_of(field, room)
+  local was, left = room_in(rcall('HGET', where, field))
+  return was == room and not left, was == room and left
+end
+
+-- 'e': the visit keeps them online where they are; then the connection holds them in its room
+-- (in its set of their kind, at the later of this renewal and their score there).
+local function enter(i)
+  local new, gone = visit(i)
+  if gone then
+    return new
+  end
+  local kind, member, score, room = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 10]
+  local field = place(kind, member)
+  local links = links_prefix .. field
+  local _, left_page = page_room_of(field, room)
+  local set = room_prefix .. room .. ':' .. kind
+  local seen = rcall('ZSCORE', set, member)
+  local since = tonumber(score) - window
+  local counted = not left_page and seen and tonumber(seen) > since
+  rcall('ZREMRANGEBYSCORE', links, '-inf', since)
+  rcall('ZADD', links, score, room .. LINK .. ARGV[i + 13])
+  rcall('EXPIRE', links, math.ceil(window) + LINKS_OUTLIVE)
+  if not seen or tonumber(seen) < tonumber(score) then
+    rcall('ZADD', set, score, member)
+  end
+  local other = OTHER_USER_SET[kind]
+  if other then
+    -- In the room as the other kind of user until now (they were hidden, or were not).
+    local as_other = rcall('ZSCORE', room_prefix .. room .. ':' .. other, member)
+    if as_other then
+      counted = counted or (not left_page and tonumber(as_other) > since)
+      rcall('ZREM', room_prefix .. room .. ':' .. other, member)
+    end
+  end
+  touch_room(room, score)
+  if not counted then
+    changed('', '', room)
+  end
+  return new
+end
+
+-- 'x': the connection leaves its room; their last live one there takes them out of it, unless it
+-- is their page room.
+local function leave_link(i)
+  local kind, member, score, room = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 10]
+  local field = place(kind, member)
+  local links = links_prefix .. field
+  if rcall('ZREM', links, room .. LINK .. ARGV[i + 13]) == 0 then
+    return -- never entered, or it and its key died long ago
+  end
+  if linked_rooms(field, score)[room] then
+    return
+  end
+  local page, left_page = page_room_of(field, room)
+  if page then
+    return
+  end
+  local kinds = ROOM_KINDS[kind]
+  local counted = not left_page and counted_in(room, kinds, member, score)
+  local held_by
+  for _, set_kind in ipairs(kinds) do
+    if rcall('ZREM', room_prefix .. room .. ':' .. set_kind, member) == 1 then
+      held_by = held_by or set_kind
+    end
+  end
+  if left_page then
+    rcall('HDEL', where, field)
+  end
+  if counted then
+    -- Told as the kind of the set that held them: a leave names a user 'users' whether hidden
+    -- or not, and a hidden one must not be told as shown.
+    changed((held_by or kind) .. ':' .. member, room, '')
+  end
 end
 
 local arrived = {}
@@ -488,8 +608,12 @@ for n = 0, count - 1 do
     new = visit(i)
   elseif op == 'l' then
     leave_identity(ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
-  else
+  elseif op == 'r' then
     leave_room_by(i)
+  elseif op == 'e' then
+    new = enter(i)
+  else
+    leave_link(i)
   end
   arrived[n + 1] = new
   arrivals = arrivals + new
