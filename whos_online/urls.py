@@ -16,4 +16,5 @@ urlpatterns = [
     path("widgets/", views.widgets, name="widgets"),
     path("stream/", stream_views.stream, name="stream"),
     path("presence/", views.presence, name="presence"),
+    path("page-view/", views.page_view, name="page_view"),
 ]

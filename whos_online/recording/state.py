@@ -13,6 +13,7 @@ path) gets a state too, when first asked, with ``seen`` false: its viewer is not
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Final
 
 from whos_online.recording import clients
@@ -94,7 +95,9 @@ class RequestState:
         "_address",
         "_candidate",
         "_guest",
+        "_mark",
         "_visitor",
+        "announced",
         "cookie",
         "not_recorded",
         "request",
@@ -123,6 +126,9 @@ class RequestState:
         self.room_title = ""
         #: A page's own word that its reader is still on it (``views.presence``).
         self.stay: Placement | None = None
+        #: A page view the page's script announced (``views.page_view``): the room it shows
+        #: ("" for none), or None for no such announcement.
+        self.announced: str | None = None
         #: Whether the view asked that the request record nobody (``mark_not_recorded``).
         self.not_recorded = False
         #: The snapshots this page's tags read, by room ("" for the site).
@@ -130,6 +136,7 @@ class RequestState:
         #: When the room token the request carried was issued (``reading.room_tokens``).
         self.token_issued: int | None = None
         self._candidate: str | None = None
+        self._mark = ""
         self._address: object = _UNSET
         self._guest: object = _UNSET
         self._visitor: object = _UNSET
@@ -199,6 +206,14 @@ class RequestState:
     def forget_visitor(self) -> None:
         """The view logged someone in or out: who makes the request is to be worked out anew."""
         self._visitor = _UNSET
+
+    def page_view_mark(self) -> str:
+        """A mark of this request, made when first asked: its widgets carry it when it is a page
+        view, so that the page's script can tell a page view the server took from one it must
+        announce (``reading``'s live widget)."""
+        if not self._mark:
+            self._mark = secrets.token_urlsafe(9)
+        return self._mark
 
     # What the view said
 
