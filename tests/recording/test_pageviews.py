@@ -48,6 +48,8 @@ def test_a_get_answered_with_a_page_is_a_page_view(headers):
             "HTTP_X_TURBO_REQUEST_ID": "1",
             "HTTP_ACCEPT": "text/html",
         },
+        # htmx's preload extension, of a boosted link.
+        {"HTTP_HX_REQUEST": "true", "HTTP_HX_BOOSTED": "true", "HTTP_HX_PRELOADED": "true"},
     ],
     ids=[
         "prefetch",
@@ -58,6 +60,7 @@ def test_a_get_answered_with_a_page_is_a_page_view(headers):
         "x-purpose",
         "x-prefetch",
         "turbo-prefetch",
+        "htmx-preload",
     ],
 )
 def test_a_page_fetched_ahead_of_time_is_no_page_view(headers):

@@ -16,7 +16,8 @@ A page fetched ahead of time is no page view either, even with ``Sec-Fetch-Dest:
 the person may never look at it. Browsers say so with ``Sec-Purpose: prefetch`` (Chrome's
 speculation rules, ``<link rel=prefetch>``; ``prefetch;prerender`` for a page rendered in the
 background), and did with ``Purpose: prefetch`` (Chrome before ``Sec-Purpose``), ``X-Moz:
-prefetch`` (Firefox before it) and ``X-Purpose: preview`` (Safari's thumbnails of Top Sites). A
+prefetch`` (Firefox before it) and ``X-Purpose: preview`` (Safari's thumbnails of Top Sites);
+scripts say so with ``X-Sec-Purpose: prefetch`` (Turbo 8) and ``HX-Preloaded: true`` (htmx). A
 page shown later from such a fetch sends no request: its reader is put in its room by the live
 widget's "still here", or by their next page view. Nor is ``HEAD``, which asks for the headers of
 a page without its content: a link checker, a monitor, a script, never a person reading.
@@ -67,8 +68,10 @@ SPECULATIVE: Final = {
     "HTTP_PURPOSE": frozenset({"prefetch"}),
     "HTTP_X_MOZ": frozenset({"prefetch"}),
     "HTTP_X_PURPOSE": frozenset({"prefetch", "preview"}),
-    # Turbo 8's prefetch of a link under the pointer (it cannot set Sec-Purpose itself).
+    # Turbo 8's prefetch of a link under the pointer (a script cannot set Sec-Purpose), and
+    # htmx's preload extension's.
     "HTTP_X_SEC_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_HX_PRELOADED": frozenset({"true"}),
 }
 #: The headers of a script's request made by a library the site uses, which is no page view
 #: unless ``is_navigation`` says so: htmx, Turbo (a frame's, or any of Turbo 8's), Unpoly.
