@@ -1,0 +1,197 @@
+"""Navigations without a reload in Chromium: a single-page app's router announces its page views
+through the live client (``whosOnline.pageView``), a page with ``navigations=True`` announces
+its changes of address in the room of the page at the new address, and a navigation the server
+took already (an htmx boost) is not announced again; each counts one hit.
+
+The browser and the pages are tests/test_browser.py's (Chromium from Debian, a strict CSP, any
+script error fails the test); the site is its live server (WSGI: the stream answers 204).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from playwright.sync_api import expect
+
+import whos_online
+from tests import test_browser
+from tests.support.helpers import configure
+from tests.test_browser import TIMEOUT_MS, Sent, assert_not_reloaded, mark_page
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.parametrize("backend", ["real"], indirect=True),
+]
+
+#: tests/test_browser.py's fixtures: its Chromium, its pages, its site on the live server.
+browser, open_page, site = test_browser.browser, test_browser.open_page, test_browser.site
+PAGE_VIEW = "/online/page-view/"
+
+
+@pytest.fixture
+def counting(site: str, settings: Any) -> str:
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, COUNT_HITS=True)
+    return site
+
+
+def hits() -> int:
+    whos_online.flush()
+    return sum(count for _, count in whos_online.get_counter("hits", 86400))
+
+
+def users_in(room: str) -> int:
+    return whos_online.online_counts(room=room).users
+
+
+def decided(page: Page) -> None:
+    """Have the page keep its next navigation's outcome (``window.whosOnlineTestOutcome``)."""
+    page.evaluate(
+        """() => {
+            window.whosOnlineTestOutcome = new Promise(function (resolve) {
+                document.addEventListener("whos-online:page-view", function (event) {
+                    resolve(event.detail);
+                }, { once: true });
+            });
+        }"""
+    )
+
+
+def outcome(page: Page) -> dict[str, Any] | None:
+    """The outcome ``decided`` kept, or None if the page said none in time."""
+    found: dict[str, Any] | None = page.evaluate(
+        f"""() => Promise.race([
+            window.whosOnlineTestOutcome,
+            new Promise((resolve) => window.setTimeout(() => resolve(null), {TIMEOUT_MS})),
+        ])"""
+    )
+    return found
+
+
+def test_a_single_page_app_s_router_announces_its_page_views(counting, open_page, alice):
+    page = open_page()
+    page.goto(f"{counting}/login/alice/")
+    sent = Sent(page)
+    page.goto(f"{counting}/spa/1/")
+    assert users_in("topic:1") == 1
+    mark_page(page)
+    first = hits()
+
+    # The router shows topic 2, whose room and token the site's API gave it.
+    announced = page.evaluate(
+        """() => {
+            var main = document.querySelector("main");
+            history.pushState({}, "", "/spa/2/");
+            var next = main.dataset;
+            return whosOnline.pageView({room: next.nextRoom, token: next.nextToken});
+        }"""
+    )
+
+    assert announced is True
+    assert users_in("topic:2") == 1
+    assert users_in("topic:1") == 0
+    assert hits() == first + 1
+    assert sent.to(PAGE_VIEW, method="POST") == 1
+    # On its first page, the router's word for the page the server served is not counted again.
+    page.evaluate('history.pushState({}, "", "/spa/1/")')
+    assert page.evaluate("whosOnline.pageView({room: null})") is True  # a page in no room
+    assert users_in("topic:2") == 0
+    assert hits() == first + 2
+    assert_not_reloaded(page)
+
+
+def test_the_router_s_word_for_the_page_the_server_served_counts_nothing_more(
+    counting, open_page, alice
+):
+    page = open_page()
+    page.goto(f"{counting}/login/alice/")
+    sent = Sent(page)
+    page.goto(f"{counting}/spa/1/")
+    first = hits()
+
+    assert page.evaluate("whosOnline.pageView()") is False  # the server took it
+
+    assert hits() == first
+    assert sent.to(PAGE_VIEW, method="POST") == 0
+    assert users_in("topic:1") == 1
+
+
+def test_navigations_true_announces_each_change_of_address_once(counting, open_page, alice):
+    """No widget comes with the new address (the page's script rendered it): the live client
+    fetches the page at that address in the background for its room, its widget takes its
+    URLs and content, and the reader moves there; the back button moves them back."""
+    page = open_page()
+    page.goto(f"{counting}/login/alice/")
+    sent = Sent(page)
+    page.goto(f"{counting}/spa-following/1/")
+    widget = page.locator(".whos-online")
+    assert users_in("topic:1") == 1
+    mark_page(page)
+    first = hits()
+
+    decided(page)
+    page.evaluate('history.pushState({}, "", "/spa-following/2/")')
+    assert outcome(page) == {"url": "/spa-following/2/", "announced": True}
+
+    assert users_in("topic:2") == 1
+    assert users_in("topic:1") == 0
+    assert hits() == first + 1
+    assert "topic%3A2" in (widget.get_attribute("data-whos-online-presence") or "")
+    assert sent.to(PAGE_VIEW, method="POST") == 1
+    assert sent.renewals("/spa-following/2/") == 1  # the page fetched for its room
+
+    decided(page)
+    page.go_back()
+    assert outcome(page) == {"url": "/spa-following/1/", "announced": True}
+    assert users_in("topic:1") == 1
+    assert hits() == first + 2
+
+    decided(page)
+    page.evaluate('history.pushState({}, "", "/spa-following/")')  # a page in no room
+    assert outcome(page) == {"url": "/spa-following/", "announced": True}
+    assert users_in("topic:1") == 0
+    assert whos_online.online_counts().users == 1
+    # A change of the query kept by replaceState, or of the hash, is no navigation.
+    page.evaluate('history.replaceState({}, "", "/spa-following/?sort=new"); location.hash = "x"')
+    assert sent.to(PAGE_VIEW, method="POST") == 3
+    assert hits() == first + 3
+    assert_not_reloaded(page)
+
+
+#: What htmx does for a boosted link: it fetches the page (the server takes it as a page view),
+#: pushes its address, then swaps its body in (no script of it runs: the live client finds the
+#: new widget by itself).
+BOOST = """async (path) => {
+    var response = await fetch(path, {headers: {"HX-Request": "true", "HX-Boosted": "true"}});
+    var html = await response.text();
+    history.pushState({}, "", path);
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.body.replaceChildren(...Array.from(fresh.body.childNodes).filter(
+        (node) => node.nodeName !== "SCRIPT"
+    ));
+}"""
+
+
+def test_a_boosted_navigation_is_counted_once(counting, open_page, alice):
+    page = open_page()
+    page.goto(f"{counting}/login/alice/")
+    sent = Sent(page)
+    page.goto(f"{counting}/spa-following/1/")
+    mark_page(page)
+    first = hits()
+
+    decided(page)
+    page.evaluate(BOOST, "/spa-following/2/")
+
+    assert outcome(page) == {"url": "/spa-following/2/", "announced": False}
+    assert users_in("topic:2") == 1
+    assert users_in("topic:1") == 0
+    assert hits() == first + 1
+    assert sent.to(PAGE_VIEW, method="POST") == 0
+    assert sent.renewals("/spa-following/2/") == 0
+    # The new page's widget keeps its reader there, and leaves with them.
+    expect(page.locator(".whos-online-label")).to_have_text("Here now:")
+    assert_not_reloaded(page)
