@@ -1,7 +1,8 @@
 """Navigations without a reload in Chromium: a single-page app's router announces its page views
 through the live client (``whosOnline.pageView``), a page with ``navigations=True`` announces
 its changes of address in the room of the page at the new address, and a navigation the server
-took already (an htmx boost) is not announced again; each counts one hit.
+took already (an htmx boost) is not announced again; each counts one hit. And the console says
+once when the widget's script or its stream cannot be loaded.
 
 The browser and the pages are tests/test_browser.py's (Chromium from Debian, a strict CSP, any
 script error fails the test); the site is its live server (WSGI: the stream answers 204).
@@ -10,6 +11,7 @@ script error fails the test); the site is its live server (WSGI: the stream answ
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -17,10 +19,10 @@ from playwright.sync_api import expect
 import whos_online
 from tests import test_browser
 from tests.support.helpers import configure
-from tests.test_browser import TIMEOUT_MS, Sent, assert_not_reloaded, mark_page
+from tests.test_browser import STREAM, TIMEOUT_MS, Sent, assert_not_reloaded, mark_page
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import ConsoleMessage, Page, Route
 
 pytestmark = [
     pytest.mark.browser,
@@ -195,3 +197,98 @@ def test_a_boosted_navigation_is_counted_once(counting, open_page, alice):
     # The new page's widget keeps its reader there, and leaves with them.
     expect(page.locator(".whos-online-label")).to_have_text("Here now:")
     assert_not_reloaded(page)
+
+
+# The console
+
+
+def warnings_of(page: Page) -> list[str]:
+    found: list[str] = []
+
+    def note(message: ConsoleMessage) -> None:
+        if message.type == "warning" and "whos_online" in message.text:
+            found.append(message.text)
+
+    page.on("console", note)
+    return found
+
+
+def is_warning(message: ConsoleMessage) -> bool:
+    return message.type == "warning" and "whos_online" in message.text
+
+
+def settle(page: Page) -> None:
+    """Let the page deliver what its last answer set off (a warning is written a task later)."""
+    page.evaluate("() => new Promise((resolve) => window.setTimeout(resolve, 100))")
+
+
+def test_the_console_says_once_that_the_widget_s_script_did_not_load(site, open_page):
+    open_page.allow("404")  # the browser's own word for the missing file
+    page = open_page()
+    page.route("**/static/whos_online/live.js", lambda route: route.fulfill(status=404))
+    warnings = warnings_of(page)
+
+    with page.expect_console_message(is_warning) as said:
+        page.goto(f"{site}/three/1/")  # three widgets, each with its script tags
+    settle(page)
+
+    assert warnings == [said.value.text]
+    assert "did not load from" in warnings[0]
+    assert "/static/whos_online/live.js" in warnings[0]
+    assert "static files" in warnings[0]
+
+
+def test_the_page_says_nothing_when_the_script_loads(site, open_page):
+    page = open_page()
+    warnings = warnings_of(page)
+    page.goto(f"{site}/three/1/")
+    page.wait_for_function("() => window.whosOnlineLiveCheck === true && !!window.whosOnline")
+    settle(page)
+
+    assert warnings == []
+
+
+def refuse_stream(route: Route) -> None:
+    route.fulfill(status=503, body="busy", headers={"Retry-After": "1"})
+
+
+def is_stream(request: Any) -> bool:
+    return bool(urlsplit(request.url).path == STREAM and request.resource_type == "eventsource")
+
+
+def test_the_console_says_once_that_the_stream_could_not_be_opened(site, open_page, settings):
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, LIVE_UPDATES=True)
+    open_page.allow("503")
+    page = open_page()
+    page.clock.install()
+    page.route(f"**{STREAM}**", refuse_stream)
+    warnings = warnings_of(page)
+
+    with page.expect_console_message(is_warning) as said:
+        page.goto(f"{site}/live/")
+    for _ in range(3):  # three more tries, 5, 10 and 20 s after each failure
+        with page.expect_request(is_stream):
+            page.clock.run_for(40_000)
+    settle(page)
+
+    assert warnings == [said.value.text]
+    assert "could not be opened: it answered 503" in warnings[0]
+
+
+def test_a_stream_the_server_does_not_offer_is_no_warning(site, open_page, settings):
+    """Under WSGI the stream view answers 204 and the page polls, as it should."""
+    configure(settings, REFRESH_INTERVAL=1, JSON_MAX_AGE=0, LIVE_UPDATES=True)
+    page = open_page()
+    warnings = warnings_of(page)
+
+    # The page asks once why the stream failed: 204, so it says nothing.
+    with page.expect_response(
+        lambda response: (
+            urlsplit(response.url).path == STREAM and response.request.resource_type == "fetch"
+        )
+    ) as asked:
+        page.goto(f"{site}/live/")
+    settle(page)
+
+    assert asked.value.status == 204
+    assert warnings == []

@@ -17,4 +17,5 @@ urlpatterns = [
     path("stream/", stream_views.stream, name="stream"),
     path("presence/", views.presence, name="presence"),
     path("page-view/", views.page_view, name="page_view"),
+    path("live-check.js", views.live_check, name="live_check"),
 ]

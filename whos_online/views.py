@@ -24,6 +24,7 @@ from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden, QueryDict
 from django.template import Context, Engine, Template
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
 from django.utils.cache import add_never_cache_headers, patch_cache_control
@@ -423,6 +424,21 @@ def page_view(request: HttpRequest) -> HttpResponse:
         json.dumps(document).translate(_HTML_SAFE), content_type="application/json"
     )
     add_never_cache_headers(response)
+    return response
+
+
+#: How long a browser keeps ``live_check``'s script, in seconds.
+LIVE_CHECK_MAX_AGE: Final = 86_400
+
+
+@not_recorded
+@require_safe
+def live_check(request: HttpRequest) -> HttpResponse:
+    """The script that says in the browser's console when live.js did not load: served by
+    whos_online itself, where the site's static files may not be (see the script)."""
+    body = render_to_string("whos_online/live-check.js")
+    response = HttpResponse(body, content_type="text/javascript; charset=utf-8")
+    patch_cache_control(response, public=True, max_age=LIVE_CHECK_MAX_AGE)
     return response
 
 

@@ -225,6 +225,8 @@ def _live(
         # Where it announces a page view the page's script made without a reload.
         "page_view": reverse("whos_online:page_view"),
         "viewed": _page_view_mark(request),
+        # What says in the console when live.js could not be loaded (a static file).
+        "check": reverse("whos_online:live_check"),
         "navigations": bool(navigations),
     }
     if config.live_updates:

@@ -71,6 +71,7 @@
   var failures = 0; // streams that failed in a row
   var retryAt = 0; // no stream before then (Date.now())
   var retryTimer = null;
+  var streamExplained = false; // the console said why a stream could not be opened
 
   function swap(element, html) {
     var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[" + LIVE + "]");
@@ -441,15 +442,45 @@
         reopen(current);
       }
     });
+    source.addEventListener("open", function () {
+      current.opened = true;
+    });
     source.addEventListener("error", function () {
       // Not opened (204, another status, not an event stream), or cut off: EventSource would
       // reconnect on its own every few seconds for as long as it fails; the page polls instead,
       // and tries a stream again later.
       if (stream === current) {
+        if (!current.opened) {
+          explainStream(url);
+        }
         closeStream(true);
         pollNow();
       }
     });
+  }
+
+  // A stream that could not be opened: the console says why, once per page, unless the server
+  // said it has none to give (204: under WSGI, or with LIVE_UPDATES off), where the page polls
+  // as it should. EventSource does not tell the status; one request of the stream's URL does
+  // (dropped as soon as it is answered).
+  function explainStream(url) {
+    if (streamExplained || !window.AbortController) {
+      return;
+    }
+    streamExplained = true;
+    var path = url.split("?")[0];
+    var abort = new AbortController();
+    fetch(url, { credentials: "same-origin", signal: abort.signal })
+      .then(function (response) {
+        abort.abort();
+        if (response.status !== 204) {
+          var why = response.ok ? "it broke at once" : "it answered " + response.status;
+          warn("the live stream (" + path + ") could not be opened: " + why + "; the widgets poll instead");
+        }
+      })
+      .catch(function () {
+        warn("the live stream (" + path + ") could not be reached; the widgets poll instead");
+      });
   }
 
   // Closes the stream. After a failure the next one is tried only after a back-off, polling
