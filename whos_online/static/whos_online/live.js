@@ -9,8 +9,8 @@
  *
  * One client per page, however many tags it has: each tag renders this script, the browser
  * loads it once and runs it once per tag; the first run starts the client, and each later one
- * only hands it the widgets it has not seen yet (window.whosOnlineLive.scan(), which also serves
- * a part of the page that a script swapped in). Every interval, the client asks the widgets view
+ * only hands it the widgets it has not seen yet (window.whosOnline.scan(), which also serves a
+ * part of the page that a script swapped in). Every interval, the client asks the widgets view
  * (data-whos-online-widgets) for all the page's widgets in ONE request, each by the query string
  * of its own URL (data-whos-online-live), and is answered each one's HTML, or a 403 for a room
  * whose token is refused, which renews that widget alone. The interval is the shortest
@@ -39,7 +39,15 @@
  * fresh ones. A stream that fails, or ends, within a minute of opening counts as a failure: the
  * next try waits 5 s, then twice as long each time, up to 5 minutes. A hidden tab closes its
  * stream (a browser opens only six connections per site over HTTP/1.1) and opens a new one when
- * shown again, whose first state is the current one.
+ * shown again, whose first state is the current one. A stream that could not be opened is said
+ * once in the console, unless the server said it has none to give (204).
+ *
+ * Navigations without a reload (window.whosOnline.pageView(), or every change of address with
+ * data-whos-online-navigations): the page tells the page view view (data-whos-online-page-view)
+ * that its reader went to another page, in the room of the widgets that came with it, or of the
+ * page at that address, fetched in the background when none came (see the navigation part
+ * below); never a page view the server took itself (its widgets carry data-whos-online-viewed),
+ * and once per navigation. Widgets a script adds to the page are taken in as they come.
  */
 (function () {
   "use strict";
