@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import coverage
 import pytest
 import redis
 
@@ -199,11 +200,13 @@ readers = whos_online.online_users(room=f"page:{about.pk}")
 seen["about_readers"] = sorted(user.name for user in readers)
 
 # The function itself, on requests the CMS's view did not answer with a redirect or a 404.
-def asked(path, user, page):
+def asked(path, user, page, *, resolved=True):
     request = RequestFactory().get(path)
-    request.user = user
-    request.resolver_match = resolve(path)
-    request.current_page = page
+    if user is not None:
+        request.user = user
+    request.resolver_match = resolve(path) if resolved else None
+    if page is not None:
+        request.current_page = page
     return django_cms.page_room(request)
 
 
@@ -214,6 +217,15 @@ seen["function"] = {
     "secret_member": asked("/secret/", member, secret),
     "secret_insider": asked("/secret/", insider, secret),
     "no_page": asked("/nowhere/", AnonymousUser(), None),
+    # Served from the CMS's page cache, on a site without its CurrentPageMiddleware.
+    "cached_about": asked("/about/", AnonymousUser(), None),
+    "unresolved": asked("/about/", AnonymousUser(), about, resolved=False),
+    "no_user": asked("/about/", None, about),
+    "edit_of_no_type": asked(
+        admin_reverse("cms_placeholder_render_object_edit", args=(99999, content.pk)),
+        editor,
+        None,
+    ),
     "edit": asked(edit, editor, None),
     "edit_of_no_page": asked(
         admin_reverse(
@@ -229,6 +241,16 @@ print(json.dumps(seen))
 """
 
 
+def measured() -> dict[str, str]:
+    """What has the site's process measure its coverage as this one does, if it does: the same
+    configuration, and a data file of its own that the run combines with the others."""
+    if (
+        coverage.Coverage.current() is None
+    ):  # pragma: no cover - a run that measures coverage never comes here
+        return {}
+    return {"COVERAGE_PROCESS_START": str(ROOT / "pyproject.toml")}
+
+
 @pytest.fixture(scope="module")
 def site(real_redis_url: str) -> dict[str, Any]:
     """What the django CMS site saw, run once for this module's tests."""
@@ -236,7 +258,7 @@ def site(real_redis_url: str) -> dict[str, Any]:
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         cwd=ROOT,
-        env={**os.environ, "REDIS_URL": real_redis_url},
+        env={**os.environ, "REDIS_URL": real_redis_url, **measured()},
         capture_output=True,
         text=True,
         timeout=120,
@@ -305,4 +327,8 @@ def test_the_function_respects_login_and_view_restrictions_whatever_the_response
     assert function["secret_member"] is None
     assert function["secret_insider"] == [f"page:{ids['secret']}", "Secret"]
     assert function["no_page"] is None
+    assert function["cached_about"] == [f"page:{ids['about']}", "About us"]
+    assert function["unresolved"] is None
+    assert function["no_user"] is None
     assert function["edit_of_no_page"] is None
+    assert function["edit_of_no_type"] is None
