@@ -199,6 +199,28 @@ def test_a_boosted_navigation_is_counted_once(counting, open_page, alice):
     assert_not_reloaded(page)
 
 
+def test_a_room_whose_widget_left_the_page_is_no_longer_spoken_for(counting, open_page, alice):
+    """A boosted navigation to a page in no room swaps the room's widget out: its "still here"
+    stops, and does not put its reader back in the room they left."""
+    page = open_page()
+    page.clock.install()
+    page.goto(f"{counting}/login/alice/")
+    sent = Sent(page)
+    page.goto(f"{counting}/spa-following/1/")
+    assert users_in("topic:1") == 1
+
+    page.evaluate(BOOST, "/spa-following/")
+    expect(page.locator(".whos-online-label")).to_have_text("Who's online:")
+    assert users_in("topic:1") == 0
+    for _ in range(3):  # three times the room's interval of "still here"
+        page.clock.run_for(130_000)
+    settle(page)
+
+    assert sent.to("/online/presence/", method="POST") == 0
+    assert users_in("topic:1") == 0
+    assert whos_online.online_counts().users == 1
+
+
 # The console
 
 

@@ -68,7 +68,7 @@
   var NAVIGATIONS = "data-whos-online-navigations";
   var MAX_WIDGETS = 32; // the most one request of the widgets view answers (views.MAX_WIDGETS)
 
-  var widgets = []; // the page's widgets: {element, renewAt, stopped}
+  var widgets = []; // the page's widgets: {element, renewAt, stopped, at, scanned}
   var timer = null;
   var busy = false; // a refresh, or the renewal before it, is under way
 
@@ -683,10 +683,17 @@
     }
   }
 
-  // Once the page has settled (no change for SETTLED ms, and no Turbo visit under way), decide.
-  function whenSettled(then) {
+  // Once the page has settled (no change for SETTLED ms, and no Turbo visit under way), decide;
+  // a later navigation replaces the wait, and what waited is dropped (``dropped``).
+  var drop = null;
+
+  function whenSettled(then, dropped) {
     var started = Date.now();
     window.clearTimeout(pending);
+    if (drop) {
+      drop();
+    }
+    drop = dropped || null;
     (function check() {
       var busy = document.documentElement.hasAttribute("aria-busy");
       var quiet = Date.now() - changed >= SETTLED;
@@ -695,6 +702,7 @@
         return;
       }
       pending = null;
+      drop = null;
       then();
     })();
   }
@@ -751,8 +759,8 @@
     var fresh = shown().filter(function (widget) {
       return widget.at === at && widget.scanned >= since;
     });
-    var known = fresh.length ? Promise.resolve(firstPresence(fresh)) : adopt(at);
-    return known.then(function (presence) {
+    var room = fresh.length ? Promise.resolve(firstPresence(fresh)) : adopt(at);
+    return room.then(function (presence) {
       if (presence === undefined || place() !== at) {
         return false; // no page there (an error): no page view, as a 404 is none
       }
@@ -855,15 +863,24 @@
   // for none. Resolves to whether a page view was recorded (false for one the server took).
   function pageView(options) {
     following = true;
-    window.clearTimeout(pending);
-    pending = null;
     var at = place();
     if (!options || !("room" in options)) {
       return new Promise(function (resolve) {
-        whenSettled(function () {
-          resolve(decide(at, true));
-        });
+        whenSettled(
+          function () {
+            resolve(decide(at, true));
+          },
+          function () {
+            resolve(told(at, Promise.resolve(false))); // another navigation came first
+          }
+        );
       });
+    }
+    window.clearTimeout(pending);
+    pending = null;
+    if (drop) {
+      drop();
+      drop = null;
     }
     decided = Date.now();
     if (taken(at, false)) {
@@ -919,9 +936,29 @@
 
   var known = new WeakSet(); // the widgets taken in (a copy of one, as a cache restores, is new)
 
+  // Forgets the widgets no longer on the page (a page a script swapped out): a widget put back
+  // later is taken in again.
+  function prune() {
+    widgets = widgets.filter(function (widget) {
+      if (widget.element.isConnected) {
+        return true;
+      }
+      known.delete(widget.element);
+      return false;
+    });
+    Object.keys(ROOMS).forEach(function (key) {
+      var kept = ROOMS[key].filter(function (speaker) {
+        return !speaker.element || speaker.element.isConnected;
+      });
+      ROOMS[key].length = 0;
+      Array.prototype.push.apply(ROOMS[key], kept);
+    });
+  }
+
   // Takes in the widgets of the page not seen yet; a shorter interval than the page had so far
   // takes effect at once.
   function scan() {
+    prune();
     var added = false;
     Array.prototype.forEach.call(document.querySelectorAll("[" + LIVE + "]"), function (element) {
       if (known.has(element)) {
