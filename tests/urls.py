@@ -72,6 +72,43 @@ FORUM_TOPIC_SCRIPT = (
 )
 
 
+SPA_PAGE = Page(
+    '{% load whos_online %}<!DOCTYPE html><html lang="en"><head><title>spa</title></head>'
+    '<body><main data-next-room="{{ next }}" data-next-token="{{ token }}">topic {{ pk }}</main>'
+    "{% whos_online live=True here=True navigations=navigations %}</body></html>"
+)
+
+
+def spa_page(request: HttpRequest, pk: int, *, navigations: bool) -> HttpResponse:
+    """A topic of a site whose script goes to other pages without a reload: it knows the next
+    topic's room and token (as a single-page app's API would give them)."""
+    import whos_online
+
+    whos_online.set_room(request, f"topic:{pk}")
+    following = f"topic:{pk + 1}"
+    context = {
+        "pk": pk,
+        "next": following,
+        "token": whos_online.room_token(following, request),
+        "navigations": navigations,
+    }
+    return HttpResponse(SPA_PAGE.render(context, request))
+
+
+def spa(request: HttpRequest, pk: int) -> HttpResponse:
+    return spa_page(request, pk, navigations=False)
+
+
+def spa_following(request: HttpRequest, pk: int) -> HttpResponse:
+    """The same, with ``navigations=True``: the page announces its changes of address itself."""
+    return spa_page(request, pk, navigations=True)
+
+
+def spa_no_room(request: HttpRequest) -> HttpResponse:
+    """A page of the same site in no room."""
+    return HttpResponse(LIVE_PAGE.render({}, request))
+
+
 def forum_topic(request: HttpRequest, pk: int) -> HttpResponse:
     """A topic page of an app the site did not write: undecorated, its room comes from
     ``ROOMS``, and its own script sends a request as soon as it has loaded."""
@@ -135,6 +172,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("live/", live_page),
     path("topics/<int:pk>/", topic),
     path("three/<int:pk>/", three_widgets),
+    path("spa/<int:pk>/", spa),
+    path("spa-following/<int:pk>/", spa_following),
+    path("spa-following/", spa_no_room),
     path("forum-topics/<int:pk>/", forum_topic, name="forum-topic"),
     path("forum-topics/<int:pk>/read/", mark_read),
     path("forum-topic.js", forum_topic_script),

@@ -121,15 +121,17 @@ def after_view(
     """Where to record the request's person, or None to write nothing; counts the page hit of a
     page view (in memory, no Redis call). Called unless the path is ignored.
 
-    Only a page view (``pageviews``) puts its person in its room, or takes them out of theirs
-    when it has none; a page's own "still here" (``views.presence``) may put them back in its
-    room; any other request leaves them where they are. A throttled request is recorded only
+    Only a page view (``pageviews``, or one a page's script announced, ``views.page_view``) puts
+    its person in its room, or takes them out of theirs when it has none; a page's own "still
+    here" (``views.presence``) may put them back in its room; any other request leaves them
+    where they are. A throttled request is recorded only
     when a page view moves its person to another room. A view marked ``not_recorded`` is left
     alone.
     """
-    page_view = pageviews.is_page_view(request, response)
+    announced = rooms.announced_of(request)
+    page_view = announced is not None or pageviews.is_page_view(request, response)
     if page_view:
-        placement = Placement(rooms.room_of(request))
+        placement = Placement(rooms.room_of(request) if announced is None else announced)
     else:
         placement = rooms.stay_of(request) or STAYS_PUT
     state = state_of(request)

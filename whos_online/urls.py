@@ -16,4 +16,6 @@ urlpatterns = [
     path("widgets/", views.widgets, name="widgets"),
     path("stream/", stream_views.stream, name="stream"),
     path("presence/", views.presence, name="presence"),
+    path("page-view/", views.page_view, name="page_view"),
+    path("live-check.js", views.live_check, name="live_check"),
 ]

@@ -24,6 +24,8 @@ from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden, QueryDict
 from django.template import Context, Engine, Template
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import translation
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
@@ -33,7 +35,12 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.reading import room_tokens, snapshots, viewer
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
-from whos_online.reading.widget import page_language, widget_arguments
+from whos_online.reading.widget import (
+    page_language,
+    presence_query,
+    stay_interval,
+    widget_arguments,
+)
 from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
@@ -377,6 +384,61 @@ def presence(request: HttpRequest) -> HttpResponse:
             response.delete_cookie(throttle.COOKIE_NAME, samesite="Lax")
     else:
         rooms.stay_in(request, room)
+    return response
+
+
+@csrf_exempt  # as presence: _from_this_site stands in for Django's token
+@require_POST
+def page_view(request: HttpRequest) -> HttpResponse:
+    """A page's script says that its reader went to another page without a reload (a
+    single-page app's router, a frame or a fragment that changed the address): a page view in
+    ``?room=…&token=…``, or in no room without ``room``, recorded as the middleware records
+    a page view (it moves its reader, and counts a hit with ``COUNT_HITS``).
+
+    Only the reader's own presence can change, as with ``presence``: who they are comes from
+    their session and address, the request must come from a page of this site, and a room
+    needs its token (or ``ROOM_ACCESS``), so that nobody enters a room they were not shown.
+    It costs what a page view costs: staying in a room writes nothing within ``THROTTLE``,
+    going to another is one write. The answer gives a room's presence URL and interval, with
+    which the page says its reader is still there, as a room's widget does.
+    """
+    config = get_config()
+    if not _from_this_site(request):
+        return HttpResponseForbidden(
+            "Only this site's pages say who is on them.", content_type="text/plain; charset=utf-8"
+        )
+    raw = request.GET.get("room")
+    try:
+        room = "" if raw is None else rooms.check_room(raw)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    refused = _room_refused(request, room, config)
+    if refused is not None:
+        return refused
+    rooms.announce_page_view(request, room)
+    document: dict[str, Any] = {}
+    if room:
+        document["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
+        document["stay"] = stay_interval(config)
+    response = HttpResponse(
+        json.dumps(document).translate(_HTML_SAFE), content_type="application/json"
+    )
+    add_never_cache_headers(response)
+    return response
+
+
+#: How long a browser keeps ``live_check``'s script, in seconds.
+LIVE_CHECK_MAX_AGE: Final = 86_400
+
+
+@not_recorded
+@require_safe
+def live_check(request: HttpRequest) -> HttpResponse:
+    """The script that says in the browser's console when live.js did not load: served by
+    whos_online itself, where the site's static files may not be (see the script)."""
+    body = render_to_string("whos_online/live-check.js")
+    response = HttpResponse(body, content_type="text/javascript; charset=utf-8")
+    patch_cache_control(response, public=True, max_age=LIVE_CHECK_MAX_AGE)
     return response
 
 

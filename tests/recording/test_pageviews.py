@@ -42,8 +42,26 @@ def test_a_get_answered_with_a_page_is_a_page_view(headers):
         {"HTTP_X_MOZ": "prefetch"},  # Firefox before it
         {"HTTP_X_PURPOSE": "preview"},  # Safari's Top Sites
         {"HTTP_X_PURPOSE": "prefetch"},
+        # Turbo 8's prefetch of the link under the pointer, whose visit then sends nothing.
+        {
+            "HTTP_X_SEC_PURPOSE": "prefetch",
+            "HTTP_X_TURBO_REQUEST_ID": "1",
+            "HTTP_ACCEPT": "text/html",
+        },
+        # htmx's preload extension, of a boosted link.
+        {"HTTP_HX_REQUEST": "true", "HTTP_HX_BOOSTED": "true", "HTTP_HX_PRELOADED": "true"},
     ],
-    ids=["prefetch", "prerender", "anonymous", "purpose", "x-moz", "x-purpose", "x-prefetch"],
+    ids=[
+        "prefetch",
+        "prerender",
+        "anonymous",
+        "purpose",
+        "x-moz",
+        "x-purpose",
+        "x-prefetch",
+        "turbo-prefetch",
+        "htmx-preload",
+    ],
 )
 def test_a_page_fetched_ahead_of_time_is_no_page_view(headers):
     request = RequestFactory().get("/", **headers)
@@ -86,3 +104,48 @@ def test_other_requests_are_no_page_views(method, headers, response):
     request = getattr(RequestFactory(), method)("/", **headers)
 
     assert not pageviews.is_page_view(request, response)
+
+
+FETCH: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "empty", "HTTP_SEC_FETCH_MODE": "cors"}
+TURBO_7_ACCEPT = "text/html, application/xhtml+xml"
+
+
+@pytest.mark.parametrize(
+    ("method", "headers"),
+    [
+        ("get", {**FETCH, "HTTP_HX_REQUEST": "true", "HTTP_HX_BOOSTED": "true"}),
+        ("post", {**FETCH, "HTTP_HX_REQUEST": "true", "HTTP_HX_BOOSTED": "True"}),
+        ("get", {**FETCH, "HTTP_HX_HISTORY_RESTORE_REQUEST": "true"}),
+        ("get", {**FETCH, "HTTP_X_TURBO_REQUEST_ID": "1", "HTTP_ACCEPT": TURBO_7_ACCEPT}),
+        ("get", {**FETCH, "HTTP_ACCEPT": TURBO_7_ACCEPT}),
+        ("get", {**FETCH, "HTTP_ACCEPT": f"text/vnd.turbo-stream.html, {TURBO_7_ACCEPT}"}),
+    ],
+    ids=["htmx-boosted", "htmx-boosted-form", "htmx-history", "turbo-8", "turbo-7", "turbo-7-form"],
+)
+def test_a_navigation_a_library_makes_without_a_reload_is_a_page_view(method, headers):
+    request = getattr(RequestFactory(), method)("/", **headers)
+
+    assert pageviews.is_navigation(request)
+    assert pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert not pageviews.is_page_view(request, HttpResponse("gone", status=404))
+    assert not pageviews.is_page_view(request, HttpResponse(status=303))
+
+
+@pytest.mark.parametrize("fetch_metadata", [FETCH, {}], ids=["fetch-metadata", "none"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"HTTP_HX_REQUEST": "true", "HTTP_HX_BOOSTED": "false"},
+        {"HTTP_TURBO_FRAME": "comments", "HTTP_ACCEPT": TURBO_7_ACCEPT},
+        {"HTTP_TURBO_FRAME": "comments", "HTTP_X_TURBO_REQUEST_ID": "1"},
+        {"HTTP_X_TURBO_REQUEST_ID": "1", "HTTP_ACCEPT": "*/*"},
+        {"HTTP_X_UP_VERSION": "3.14.2", "HTTP_X_UP_TARGET": "main", "HTTP_X_UP_MODE": "root"},
+        {"HTTP_X_REQUESTED_WITH": "XMLHttpRequest", "HTTP_ACCEPT": TURBO_7_ACCEPT},
+    ],
+    ids=["htmx", "turbo-7-frame", "turbo-8-frame", "turbo-8-fetch", "unpoly", "xhr"],
+)
+def test_a_library_s_other_requests_are_no_page_views(headers, fetch_metadata):
+    request = RequestFactory().get("/", **fetch_metadata, **headers)
+
+    assert not pageviews.is_navigation(request)
+    assert not pageviews.is_page_view(request, HttpResponse("<p>part</p>"))

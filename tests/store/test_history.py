@@ -571,7 +571,7 @@ def test_tag_shows_the_peak_by_default(backend, settings, clock):
         assert widget_text(markup, peak=True) == (
             f"Who's online: nobody Most people ever online was 2 on {day}"
         ), time_zone
-        assert '<span class="whos-online-peak" data-peak="2">' in markup
+        assert '<div class="whos-online-peak" data-peak="2">' in markup
 
 
 def test_tag_leaves_out_the_peak_when_asked(backend, clock):

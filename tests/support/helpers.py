@@ -100,7 +100,7 @@ def widget_text(markup: str, *, peak: bool = False) -> str:
     The peak line is left out unless asked for; the tests of the sentence ignore it.
     """
     if not peak:
-        markup = re.sub(r'<span class="whos-online-peak"[^>]*>[^<]*</span>', "", markup)
+        markup = re.sub(r'<div class="whos-online-peak"[^>]*>[^<]*</div>', "", markup)
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
 
 

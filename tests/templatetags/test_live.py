@@ -73,8 +73,26 @@ def test_live_widget_carries_the_widget_url_interval_and_script(backend):
 
     assert attribute(markup, "data-whos-online-live") == f"{WIDGET}?{DEFAULTS}"
     assert attribute(markup, "data-whos-online-refresh") == "30"
-    assert '<script src="/static/whos_online/live.js" defer></script>' in markup
+    assert (
+        '<script src="/static/whos_online/live.js" data-whos-online-script defer></script>'
+        '<script src="/online/live-check.js" defer></script>'
+    ) in markup
     assert widget_text(markup) == "Who's online: nobody"
+
+
+def test_the_script_that_says_live_js_did_not_load_is_served_by_whos_online(backend):
+    """Where the site's static files may not be (under ASGI, Django serves none), and kept by
+    the browser for a day; fetching it records nobody."""
+    response = client_of().get("/online/live-check.js", HTTP_SEC_FETCH_DEST="script")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/javascript; charset=utf-8"
+    assert "public" in response["Cache-Control"]
+    assert "max-age=86400" in response["Cache-Control"]
+    body = response.content.decode()
+    assert "window.whosOnlineLive" in body
+    assert "console.warn" in body
+    assert whos_online.online_counts().total == 0
 
 
 def test_the_widget_url_carries_the_tag_arguments_and_the_page_language(backend, settings):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -514,3 +515,51 @@ def test_tags_fail_open_while_redis_is_down(redis_down, alice):
     assert widget_text(markup) == "Who's online: nobody |0|0|[]"
     assert 'data-total="0"' in markup
     assert widget_text(render(BOTH)) == "Here now: nobody Who's online: nobody"
+
+
+# Lines of their own
+
+
+class _Lines(HTMLParser):
+    """The element of each class among ``wanted``, with its parent's class: (tag, parent)."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.open: list[str] = []
+        self.found: dict[str, tuple[str, str]] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = (dict(attrs).get("class") or "").split()
+        for name in self.wanted.intersection(classes):
+            self.found[name] = (tag, self.open[-1] if self.open else "")
+        self.open.append(" ".join(classes))
+
+    def handle_endtag(self, tag: str) -> None:
+        self.open.pop()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{% whos_online visitors=True %}",
+        "{% whos_online live=True visitors=True %}",
+        "{% whos_online here=True visitors=True %}",  # a page in no room: the site's list
+        "{% whos_online here=True site=True visitors=True live=True %}",
+        '{% whos_online room="topic:1" site=True visitors=True %}',
+    ],
+)
+def test_the_visitors_and_the_peak_are_lines_of_their_own_in_every_form(
+    backend, alice, bob, source
+):
+    """Blocks of the widget itself, after the list (and the site's list, when shown): never
+    inline after the names, whatever the site's CSS."""
+    _in_the_room_and_out(alice, bob)
+    lines = _Lines({"whos-online-visitors", "whos-online-peak"})
+
+    lines.feed(render("{% load whos_online %}" + source))
+
+    assert lines.found == {
+        "whos-online-visitors": ("div", "whos-online"),
+        "whos-online-peak": ("div", "whos-online"),
+    }

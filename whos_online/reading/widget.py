@@ -57,6 +57,12 @@ def presence_query(request: HttpRequest | None, room: str) -> str:
     return urlencode({"room": room, "token": room_tokens.room_token(room, request)})
 
 
+def stay_interval(config: Config) -> int:
+    """How often, in seconds, a room's page says its reader is still there: once the throttle
+    cookie that spares the write has run out, and no more often than the widgets refresh."""
+    return max(config.throttle + 1, config.refresh_interval)
+
+
 def widget_arguments(query: QueryDict, config: Config) -> dict[str, Any]:
     """The tag's arguments from ``widget_query``'s query string; ValueError says what is wrong."""
     arguments: dict[str, Any] = {}

@@ -77,6 +77,18 @@ def stay_of(request: HttpRequest) -> Placement | None:
     return state_of(request).stay
 
 
+def announce_page_view(request: HttpRequest, room: str) -> None:
+    """Take ``request`` as a page view in ``room`` ("" for none): a page's script says its reader
+    went to another page without a reload (``views.page_view``)."""
+    state_of(request).announced = check_room(room) if room else ""
+
+
+def announced_of(request: HttpRequest) -> str | None:
+    """The room of the page view a page's script announced with ``request`` ("" for none), or
+    None when it announced none."""
+    return state_of(request).announced
+
+
 class _Usage:
     """Whether this process has seen a request in a room (``in_use``)."""
 

@@ -17,6 +17,7 @@ token of the site's own) may have put a user on the request, or a login may have
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import sync_to_async
@@ -103,8 +104,10 @@ class RequestState:
         "_address",
         "_candidate",
         "_guest",
+        "_mark",
         "_visitor",
         "_visitor_user",
+        "announced",
         "cookie",
         "logged_in_as",
         "not_recorded",
@@ -135,6 +138,9 @@ class RequestState:
         self.room_title = ""
         #: A page's own word that its reader is still on it (``views.presence``).
         self.stay: Placement | None = None
+        #: A page view the page's script announced (``views.page_view``): the room it shows
+        #: ("" for none), or None for no such announcement.
+        self.announced: str | None = None
         #: Whether the view asked that the request record nobody (``mark_not_recorded``).
         self.not_recorded = False
         #: The snapshots this page's tags read, by room ("" for the site).
@@ -148,6 +154,7 @@ class RequestState:
         #: logout); None if neither happened.
         self.logged_in_as: AnyUser | None = None
         self._candidate: str | None = None
+        self._mark = ""
         self._address: object = _UNSET
         self._guest: object = _UNSET
         self._visitor: object = _UNSET
@@ -275,6 +282,14 @@ class RequestState:
         """The view logged someone in or out: who makes the request is to be worked out anew."""
         self._visitor = _UNSET
         self._visitor_user = _UNSET
+
+    def page_view_mark(self) -> str:
+        """A mark of this request, made when first asked: its widgets carry it when it is a page
+        view, so that the page's script can tell a page view the server took from one it must
+        announce (``reading``'s live widget)."""
+        if not self._mark:
+            self._mark = secrets.token_urlsafe(9)
+        return self._mark
 
     # What the view said
 

@@ -33,8 +33,9 @@ from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
 from whos_online.reading import room_tokens, snapshots, viewer
 from whos_online.reading.visibility import may_see_names
-from whos_online.reading.widget import presence_query, widget_query
-from whos_online.recording import rooms
+from whos_online.reading.widget import presence_query, stay_interval, widget_query
+from whos_online.recording import pageviews, rooms
+from whos_online.recording.state import state_of
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ def whos_online(
     room: str | None = None,
     here: bool = False,
     site: bool = False,
+    navigations: bool = False,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
@@ -119,6 +121,8 @@ def whos_online(
     and ``here=True`` who is in the room of the page (from ``ROOMS``, ``set_room`` or
     ``in_room``; the site, for a page in no room). ``site=True`` shows the site's list too,
     below the room's, with the site's peak and visitors: both from one read.
+    ``navigations=True`` (with ``live``) has the page announce as page views the navigations its
+    scripts make without a reload (``history.pushState``, the back button): see live.js.
     """
     config = get_config()
     room = _room_argument(context, room, here)
@@ -138,6 +142,7 @@ def whos_online(
             visitors=visitors,
             room=room,
             site=site,
+            navigations=navigations,
         )
         if wants_live
         else None
@@ -184,6 +189,7 @@ def _live(
     visitors: bool,
     room: str | None,
     site: bool,
+    navigations: object = False,
 ) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
     if refresh is None:
@@ -216,6 +222,12 @@ def _live(
         "refresh": refresh,
         # Where live.js refreshes every widget of the page at once (see views.widgets).
         "widgets": reverse("whos_online:widgets"),
+        # Where it announces a page view the page's script made without a reload.
+        "page_view": reverse("whos_online:page_view"),
+        "viewed": _page_view_mark(request),
+        # What says in the console when live.js could not be loaded (a static file).
+        "check": reverse("whos_online:live_check"),
+        "navigations": bool(navigations),
     }
     if config.live_updates:
         # Where it follows them as they change instead, under ASGI (see stream_views; under
@@ -225,9 +237,22 @@ def _live(
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.
         shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
-        shown["stay"] = max(config.throttle + 1, config.refresh_interval)
+        shown["stay"] = stay_interval(config)
         shown["renew"] = room_tokens.renew_in(request, config.room_token_max_age)
     return shown
+
+
+def _page_view_mark(request: HttpRequest | None) -> str:
+    """What tells live.js that the request rendering the widget is a page view the middleware
+    records ("" for one it does not): a mark of its own, the same for the request's widgets,
+    so that the page does not announce it again (a boosted navigation's page, whose address
+    the library sets as it swaps the page in)."""
+    if request is None:
+        return ""
+    state = state_of(request)
+    if not state.seen or state.is_not_recorded() or not pageviews.may_be_page_view(request):
+        return ""
+    return state.page_view_mark()
 
 
 def _count_texts(more: int, counts: OnlineCounts, *, named: bool) -> list[str]:

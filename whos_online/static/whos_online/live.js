@@ -9,8 +9,8 @@
  *
  * One client per page, however many tags it has: each tag renders this script, the browser
  * loads it once and runs it once per tag; the first run starts the client, and each later one
- * only hands it the widgets it has not seen yet (window.whosOnlineLive.scan(), which also serves
- * a part of the page that a script swapped in). Every interval, the client asks the widgets view
+ * only hands it the widgets it has not seen yet (window.whosOnline.scan(), which also serves a
+ * part of the page that a script swapped in). Every interval, the client asks the widgets view
  * (data-whos-online-widgets) for all the page's widgets in ONE request, each by the query string
  * of its own URL (data-whos-online-live), and is answered each one's HTML, or a 403 for a room
  * whose token is refused, which renews that widget alone. The interval is the shortest
@@ -39,7 +39,15 @@
  * fresh ones. A stream that fails, or ends, within a minute of opening counts as a failure: the
  * next try waits 5 s, then twice as long each time, up to 5 minutes. A hidden tab closes its
  * stream (a browser opens only six connections per site over HTTP/1.1) and opens a new one when
- * shown again, whose first state is the current one.
+ * shown again, whose first state is the current one. A stream that could not be opened is said
+ * once in the console, unless the server said it has none to give (204).
+ *
+ * Navigations without a reload (window.whosOnline.pageView(), or every change of address with
+ * data-whos-online-navigations): the page tells the page view view (data-whos-online-page-view)
+ * that its reader went to another page, in the room of the widgets that came with it, or of the
+ * page at that address, fetched in the background when none came (see the navigation part
+ * below); never a page view the server took itself (its widgets carry data-whos-online-viewed),
+ * and once per navigation. Widgets a script adds to the page are taken in as they come.
  */
 (function () {
   "use strict";
@@ -55,9 +63,12 @@
   var PRESENCE = "data-whos-online-presence";
   var RENEW = "data-whos-online-renew";
   var STREAM = "data-whos-online-stream";
+  var PAGE_VIEW = "data-whos-online-page-view";
+  var VIEWED = "data-whos-online-viewed";
+  var NAVIGATIONS = "data-whos-online-navigations";
   var MAX_WIDGETS = 32; // the most one request of the widgets view answers (views.MAX_WIDGETS)
 
-  var widgets = []; // the page's widgets: {element, renewAt, stopped}
+  var widgets = []; // the page's widgets: {element, renewAt, stopped, at, scanned}
   var timer = null;
   var busy = false; // a refresh, or the renewal before it, is under way
 
@@ -68,12 +79,17 @@
   var failures = 0; // streams that failed in a row
   var retryAt = 0; // no stream before then (Date.now())
   var retryTimer = null;
+  var streamExplained = false; // the console said why a stream could not be opened
 
   function swap(element, html) {
     var fresh = new DOMParser().parseFromString(html, "text/html").querySelector("[" + LIVE + "]");
-    if (!fresh) {
-      return; // not a widget (a login page, say): keep what is shown
+    if (fresh) {
+      take(element, fresh); // else not a widget (a login page, say): keep what is shown
     }
+  }
+
+  // ``element`` becomes ``fresh`` (a widget of an inert document): its attributes and content.
+  function take(element, fresh) {
     Array.prototype.slice.call(element.attributes).forEach(function (attribute) {
       if (attribute.name !== STARTED && !fresh.hasAttribute(attribute.name)) {
         element.removeAttribute(attribute.name);
@@ -118,6 +134,9 @@
         var page = new DOMParser().parseFromString(html, "text/html");
         var candidates = Array.prototype.slice.call(page.querySelectorAll("[" + LIVE + "]"));
         return list.filter(function (widget) {
+          if (!widget.element) {
+            return false; // a room pageView() announced, which no widget of the page shows
+          }
           var current = withoutToken(widget.element.getAttribute(LIVE));
           var fresh = candidates.filter(function (candidate) {
             return withoutToken(candidate.getAttribute(LIVE)) === current;
@@ -431,15 +450,45 @@
         reopen(current);
       }
     });
+    source.addEventListener("open", function () {
+      current.opened = true;
+    });
     source.addEventListener("error", function () {
       // Not opened (204, another status, not an event stream), or cut off: EventSource would
       // reconnect on its own every few seconds for as long as it fails; the page polls instead,
       // and tries a stream again later.
       if (stream === current) {
+        if (!current.opened) {
+          explainStream(url);
+        }
         closeStream(true);
         pollNow();
       }
     });
+  }
+
+  // A stream that could not be opened: the console says why, once per page, unless the server
+  // said it has none to give (204: under WSGI, or with LIVE_UPDATES off), where the page polls
+  // as it should. EventSource does not tell the status; one request of the stream's URL does
+  // (dropped as soon as it is answered).
+  function explainStream(url) {
+    if (streamExplained || !window.AbortController) {
+      return;
+    }
+    streamExplained = true;
+    var path = url.split("?")[0];
+    var abort = new AbortController();
+    fetch(url, { credentials: "same-origin", signal: abort.signal })
+      .then(function (response) {
+        abort.abort();
+        if (response.status !== 204) {
+          var why = response.ok ? "it broke at once" : "it answered " + response.status;
+          warn("the live stream (" + path + ") could not be opened: " + why + "; the widgets poll instead");
+        }
+      })
+      .catch(function () {
+        warn("the live stream (" + path + ") could not be reached; the widgets poll instead");
+      });
   }
 
   // Closes the stream. After a failure the next one is tried only after a back-off, polling
@@ -521,32 +570,55 @@
     }
   }
 
-  // One word per room however many of the page's widgets show it: the first widget of a room
+  // A room is spoken for by the page's widgets that show it, and by a room pageView() announced
+  // (a speaker without an element): while one of them is still on the page, and, once the page
+  // follows its own navigations, while the page is still at the address it was shown at.
+  function presenceOf(speaker) {
+    return speaker.element ? speaker.element.getAttribute(PRESENCE) : speaker.presence;
+  }
+
+  function speaking(speaker) {
+    var onPage = !speaker.stopped && (!speaker.element || speaker.element.isConnected);
+    return onPage && (!following || speaker.at.split("?")[0] === window.location.pathname);
+  }
+
+  // One word per room however many of the page's widgets show it: the first speaker of a room
   // sets its timer and its leaving beacon, the others only join its list.
-  function speakFor(widget) {
-    var first = widget.element.getAttribute(PRESENCE);
+  function speakFor(speaker, seconds) {
+    var first = presenceOf(speaker);
     if (!first) {
       return;
     }
     var key = withoutToken(first);
     if (ROOMS[key]) {
-      ROOMS[key].push(widget);
+      if (ROOMS[key].indexOf(speaker) < 0) {
+        ROOMS[key].push(speaker);
+      }
       return;
     }
-    var speakers = (ROOMS[key] = [widget]);
-    var every = Math.max(Number(widget.element.getAttribute("data-whos-online-stay")) || 60, 5) * 1000;
+    var speakers = (ROOMS[key] = [speaker]);
+    var stayFor = speaker.element && speaker.element.getAttribute("data-whos-online-stay");
+    var every = Math.max(Number(seconds || stayFor) || 60, 5) * 1000;
+
+    function active() {
+      return speakers.filter(function (one) {
+        return speaking(one) && withoutToken(presenceOf(one) || "") === key;
+      });
+    }
 
     function url() {
-      // The widget's own, renewed with its token (see renew).
-      return widget.element.getAttribute(PRESENCE) || first;
+      // A speaker's own, renewed with its token (see renew); null once none speaks.
+      var now = active();
+      return now.length ? presenceOf(now[0]) : null;
     }
 
     function stay() {
-      if (!document.hidden) {
-        fetch(url(), { method: "POST", credentials: "same-origin" })
+      var presence = url();
+      if (presence && !document.hidden) {
+        fetch(presence, { method: "POST", credentials: "same-origin" })
           .then(function (response) {
             if (response.status === 403) {
-              renew(speakers).then(function (renewed) {
+              renew(active()).then(function (renewed) {
                 if (renewed.length) {
                   fetch(url(), { method: "POST", credentials: "same-origin" }).catch(function () {});
                 }
@@ -567,7 +639,8 @@
       }
     });
     window.addEventListener("pagehide", function () {
-      if (navigator.sendBeacon && navigator.sendBeacon(url() + "&leave=1")) {
+      var presence = url();
+      if (presence && navigator.sendBeacon && navigator.sendBeacon(presence + "&leave=1")) {
         noteLeaving(key);
       }
     });
@@ -578,21 +651,340 @@
     }
   }
 
+  // Navigations without a reload. A page view the server took (a boosted request's page, a
+  // Turbo visit's) comes with widgets that carry its mark; any other navigation is announced
+  // to the page view view (data-whos-online-page-view), once per navigation, in the room of
+  // the widgets that came with the new page, or, when none did (the page's script swapped in a
+  // part without one), of those of the page at the new address, fetched in the background (a
+  // request that moves nobody), whose URLs and content the page's widgets then take in their
+  // order. Announced by pageView(), or on every change of address with navigations=True.
+  var following = false; // the page follows its own navigations
+  var hooked = false; // history.pushState and replaceState are followed (navigations=True)
+  var lastPlace = place(); // where the page was when its address last changed
+  var endpoint = null; // the page view view's URL, from the first widget that has it
+  var marks = []; // {mark, at, burst} of page views the server took, not yet matched
+  var seenMarks = {}; // every mark seen: a page restored from a cache shows old ones
+  var burst = 0; // navigations in a row without a pause make one, announced once
+  var pending = null; // the timer of the burst's announcement
+  var decided = 0; // when the last navigation was decided (Date.now())
+  var changed = 0; // when the page last changed: an address, or a widget taken in
+  var SETTLED = 150; // ms without a change before a navigation is decided
+  var LONGEST = 10000; // ms a navigation waits at most for its page (Turbo: aria-busy)
+
+  function place() {
+    return window.location.pathname + window.location.search;
+  }
+
+  function noteMark(element, at) {
+    var mark = element.getAttribute(VIEWED);
+    if (mark && !seenMarks[mark]) {
+      seenMarks[mark] = true;
+      marks.push({ mark: mark, at: at, burst: burst });
+    }
+  }
+
+  // Once the page has settled (no change for SETTLED ms, and no Turbo visit under way), decide;
+  // a later navigation replaces the wait, and what waited is dropped (``dropped``).
+  var drop = null;
+
+  function whenSettled(then, dropped) {
+    var started = Date.now();
+    window.clearTimeout(pending);
+    if (drop) {
+      drop();
+    }
+    drop = dropped || null;
+    (function check() {
+      var busy = document.documentElement.hasAttribute("aria-busy");
+      var quiet = Date.now() - changed >= SETTLED;
+      if ((busy || !quiet) && Date.now() - started < LONGEST) {
+        pending = window.setTimeout(check, 50);
+        return;
+      }
+      pending = null;
+      drop = null;
+      then();
+    })();
+  }
+
+  // The address changed (pushState, a new place by replaceState, the back button).
+  function navigated() {
+    lastPlace = place();
+    if (pending === null) {
+      burst += 1; // a new navigation: the marks of those before it are not its own
+    }
+    changed = Date.now();
+    var at = place();
+    whenSettled(function () {
+      if (place() === at) {
+        decide(at, false);
+      }
+    });
+  }
+
+  // Whether the server took the page view of ``at`` (see noteMark): a mark that came during
+  // the navigation's burst (whose address may have changed since, as a redirect's does), or,
+  // for one the page's script announces, since the last, with a widget shown at ``at``. Either
+  // way the marks are spent.
+  function taken(at, inBurst) {
+    var found = marks.some(function (one) {
+      return inBurst ? one.burst === burst : one.at === at;
+    });
+    marks = [];
+    return found;
+  }
+
+  // Tells the page's own scripts what became of a navigation: a "whos-online:page-view" event
+  // on the document, whose detail says its address and whether it was announced (false for one
+  // the server took, or that could not be).
+  function told(at, recording) {
+    return recording.then(function (announced) {
+      document.dispatchEvent(
+        new CustomEvent("whos-online:page-view", { detail: { url: at, announced: announced } })
+      );
+      return announced;
+    });
+  }
+
+  function decide(at, explicit) {
+    return told(at, decideNow(at, explicit));
+  }
+
+  function decideNow(at, explicit) {
+    var since = decided;
+    decided = Date.now();
+    if (taken(at, !explicit)) {
+      return Promise.resolve(false);
+    }
+    var fresh = shown().filter(function (widget) {
+      return widget.at === at && widget.scanned >= since;
+    });
+    var room = fresh.length ? Promise.resolve(firstPresence(fresh)) : adopt(at);
+    return room.then(function (presence) {
+      if (presence === undefined || place() !== at) {
+        return false; // no page there (an error): no page view, as a 404 is none
+      }
+      return announce(presence ? presence.slice(presence.indexOf("?") + 1) : "");
+    });
+  }
+
+  // The presence URL of the first of ``list`` that shows a room ("" for none).
+  function firstPresence(list) {
+    for (var index = 0; index < list.length; index += 1) {
+      var presence = presenceOf(list[index]);
+      if (presence) {
+        return presence;
+      }
+    }
+    return "";
+  }
+
+  // The page is at ``at``, but none of its widgets came with it: the page at that address,
+  // fetched in the background, gives them their URLs and content, in their order. Resolves to
+  // the presence URL of its room ("" for none), or undefined when it could not be had.
+  function adopt(at) {
+    return fetch(window.location.href, {
+      credentials: "same-origin",
+      headers: { Accept: "text/html", "X-Requested-With": "XMLHttpRequest" },
+    })
+      .then(function (response) {
+        return response.ok ? response.text() : undefined;
+      })
+      .then(function (html) {
+        if (html === undefined || place() !== at) {
+          return undefined;
+        }
+        var page = new DOMParser().parseFromString(html, "text/html");
+        var candidates = page.querySelectorAll("[" + LIVE + "]");
+        shown().forEach(function (widget, index) {
+          if (!candidates[index]) {
+            widget.stopped = true; // the new page has no such widget
+            return;
+          }
+          take(widget.element, candidates[index]);
+          widget.at = at;
+          widget.scanned = Date.now();
+          widget.renewAt = renewalDue(widget.element);
+          speakFor(widget);
+        });
+        follow();
+        var presence = "";
+        Array.prototype.some.call(candidates, function (candidate) {
+          presence = candidate.getAttribute(PRESENCE) || "";
+          return presence;
+        });
+        return presence;
+      })
+      .catch(function () {
+        return undefined;
+      });
+  }
+
+  // Tells the page view view; resolves to whether it was recorded. A room with no widget of
+  // the page is spoken for as a widget's would be, from the URL the answer gives.
+  function announce(query) {
+    if (!endpoint) {
+      warn("pageView() needs a live widget rendered by whos_online (data-whos-online-page-view)");
+      return Promise.resolve(false);
+    }
+    var at = place();
+    return fetch(endpoint + (query ? "?" + query : ""), {
+      method: "POST",
+      credentials: "same-origin",
+    })
+      .then(function (response) {
+        return response.ok ? response.json() : null;
+      })
+      .then(function (body) {
+        if (!body) {
+          return false;
+        }
+        if (body.presence && !speaksHere(body.presence)) {
+          speakFor({ element: null, presence: body.presence, at: at, stopped: false }, body.stay);
+        }
+        return true;
+      })
+      .catch(function () {
+        return false;
+      });
+  }
+
+  // Whether a widget at this address already speaks for the room of ``presence``.
+  function speaksHere(presence) {
+    var key = withoutToken(presence);
+    return (ROOMS[key] || []).some(function (speaker) {
+      return speaker.element && speaking(speaker);
+    });
+  }
+
+  // The page's script says it shows another page: pageView() for the address it shows now, its
+  // room told by the widgets that came with it (or fetched, see adopt); pageView({room, token})
+  // for a room of the site's own (its token from whos_online.room_token), pageView({room: null})
+  // for none. Resolves to whether a page view was recorded (false for one the server took).
+  function pageView(options) {
+    following = true;
+    var at = place();
+    if (!options || !("room" in options)) {
+      return new Promise(function (resolve) {
+        whenSettled(
+          function () {
+            resolve(decide(at, true));
+          },
+          function () {
+            resolve(told(at, Promise.resolve(false))); // another navigation came first
+          }
+        );
+      });
+    }
+    window.clearTimeout(pending);
+    pending = null;
+    if (drop) {
+      drop();
+      drop = null;
+    }
+    decided = Date.now();
+    if (taken(at, false)) {
+      return told(at, Promise.resolve(false));
+    }
+    var room = options.room;
+    var query = room
+      ? "room=" + encodeURIComponent(room) + "&token=" + encodeURIComponent(options.token || "")
+      : "";
+    return told(at, announce(query));
+  }
+
+  // navigations=True: every change of address is a navigation, announced once the page has
+  // settled. Hash changes are none, nor is a replaceState that keeps the path (a filter, a
+  // tracking parameter taken off).
+  function followHistory() {
+    if (hooked) {
+      return;
+    }
+    hooked = following = true;
+    ["pushState", "replaceState"].forEach(function (name) {
+      var original = history[name];
+      history[name] = function () {
+        var path = window.location.pathname;
+        var search = window.location.search;
+        var result = original.apply(this, arguments);
+        if (
+          window.location.pathname !== path ||
+          (name === "pushState" && window.location.search !== search)
+        ) {
+          navigated();
+        }
+        lastPlace = place();
+        return result;
+      };
+    });
+    window.addEventListener("popstate", function () {
+      if (place() !== lastPlace) {
+        navigated();
+      }
+    });
+  }
+
+  var warned = {};
+
+  // One warning per page and subject, in the console, where a site's developer looks.
+  function warn(subject) {
+    if (!warned[subject]) {
+      warned[subject] = true;
+      console.warn("whos_online: " + subject + ".");
+    }
+  }
+
+  var known = new WeakSet(); // the widgets taken in (a copy of one, as a cache restores, is new)
+
+  // Forgets the widgets no longer on the page (a page a script swapped out): a widget put back
+  // later is taken in again.
+  function prune() {
+    widgets = widgets.filter(function (widget) {
+      if (widget.element.isConnected) {
+        return true;
+      }
+      known.delete(widget.element);
+      return false;
+    });
+    Object.keys(ROOMS).forEach(function (key) {
+      var kept = ROOMS[key].filter(function (speaker) {
+        return !speaker.element || speaker.element.isConnected;
+      });
+      ROOMS[key].length = 0;
+      Array.prototype.push.apply(ROOMS[key], kept);
+    });
+  }
+
   // Takes in the widgets of the page not seen yet; a shorter interval than the page had so far
   // takes effect at once.
   function scan() {
+    prune();
     var added = false;
     Array.prototype.forEach.call(document.querySelectorAll("[" + LIVE + "]"), function (element) {
-      if (element.hasAttribute(STARTED)) {
+      if (known.has(element)) {
         return;
       }
+      known.add(element);
       element.setAttribute(STARTED, "");
-      var widget = { element: element, renewAt: renewalDue(element), stopped: false };
+      var at = place();
+      var widget = {
+        element: element,
+        renewAt: renewalDue(element),
+        stopped: false,
+        at: at,
+        scanned: Date.now(),
+      };
       widgets.push(widget);
+      endpoint = endpoint || element.getAttribute(PAGE_VIEW);
+      noteMark(element, at);
+      if (element.hasAttribute(NAVIGATIONS)) {
+        followHistory();
+      }
       speakFor(widget);
       added = true;
     });
     if (added) {
+      changed = Date.now();
       follow();
     }
     if (added && !busy) {
@@ -600,6 +992,25 @@
     }
   }
 
-  window.whosOnlineLive = { scan: scan };
+  // Widgets a script adds later (a fragment, a page swapped in) are taken in as they come.
+  function watch() {
+    new MutationObserver(function (records) {
+      var found = records.some(function (record) {
+        return Array.prototype.some.call(record.addedNodes, function (node) {
+          return (
+            node.nodeType === 1 &&
+            (node.hasAttribute(LIVE) || node.querySelector("[" + LIVE + "]") !== null)
+          );
+        });
+      });
+      if (found) {
+        scan();
+      }
+    }).observe(document.documentElement, { childList: true, subtree: true });
+  }
+
+  window.whosOnline = { scan: scan, pageView: pageView };
+  window.whosOnlineLive = window.whosOnline; // its name before pageView()
   scan();
+  watch();
 })();
