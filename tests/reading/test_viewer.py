@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
+from asgiref.sync import sync_to_async
 
 import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, widget_text
 from tests.test_stream import record_guest, record_user, run, site_widget, texts, until
-from whos_online.reading import snapshots
+from whos_online.reading import snapshots, subscription
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -140,6 +141,30 @@ def test_after_redis_lost_its_data_an_open_page_records_its_reader_again(live, r
     assert all("alice" in state[0] for state in seen)
     assert r.zscore(f"{{whos_online}}:room:{TOPIC_2}:users", str(alice.pk)) is not None
     assert r.zscore("{whos_online}:users", str(alice.pk)) is not None
+
+
+def test_back_from_an_outage_a_reader_this_process_wrote_lately_is_recorded_again(live, r, alice):
+    """Only the subscription saw Redis go (no request of this process failed), and this process
+    wrote the reader moments before: the read after the subscription is back must tell it that
+    the data is gone before its memory of that write can spare the write that brings them back.
+    """
+    reader = client_of(alice)
+    widget = open_page(reader, 2)  # written, and remembered, by this process
+
+    async def scenario() -> list[str | None] | None:
+        stream = await Stream(stream_of(widget), cookies=cookies_of(reader)).open()
+        await stream.state()
+        (listener,) = subscription.hub().listeners
+        await _flushdb(r)  # a restart without its data
+        events = await sync_to_async(subscription.read_and_render)(
+            sorted(listener.rooms), [listener], {}, lost=True
+        )
+        await stream.close()
+        return events
+
+    events = run(scenario)
+    assert r.zscore(f"{{whos_online}}:room:{TOPIC_2}:users", str(alice.pk)) is not None
+    assert events == []  # no state from a read made before they were recorded again
 
 
 async def _flushdb(r: Any) -> None:

@@ -268,6 +268,7 @@ class Hub:
                 self.changed(None)  # Redis lost its data: read again once each was recorded
                 continue
             if events is None:
+                self._lost = self._lost or lost  # for the read that gets through
                 for listener in affected:
                     listener.stale()
                 self._read_again()
@@ -286,13 +287,11 @@ def read_and_render(
 ) -> list[str | None] | None:
     """One read of ``rooms``, and each listener's event from it (in a thread); None when Redis
     could not be read, and no event at all (an empty list) when the read shows that Redis lost
-    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here):
-    each listener's reader is then recorded again, to be found by the next read. With ``lost``,
-    they are recorded again before this read, which writes them first."""
+    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here), or
+    with ``lost`` (Redis came back from an outage): each listener's reader is then recorded
+    again, to be found by the next read. Only after this read, which tells the process whether
+    the data it wrote is gone: before it, a reader this process wrote lately would be spared."""
     config = get_config()
-    if lost:
-        for listener in listeners:
-            listener.lost(config)
     sought: dict[str, dict[str, Person]] = {}
     for listener in listeners:
         for room, people in listener.sought().items():
@@ -304,7 +303,7 @@ def read_and_render(
     )
     if all(one is None for one in found.values()):
         return None
-    if _forgotten(found, epochs) and not lost:
+    if _forgotten(found, epochs) or lost:
         for listener in listeners:
             listener.lost(config)
         return []
