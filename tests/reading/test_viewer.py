@@ -225,3 +225,24 @@ def test_a_reload_right_after_arriving_names_the_reader_once(live, r, alice):
 
     assert widget_text(page).endswith("Here now: alice")
     assert 'data-users="1"' in page
+
+
+def test_a_new_tab_back_in_a_room_this_process_wrote_its_reader_in_before_names_them(
+    live, r, alice
+):
+    """A tab with only the session cookie (no throttle cookie), back in a room this process
+    wrote its reader in a few pages ago, though another process has since moved them to another
+    room: the snapshot kept since they left does not count them, whatever this process's memory
+    of that older write says."""
+    reader = client_of(alice)
+    open_page(reader, 1)  # this process writes her in topic 1, and remembers it
+    r.zrem(f"{{whos_online}}:room:{TOPIC_1}:users", str(alice.pk))  # another process moves
+    r.zadd(f"{{whos_online}}:room:{TOPIC_2}:users", {str(alice.pk): 9_999_999_999})  # her on
+    r.hset("{whos_online}:rooms:where", f"u:{alice.pk}", TOPIC_2)
+    snapshots.read(50, max_age=60, room=TOPIC_1)  # kept: topic 1 without her
+    new_tab = client_of()
+    new_tab.cookies["sessionid"] = reader.cookies["sessionid"].value
+
+    page = new_tab.get("/topics/1/", **PAGE_VIEW).content.decode()
+
+    assert widget_text(page).endswith("Here now: alice")
