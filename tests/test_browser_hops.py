@@ -224,10 +224,11 @@ class Load:
         return next((at for at, name in self.events if name == kind and at > after), None)
 
     def story(self, since: float) -> str:
-        """Its workers, texts, stream events and polls, in seconds after ``since``."""
+        """Its workers, texts, stream events and polls, in seconds after ``since`` (Unix time,
+        as the site's log has it)."""
         lines = [
-            f"{self.reader} on topic {self.topic}, rendered by worker {self.rendered_by}, "
-            f"streamed by {self.streamed_by or 'none'}"
+            f"{self.reader} on topic {self.topic} at {since:.3f}, rendered by worker "
+            f"{self.rendered_by}, streamed by {self.streamed_by or 'none'}"
         ]
         moments = [(at, f"shows {text!r}") for at, text in self.texts]
         moments += [(at, f"stream event {name}") for at, name in self.events]
