@@ -15,11 +15,13 @@ import redis
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from tests.reading.test_viewer import widget_of
+from tests.reading.test_viewer import cookies_of, widget_of
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure
 from tests.support.redis_server import RedisServer
 from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
+from whos_online.backend import breakers
+from whos_online.config.settings import get_config
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -184,5 +186,41 @@ def test_a_reader_whose_page_stays_open_is_recorded_again_once_redis_is_back(
     first, back, score = run(scenario)
 
     assert first == ["Here now: alice"]
+    assert back == ["Here now: alice"]
+    assert score is not None
+
+
+def test_a_reader_is_shown_again_once_the_subscription_is_back_whatever_the_back_off(
+    server, settings, alice: AbstractUser
+):
+    """A page served while Redis was down opened the process's breaker for ``FAILURE_BACKOFF``
+    (an hour here). The subscription that comes back shows that Redis answers: the stream's
+    next state, and the write that records its reader again, do not wait out that back-off."""
+    configure(settings, FAILURE_BACKOFF=3600)
+    reader = client_of(alice)
+    page = reader.get("/topics/2/", HTTP_SEC_FETCH_DEST="document").content.decode()
+    widget = widget_of(page)
+    guest = Client(REMOTE_ADDR="198.51.100.7")
+
+    async def scenario() -> tuple[bool, list[str], float | None]:
+        stream = await Stream(stream_url(widget), cookies=cookies_of(reader)).open()
+        await stream.state(timeout=WAIT)
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait(timeout=10)
+        await next_named(stream, "stale")
+        await sync_to_async(guest.get)("/topics/1/")  # its read fails: the breaker opens
+        opened = not breakers.breaker.allows(get_config().redis_target)
+        server.start()  # on the same port, empty
+        _name, back = await next_named(stream, "message")
+        score = redis.Redis.from_url(server.url).zscore(
+            "{whos_online}:room:topic:2:users", str(alice.pk)
+        )
+        await stream.close()
+        return opened, back, score
+
+    opened, back, score = run(scenario)
+
+    assert opened
     assert back == ["Here now: alice"]
     assert score is not None

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
+from asgiref.sync import sync_to_async
 
 import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, widget_text
 from tests.test_stream import record_guest, record_user, run, site_widget, texts, until
-from whos_online.reading import snapshots
+from whos_online.reading import snapshots, subscription
 
 if TYPE_CHECKING:
     from django.test import Client
@@ -143,6 +144,30 @@ def test_after_redis_lost_its_data_an_open_page_records_its_reader_again(live, r
     assert r.zscore("{whos_online}:users", str(alice.pk)) is not None
 
 
+def test_back_from_an_outage_a_reader_this_process_wrote_lately_is_recorded_again(live, r, alice):
+    """Only the subscription saw Redis go (no request of this process failed), and this process
+    wrote the reader moments before: the read after the subscription is back must tell it that
+    the data is gone before its memory of that write can spare the write that brings them back.
+    """
+    reader = client_of(alice)
+    widget = open_page(reader, 2)  # written, and remembered, by this process
+
+    async def scenario() -> list[str | None] | None:
+        stream = await Stream(stream_of(widget), cookies=cookies_of(reader)).open()
+        await stream.state()
+        (listener,) = subscription.hub().listeners
+        await _flushdb(r)  # a restart without its data
+        events = await sync_to_async(subscription.read_and_render)(
+            sorted(listener.rooms), [listener], {}, lost=True
+        )
+        await stream.close()
+        return events
+
+    events = run(scenario)
+    assert r.zscore(f"{{whos_online}}:room:{TOPIC_2}:users", str(alice.pk)) is not None
+    assert events == []  # no state from a read made before they were recorded again
+
+
 async def until_both(stream: Stream, *names: str, timeout: float = 10) -> list[list[str]]:
     """The states the stream sends until every widget of one names all of ``names`` (in
     whichever order: who was seen last comes first)."""
@@ -201,3 +226,24 @@ def test_a_reload_right_after_arriving_names_the_reader_once(live, r, alice):
 
     assert widget_text(page).endswith("Here now: alice")
     assert 'data-users="1"' in page
+
+
+def test_a_new_tab_back_in_a_room_this_process_wrote_its_reader_in_before_names_them(
+    live, r, alice
+):
+    """A tab with only the session cookie (no throttle cookie), back in a room this process
+    wrote its reader in a few pages ago, though another process has since moved them to another
+    room: the snapshot kept since they left does not count them, whatever this process's memory
+    of that older write says."""
+    reader = client_of(alice)
+    open_page(reader, 1)  # this process writes her in topic 1, and remembers it
+    r.zrem(f"{{whos_online}}:room:{TOPIC_1}:users", str(alice.pk))  # another process moves
+    r.zadd(f"{{whos_online}}:room:{TOPIC_2}:users", {str(alice.pk): 9_999_999_999})  # her on
+    r.hset("{whos_online}:rooms:where", f"u:{alice.pk}", TOPIC_2)
+    snapshots.read(50, max_age=60, room=TOPIC_1)  # kept: topic 1 without her
+    new_tab = client_of()
+    new_tab.cookies["sessionid"] = reader.cookies["sessionid"].value
+
+    page = new_tab.get("/topics/1/", **PAGE_VIEW).content.decode()
+
+    assert widget_text(page).endswith("Here now: alice")

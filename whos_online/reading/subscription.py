@@ -18,7 +18,10 @@ after that.
 
 While it cannot subscribe (Redis down, a failover), the streams are told they are stale (their
 widgets poll meanwhile), the log says so once per outage (``breaker``), and it subscribes again
-after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Without a message
+after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Subscribed again,
+it has seen Redis answer: the request path's breaker, which the outage may have opened for
+``FAILURE_BACKOFF`` (a page or a poll served meanwhile), lets calls through at once, so that
+the streams' next state and their readers' new visits wait for no more. Without a message
 for ``HEALTH_EVERY`` seconds it pings, so that a Redis that stopped answering is noticed too.
 Once no stream has been open for ``LINGER`` seconds, it ends.
 
@@ -46,7 +49,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from asgiref.sync import sync_to_async
 from django.dispatch import receiver
 
-from whos_online.backend import async_client
+from whos_online.backend import async_client, breakers
 from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
 from whos_online.backend.per_process import PerProcess
@@ -215,9 +218,10 @@ class Hub:
                 client: redis.asyncio.Redis | None = None
                 try:
                     client = async_client.subscriber(config, failures)
+                    requests = breakers.breaker.generation(config.redis_target)
                     async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                         await pubsub.subscribe(changes_channel(config))
-                        self._up(config.redis_target)
+                        self._up(config, requests)
                         failures = 0
                         await self._listen(pubsub, config.refresh_interval)
                 except (*REDIS_ERRORS, TimeoutError, asyncio.TimeoutError, LookupError) as error:
@@ -257,11 +261,18 @@ class Hub:
                 resynced = now
                 self.changed(None)
 
-    def _up(self, target: str) -> None:
+    def _up(self, config: Config, requests: int) -> None:
+        """Subscribed: Redis answered. The request path's breaker, which the outage may have
+        opened for ``FAILURE_BACKOFF``, is closed too (unless one of its calls failed since
+        ``requests``, its generation when the subscription was asked for), so that the read
+        that follows brings the streams their state, and the flush writes their readers, now."""
+        target = config.redis_target
         if self.down:
             self._lost = True  # it may have lost its data, or a reader their window, meanwhile
         self.live, self.down = True, False
         breaker.succeeded(target, breaker.generation(target))
+        if not config.redis_cluster:  # a node's answer says nothing of the others' slots
+            breakers.breaker.succeeded(target, requests)
         self.changed(None)  # what changed while it was down
 
     def _down(self, target: str, error: BaseException, backoff: float) -> None:
@@ -275,8 +286,8 @@ class Hub:
     # Reading for the streams
 
     def _read_again(self) -> None:
-        """A read failed while the subscription may be up (the request path's breaker, open
-        since the outage, outlasts the subscription's shorter back-off): read every room again
+        """A read failed while the subscription may be up (the request path's breaker, opened
+        by a failure the subscription did not see, or after it subscribed): read every room again
         once that breaker may let it through, instead of leaving the streams stale until the
         next message or ``REFRESH_INTERVAL``. While the subscription is down, ``_up`` does."""
         if self._retrying:
@@ -312,6 +323,7 @@ class Hub:
                 self.changed(None)  # Redis lost its data: read again once each was recorded
                 continue
             if events is None:
+                self._lost = self._lost or lost  # for the read that gets through
                 for listener in affected:
                     listener.stale()
                 self._read_again()
@@ -330,13 +342,11 @@ def read_and_render(
 ) -> list[str | None] | None:
     """One read of ``rooms``, and each listener's event from it (in a thread); None when Redis
     could not be read, and no event at all (an empty list) when the read shows that Redis lost
-    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here):
-    each listener's reader is then recorded again, to be found by the next read. With ``lost``,
-    they are recorded again before this read, which writes them first."""
+    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here), or
+    with ``lost`` (Redis came back from an outage): each listener's reader is then recorded
+    again, to be found by the next read. Only after this read, which tells the process whether
+    the data it wrote is gone: before it, a reader this process wrote lately would be spared."""
     config = get_config()
-    if lost:
-        for listener in listeners:
-            listener.lost(config)
     sought: dict[str, dict[str, Person]] = {}
     for listener in listeners:
         for room, people in listener.sought().items():
@@ -348,7 +358,7 @@ def read_and_render(
     )
     if all(one is None for one in found.values()):
         return None
-    if _forgotten(found, epochs) and not lost:
+    if _forgotten(found, epochs) or lost:
         for listener in listeners:
             listener.lost(config)
         return []

@@ -25,11 +25,13 @@ page's next "still here".
 
 Only pages are adjusted: not the requests a page makes itself (the widget's refreshes, whose
 answers may be shared by a cache between viewers, or any view marked ``not_recorded``), and not
-a request on an ignored path, whose viewer is never recorded. Three limits are accepted: a user
+a request on an ignored path, whose viewer is never recorded. Four limits are accepted: a user
 online from another device and not among the names shown, and a guest sharing an address with
 someone online, are counted once more on their first page; so is a client without cookies on
 the first page another process serves it (or the first after its process learns that Redis lost
-its data, which makes the memory's entries from before count for nothing).
+its data, which makes the memory's entries from before count for nothing). And a guest without
+cookies, back in a room that this process wrote them in before another process moved them on,
+is left out of that page's render (not its live stream's first state, which looks for them).
 """
 
 from __future__ import annotations
@@ -216,9 +218,12 @@ def _counted(
 ) -> bool:
     """Whether ``found`` counts ``viewer`` already: a user listed by name, or (with
     ``remembered``, for a client without a cookie) a visitor this process wrote, in ``room``,
-    before ``found`` was read."""
+    before ``found`` was read. A user that ``found`` would list, and does not, is not counted,
+    whatever this process wrote: another process may have moved them on since."""
     if viewer.user is not None and any(row.pk == viewer.member for row in found.listed):
         return True
+    if viewer.kind_of(config) == "users" and not found.more:
+        return False  # every visible user is listed
     if not remembered or not config.throttle:
         return False
     entry = recent.entry(viewer.key, time.time(), epochs.generation())
