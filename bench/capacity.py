@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
-    from whos_online.store.visit import Visit
+    from whos_online.store.items import Visit
 
 #: Every this many people online is a user; the others are guests.
 USER_EVERY: Final = 5

@@ -65,7 +65,7 @@ def _user_details_bytes(client: redis.Redis, config: Config, now: float) -> floa
 
     def record(pk: int) -> None:
         details = users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        visit = store.visit.Visit(kind="users", member=details.pk, now=now, user=details)
+        visit = store.items.Visit(kind="users", member=details.pk, now=now, user=details)
         store.record.record(client, config, [visit])
 
     record(0)  # creates the keys every visit shares: the peak, the counters
@@ -84,7 +84,7 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
     times = [start + minute * 60 for minute in range(WEEK // 60 - 3)]
     times += [end - 180 + second for second in range(181)]
     for index, now in enumerate(times):
-        visit = store.visit.Visit(
+        visit = store.items.Visit(
             kind="guests", member=f"g{index % WEEK_GUESTS}", now=now, visitor=f"v{index % 5000}"
         )
         store.record.record(client, config, [visit])

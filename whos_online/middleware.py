@@ -23,7 +23,7 @@ from whos_online.config.settings import Config, get_config
 from whos_online.recording import pageviews, recorder, rooms, throttle, visits
 from whos_online.recording.state import RequestState, is_not_recorded, state_of
 from whos_online.store import epochs
-from whos_online.store.visit import STAYS_PUT, Placement
+from whos_online.store.items import STAYS_PUT, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest

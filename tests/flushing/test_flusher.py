@@ -35,7 +35,7 @@ from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import logins, throttle
 from whos_online.recording import visits as recording
 from whos_online.store import epochs, users
-from whos_online.store.visit import GO, KEEP, STAY
+from whos_online.store.items import GO, KEEP, STAY
 
 ROOT = Path(__file__).resolve().parents[2]
 COOKIE = throttle.COOKIE_NAME

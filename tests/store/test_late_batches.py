@@ -21,7 +21,7 @@ from whos_online.recording import visits as recording
 from whos_online.store import pruning, users
 
 if TYPE_CHECKING:
-    from whos_online.store.visit import Visit
+    from whos_online.store.items import Visit
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import time
 
 from whos_online.config.settings import get_config
 from whos_online.store import record, scripts
+from whos_online.store.items import GO, KEEP, STAY, Visit
 from whos_online.store.keys import member_shard
 from whos_online.store.replies import Reply, RoomChange, parse_reply
 from whos_online.store.users import UserDetails
-from whos_online.store.visit import GO, KEEP, STAY, Visit
 
 
 def write(r, *entries: record.Entry, now: float | None = None) -> Reply:

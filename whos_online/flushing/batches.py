@@ -17,8 +17,8 @@ from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.flushing import hits
 from whos_online.store import epochs
+from whos_online.store.items import Link, Visit
 from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry, link_entry
-from whos_online.store.visit import Link, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -20,8 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+from whos_online.store.items import GO, KEEP, STAY, Link, Visit
 from whos_online.store.people import person_key
-from whos_online.store.visit import GO, KEEP, STAY, Link, Visit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -21,8 +21,8 @@ from whos_online.backend import breakers
 from whos_online.flushing import flusher
 from whos_online.recording import clients
 from whos_online.store import users
+from whos_online.store.items import Link
 from whos_online.store.people import user_person_key
-from whos_online.store.visit import Link
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser

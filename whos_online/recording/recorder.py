@@ -25,7 +25,7 @@ from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.recording.visits import member_visit, queue, remember, user_visit
 from whos_online.store import epochs
-from whos_online.store.visit import GO, STAY, STAYS_PUT, Placement
+from whos_online.store.items import GO, STAY, STAYS_PUT, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from whos_online.backend import keyspace
     from whos_online.config.settings import Config
     from whos_online.recording.state import Visitor
-    from whos_online.store.visit import Visit
+    from whos_online.store.items import Visit
 
 #: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
 #: queued for someone online already, or queued for someone who was not online (whose next page

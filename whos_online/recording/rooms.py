@@ -25,7 +25,7 @@ from django.dispatch import receiver
 
 from whos_online.config.settings import config_changed, get_config
 from whos_online.recording.state import state_of
-from whos_online.store.visit import STAY, Placement
+from whos_online.store.items import STAY, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest

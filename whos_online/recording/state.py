@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
     from whos_online.config.settings import Config
     from whos_online.recording.throttle import ThrottleCookie
+    from whos_online.store.items import Placement
     from whos_online.store.results import Snapshot
     from whos_online.store.users import UserDetails
-    from whos_online.store.visit import Placement
 
     AnyUser = AbstractBaseUser | AnonymousUser
 

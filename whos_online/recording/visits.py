@@ -21,9 +21,9 @@ from whos_online.flushing import flusher, hits, lifecycle
 from whos_online.recording import clients, rooms
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
+from whos_online.store.items import GO, Visit
 from whos_online.store.people import former_guest_keys, user_person_key
 from whos_online.store.results import as_timestamp
-from whos_online.store.visit import GO, Visit
 
 if TYPE_CHECKING:
     from datetime import datetime

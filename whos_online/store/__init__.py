@@ -4,7 +4,7 @@ One module per concern, each importing only those listed before it:
 
 - ``keys``: the names of the keys and which shard holds a person's, and the layouts seen;
 - ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
-- ``visit``: a visit to record, and how it places its person among the rooms;
+- ``items``: a visit to record, and how it places its person among the rooms;
 - ``record``: the record script's batches of visits (the one call a flush makes per shard),
   and ``replies``, what those calls answer (who arrived, the rooms changed);
 - ``presence``: whether given users are online, and taking one off;
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from whos_online.store import (
     cleanup,
+    items,
     keys,
     presence,
     reading,
@@ -39,11 +40,11 @@ from whos_online.store import (
     scripts,
     site,
     titles,
-    visit,
 )
 
 __all__ = [
     "cleanup",
+    "items",
     "keys",
     "presence",
     "reading",
@@ -52,5 +53,4 @@ __all__ = [
     "scripts",
     "site",
     "titles",
-    "visit",
 ]

@@ -19,6 +19,7 @@ from django.dispatch import receiver
 from whos_online.backend import keyspace
 from whos_online.config.settings import config_changed
 from whos_online.store import counters, lua
+from whos_online.store.items import KEEP
 from whos_online.store.keys import (
     GONE_PREFIX,
     KINDS,
@@ -36,14 +37,13 @@ from whos_online.store.keys import (
 from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.replies import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
-from whos_online.store.visit import KEEP
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
-    from whos_online.store.visit import Link, Visit
+    from whos_online.store.items import Link, Visit
 
 #: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
 #: and rooms of its shard, a page's reader leaving its room, a connection entering (or renewing)
