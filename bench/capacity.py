@@ -250,7 +250,7 @@ def in_calls(
 def read(client: Client, config: Config) -> None:
     from whos_online import store
 
-    found = store.reading.snapshot(client, config, limit=NAMES, now=time.time())
+    found = store.snapshot.snapshot(client, config, limit=NAMES, now=time.time())
     if len(found.listed) != NAMES:
         raise RuntimeError(f"the snapshot listed {len(found.listed)} names, not {NAMES}")
 

@@ -155,12 +155,14 @@ def _room_reads(client: redis.Redis, config: Config) -> list[list[str]]:
     rows = []
     for size in ROOM_SIZES:
         room = f"room-{size}"
-        store.reading.snapshot(client, config, limit=50, now=now, room=room)  # the script is loaded
+        store.snapshot.snapshot(
+            client, config, limit=50, now=now, room=room
+        )  # the script is loaded
         calls, usec = _evalsha_usec(client)
         took = []
         for _ in range(READS):
             started = time.perf_counter()
-            store.reading.snapshot(client, config, limit=50, now=now, room=room)
+            store.snapshot.snapshot(client, config, limit=50, now=now, room=room)
             took.append(time.perf_counter() - started)
         more_calls, more_usec = _evalsha_usec(client)
         per_call = (more_usec - usec) / max(more_calls - calls, 1)

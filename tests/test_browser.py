@@ -507,7 +507,7 @@ def counts_in(room: str, *, at: float) -> whos_online.OnlineCounts:
     from whos_online.backend.connection import admin_client
     from whos_online.config.settings import get_config
 
-    return store.reading.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
+    return store.snapshot.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
 
 
 def eventually(condition: Callable[[], bool]) -> None:

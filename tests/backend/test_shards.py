@@ -264,7 +264,7 @@ def test_the_newest_names_all_in_one_shard_are_read_in_full(sharded, redis_calls
         whos_online.record_user(user, now=now - 300 + number)  # older
     for number, user in enumerate(in_crowded):
         whos_online.record_user(user, now=now - 100 + number)  # the newest, in one shard
-    assert store.reading.shard_limit(8, SHARDS) == 6
+    assert store.snapshot.shard_limit(8, SHARDS) == 6
     redis_calls.clear()
 
     listed = whos_online.online_users(limit=8)

@@ -159,7 +159,7 @@ def counts(room: str | None = None) -> OnlineCounts:
 
 
 def counts_at(room: str, now: float) -> OnlineCounts:
-    found = store.reading.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    found = store.snapshot.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
     return found.counts
 
 

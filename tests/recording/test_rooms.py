@@ -74,7 +74,7 @@ def counts(room: str | None = None) -> OnlineCounts:
 
 def counts_at(room: str, now: float) -> OnlineCounts:
     """A room's counts as the reader sees them at ``now`` (from its snapshot script)."""
-    found = store.reading.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    found = store.snapshot.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
     return found.counts
 
 

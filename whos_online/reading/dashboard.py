@@ -220,7 +220,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
         left_out = total - standard_kept - len(own)
         wanted = [*standard, *own]
         samples = counters.samples(client, config, wanted, precision, starts)
-        rooms = store.reading.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
+        rooms = store.snapshot.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
         shown = [room for room, _counts in busiest_rooms(rooms)]
         titles = store.titles.read(client, config, shown)
         return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms, titles

@@ -182,7 +182,7 @@ def read_many(
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
         read_now = flusher.current().flush_with(
-            lambda client, config, before: store.reading.snapshots_after(
+            lambda client, config, before: store.snapshot.snapshots_after(
                 client, config, before, limit=limit, now=now, rooms=missing, readers=sought
             ),
             [None] * len(missing),
@@ -202,21 +202,21 @@ def _read_by_shard(
     config: Config, limit: int | None, now: float, room: str, readers: Sequence[Person]
 ) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
-    empty. A shard that ``store.reading.unfinished`` names is asked again for ``limit`` names."""
+    empty. A shard that ``store.snapshot.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
-    asked = store.reading.shard_limit(limit, len(shards))
+    asked = store.snapshot.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
         found = _read_shard(config, shard, asked, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
-    for position in store.reading.unfinished([parts[index] for index in indexes], limit, asked):
+    for position in store.snapshot.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
         found = _read_shard(config, shards[index], limit, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
-    return store.reading.combine(list(parts.values()), limit) if parts else None
+    return store.snapshot.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
@@ -228,11 +228,11 @@ def _read_shard(
     room: str,
     readers: Sequence[Person],
 ) -> Snapshot | None:
-    mine = store.reading.readers_of(config, shard, readers)
+    mine = store.snapshot.readers_of(config, shard, readers)
     calls = [
-        store.reading.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)
+        store.snapshot.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)
     ]
     raw = connection.call(
         None, lambda client, _config: store.scripts.run(client, calls)[0], shard=shard
     )
-    return None if raw is None else store.reading.parse_snapshot(raw, limit, shard, mine)
+    return None if raw is None else store.snapshot.parse_snapshot(raw, limit, shard, mine)

@@ -8,14 +8,14 @@ One module per concern, each importing only those listed before it:
 - ``record``: the record script's batches of visits (the one call a flush makes per shard),
   and ``replies``, what those calls answer (who arrived, the rooms changed);
 - ``presence``: whether given users are online, and taking one off;
-- ``reading``: one read of the site or a room, combined over the shards;
+- ``snapshot``: one read of the site or a room, combined over the shards;
 - ``site``: the all-time peak and the day's unique visitors;
 - ``titles``: rooms' titles for people;
 - ``cleanup``: removing the people gone, a chunk at a time.
 
 Writes that belong together go out in one round trip: a Lua script where the work must be atomic
 or reads what it writes, a pipeline otherwise. Nothing here is O(number of people online) except
-``cleanup.prune_chunk``, which is bounded by its chunk size, and ``reading.snapshot(limit=None)``,
+``cleanup.prune_chunk``, which is bounded by its chunk size, and ``snapshot.snapshot(limit=None)``,
 which the API documents as a full listing.
 
 Beside them: ``people`` (a person, and the keys naming them), ``users`` (a user's display data),
@@ -34,11 +34,11 @@ from whos_online.store import (
     items,
     keys,
     presence,
-    reading,
     record,
     replies,
     scripts,
     site,
+    snapshot,
     titles,
 )
 
@@ -47,10 +47,10 @@ __all__ = [
     "items",
     "keys",
     "presence",
-    "reading",
     "record",
     "replies",
     "scripts",
     "site",
+    "snapshot",
     "titles",
 ]

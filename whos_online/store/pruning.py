@@ -193,7 +193,7 @@ def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | N
     command does so when ``SHARDS`` > 1, where a visit cannot count the whole site)."""
     if config.shards == 1:
         return None
-    found = store.reading.snapshot(client, config, limit=0, now=now)
+    found = store.snapshot.snapshot(client, config, limit=0, now=now)
     store.site.sample(client, config, found, now=now)
     return found
 
