@@ -159,7 +159,7 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
     users by primary key ``n``, guests by the day's pseudonym of ``address(n)``. Each set is
     filled through ``client_of(key)``, a client of the server that holds it."""
     from whos_online import store
-    from whos_online.recording import clients as identity
+    from whos_online.recording import guests as identity
 
     sets: defaultdict[str, dict[str, float]] = defaultdict(dict)
     for n in range(people):
@@ -190,7 +190,7 @@ class Person:
 def people_of(config: Config, numbers: Sequence[int]) -> list[Person]:
     """The people online ``numbers``; of every four, two are in no room, one stays in a room
     and one moves to another room on each visit."""
-    from whos_online.recording import clients as identity
+    from whos_online.recording import guests as identity
 
     now = time.time()
     found = []

@@ -82,7 +82,7 @@ def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, in
     config = get_config()
     stored = group.current_master().client()
     members = {str(member) for member in stored.zrange(store.keys.key(config, "guests"), 0, -1)}
-    from whos_online.recording.clients import guest_id
+    from whos_online.recording.guests import guest_id
 
     missing = sum(guest_id(address, config, time.time()) not in members for address in written)
     return attempted, len(written), missing

@@ -27,7 +27,7 @@ from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import store
 from whos_online.config import settings as conf
-from whos_online.recording import clients as identity
+from whos_online.recording import guests as identity
 from whos_online.store import counters, users
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots
-from whos_online.recording import clients as identity
+from whos_online.recording import guests as identity
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
 from whos_online.store.users import MAX_DISPLAY_NAME_LENGTH

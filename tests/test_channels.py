@@ -16,7 +16,7 @@ from tests.support.helpers import configure
 from whos_online import api
 from whos_online.channels import PresenceMixin
 from whos_online.config.settings import get_config
-from whos_online.recording.clients import guest_id
+from whos_online.recording.guests import guest_id
 
 if TYPE_CHECKING:
     import asyncio

@@ -14,7 +14,7 @@ from tests.support.helpers import configure
 from whos_online import api
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
-from whos_online.recording.clients import guest_id
+from whos_online.recording.guests import guest_id
 from whos_online.signals import came_online, entered_room, left_room
 
 if TYPE_CHECKING:

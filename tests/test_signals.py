@@ -15,7 +15,7 @@ import whos_online
 from tests.support.helpers import configure, members, text
 from whos_online import api, store
 from whos_online.config.settings import get_config
-from whos_online.recording.clients import guest_id
+from whos_online.recording.guests import guest_id
 from whos_online.signals import users_went_offline
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import snapshots, visibility
 from whos_online.reading.room_tokens import room_token
-from whos_online.recording import clients, links, rooms, visits
+from whos_online.recording import guests, links, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import counters, pruning
@@ -249,13 +249,13 @@ def record_guest(
 ) -> bool:
     """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip'),
     in ``room`` if given."""
-    address = clients.normalize_ip(ip)
+    address = guests.normalize_ip(ip)
     if address is None:
         msg = f"record_guest() needs an IPv4 or IPv6 address, not {ip!r}."
         raise ValueError(msg)
     config = get_config()
     timestamp = as_timestamp(now)
-    member = clients.guest_id(address, config, timestamp)
+    member = guests.guest_id(address, config, timestamp)
     kind = "bots" if bot else "guests"
     return bool(visits.record_member(config, kind, member, timestamp, room=_room(room)))
 

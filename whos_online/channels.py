@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from whos_online import api
 from whos_online.config.settings import get_config
-from whos_online.recording import clients
+from whos_online.recording import guests
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -61,7 +61,7 @@ logger = logging.getLogger("whos_online")
 
 class _ScopeAsRequest:
     """The two headers of a connection's scope that name its client, where the middleware reads
-    them on a request (``clients.client_ip``)."""
+    them on a request (``guests.client_ip``)."""
 
     def __init__(self, scope: dict[str, Any]) -> None:
         client = scope.get("client") or ("",)
@@ -100,7 +100,7 @@ class PresenceMixin(_Consumer):
         if not scope.META["REMOTE_ADDR"] and not scope.META["HTTP_X_FORWARDED_FOR"]:
             return None
         request: HttpRequest = scope  # type: ignore [assignment]
-        return clients.client_ip(request, get_config())
+        return guests.client_ip(request, get_config())
 
     def presence_renewal_interval(self) -> float:
         """Seconds between two renewals: ``presence_renew_every``, or a third of ``WINDOW``, so

@@ -59,7 +59,7 @@ from tests.support.helpers import (
 from whos_online.config.settings import get_config
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
-from whos_online.recording.clients import client_ip
+from whos_online.recording.guests import client_ip
 from whos_online.store.users import MAX_DISPLAY_NAME_LENGTH
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from whos_online.config.settings import get_config
-from whos_online.recording.clients import (
+from whos_online.recording.guests import (
     MAX_ADDRESS_LENGTH,
     client_ip,
     forwarded_candidate,

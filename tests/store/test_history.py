@@ -25,7 +25,7 @@ from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import hits
 from whos_online.reading import snapshots
-from whos_online.recording import clients as identity
+from whos_online.recording import guests as identity
 from whos_online.recording import logins
 
 if TYPE_CHECKING:

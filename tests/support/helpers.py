@@ -19,7 +19,7 @@ from redis.connection import AbstractConnection
 
 from whos_online.config.settings import get_config
 from whos_online.recording import throttle
-from whos_online.recording.clients import guest_id
+from whos_online.recording.guests import guest_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

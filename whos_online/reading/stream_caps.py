@@ -31,7 +31,7 @@ from django.dispatch import receiver
 
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed
-from whos_online.recording import clients
+from whos_online.recording import guests
 from whos_online.recording.state import state_of
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ async def client_of(request: HttpRequest, config: Config) -> Client:
     address = state.address(config)
     if address is None:
         return Client(Cap.ADDRESS, state.candidate(config))
-    return Client(Cap.ADDRESS, clients.guest_network(address, config.guest_ipv6_prefix))
+    return Client(Cap.ADDRESS, guests.guest_network(address, config.guest_ipv6_prefix))
 
 
 def default_max_streams() -> int | None:

@@ -19,7 +19,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 from whos_online import store
 from whos_online.backend import breakers
 from whos_online.flushing import flusher
-from whos_online.recording import clients
+from whos_online.recording import guests
 from whos_online.store import users
 from whos_online.store.items import Link
 from whos_online.store.people import user_person_key
@@ -54,14 +54,14 @@ def _is_user(user: Someone) -> bool:
 
 def _guest(config: Config, address: str | None, now: float) -> str:
     """The member of the guest at ``address`` today."""
-    normalized = clients.normalize_ip(address) if isinstance(address, str) else None
+    normalized = guests.normalize_ip(address) if isinstance(address, str) else None
     if normalized is None:
         msg = (
             "A connection's person is an authenticated user, or a guest named by an IPv4 or IPv6 "
             f"address, not {address!r:.60}."
         )
         raise ValueError(msg)
-    return clients.guest_id(normalized, config, now)
+    return guests.guest_id(normalized, config, now)
 
 
 def entering(
@@ -80,10 +80,10 @@ def entering(
         assert user is not None
         found = details if details is not None else users.details(user, config)
         kind = "hidden" if found.hidden else "users"
-        visitor = clients.visitor_id(user_person_key(found.pk), now)
+        visitor = guests.visitor_id(user_person_key(found.pk), now)
         return Link(kind, found.pk, room, connection, now, user=found, visitor=visitor)
     member = _guest(config, address, now)
-    visitor = clients.visitor_id(f"g:{member}", now)
+    visitor = guests.visitor_id(f"g:{member}", now)
     return Link("guests", member, room, connection, now, visitor=visitor)
 
 

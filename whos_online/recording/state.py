@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.utils.functional import LazyObject, empty
 
-from whos_online.recording import clients
+from whos_online.recording import guests
 from whos_online.store import users
 
 if TYPE_CHECKING:
@@ -165,13 +165,13 @@ class RequestState:
     def candidate(self, config: Config) -> str:
         """The client's address as the trusted proxies (or the socket) give it, unchecked."""
         if self._candidate is None:
-            self._candidate = clients.forwarded_candidate(self.request, config.trusted_proxy_count)
+            self._candidate = guests.forwarded_candidate(self.request, config.trusted_proxy_count)
         return self._candidate
 
     def address(self, config: Config) -> str | None:
         """The client's address, canonical; None when it is not one."""
         if self._address is _UNSET:
-            self._address = clients.normalize_ip(self.candidate(config))
+            self._address = guests.normalize_ip(self.candidate(config))
         assert self._address is None or isinstance(self._address, str)
         return self._address
 
@@ -194,14 +194,14 @@ class RequestState:
         address = self.address(config)
         if address is None:
             return None
-        kind = "bots" if clients.is_bot(self.request, config) else "guests"
-        return kind, clients.guest_id(address, config, now)
+        kind = "bots" if guests.is_bot(self.request, config) else "guests"
+        return kind, guests.guest_id(address, config, now)
 
     def guest_member(self, config: Config, now: float) -> str:
         """The member the request would be recorded as if it were a guest's ("" for none), even
         while guests are not tracked: what a login takes off the guests."""
         address = self.address(config)
-        return clients.guest_id(address, config, now) if address else ""
+        return guests.guest_id(address, config, now) if address else ""
 
     # The person
 

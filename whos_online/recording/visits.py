@@ -18,7 +18,7 @@ from whos_online import store
 from whos_online.backend import breakers
 from whos_online.config.settings import Config, get_config
 from whos_online.flushing import flusher, hits, lifecycle
-from whos_online.recording import clients, rooms
+from whos_online.recording import guests, rooms
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
 from whos_online.store.items import GO, Visit
@@ -48,7 +48,7 @@ def user_visit(
         now=timestamp,
         user=details,
         former=former_guest,
-        visitor=clients.visitor_id(user_person_key(pk), timestamp),
+        visitor=guests.visitor_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
         title=title,
@@ -66,7 +66,7 @@ def member_visit(
     title: str = "",
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
-    visitor = "" if kind == "bots" else clients.visitor_id(f"g:{member}", timestamp)
+    visitor = "" if kind == "bots" else guests.visitor_id(f"g:{member}", timestamp)
     return Visit(
         kind=kind,
         member=member,

@@ -234,7 +234,7 @@ def _matches(pattern: re.Pattern[str], agent: str) -> bool:
     return pattern.search(agent) is not None
 
 
-@receiver(config_changed, dispatch_uid="whos_online.recording.clients.reset")
+@receiver(config_changed, dispatch_uid="whos_online.recording.guests.reset")
 def reset(**kwargs: object) -> None:
     _day_key.cache_clear()
     _pseudonym.cache_clear()
