@@ -22,7 +22,7 @@ from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import snapshots, visibility
 from whos_online.reading.room_tokens import room_token
-from whos_online.recording import guests, links, rooms, visits
+from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import counters, pruning
@@ -411,15 +411,15 @@ def enter(
     """
     timestamp = as_timestamp(now)
     config = get_config()
-    link = links.entering(
+    link = connections.entering(
         config,
         _room(room),
-        links.check_connection(connection),
+        connections.check_connection(connection),
         timestamp,
         user=user,
         address=address,
     )
-    return links.send(config, link)
+    return connections.send(config, link)
 
 
 def leave(
@@ -435,15 +435,15 @@ def leave(
     page. Queued like ``enter``; never reads the database."""
     timestamp = as_timestamp(now)
     config = get_config()
-    link = links.leaving(
+    link = connections.leaving(
         config,
         _room(room),
-        links.check_connection(connection),
+        connections.check_connection(connection),
         timestamp,
         user=user,
         address=address,
     )
-    return links.send(config, link)
+    return connections.send(config, link)
 
 
 # The async API. Writes (``aenter``, ``aleave``) queue from the event loop, which never waits on
@@ -465,15 +465,15 @@ async def aenter(
     """``enter`` for async code (a Channels consumer): never blocks the event loop."""
     timestamp = as_timestamp(now)
     config = get_config()
-    link = await links.aentering(
+    link = await connections.aentering(
         config,
         _room(room),
-        links.check_connection(connection),
+        connections.check_connection(connection),
         timestamp,
         user=user,
         address=address,
     )
-    return await links.asend(config, link)
+    return await connections.asend(config, link)
 
 
 async def aleave(
@@ -487,15 +487,15 @@ async def aleave(
     """``leave`` for async code: never blocks the event loop."""
     timestamp = as_timestamp(now)
     config = get_config()
-    link = links.leaving(
+    link = connections.leaving(
         config,
         _room(room),
-        links.check_connection(connection),
+        connections.check_connection(connection),
         timestamp,
         user=user,
         address=address,
     )
-    return await links.asend(config, link)
+    return await connections.asend(config, link)
 
 
 def _in_thread(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:

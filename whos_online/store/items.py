@@ -1,7 +1,7 @@
 """A visit to record, and how it places its person among the rooms; a connection entering or
 leaving a room.
 
-What the recording side makes (``recording.visits``, ``recording.links``), the process queues
+What the recording side makes (``recording.visits``, ``recording.connections``), the process queues
 (``flushing.queue``), and the record script's codec (``store.record``) turns into the entries of
 a batch.
 """
