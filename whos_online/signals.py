@@ -1,7 +1,7 @@
 """Signals whos_online sends, for code of the site that reacts to presence.
 
 ``came_online``, ``entered_room`` and ``left_room`` are sent by each process's flushing thread,
-once per change its flushes wrote, never on a request (``whos_online.flushing.events`` says what
+once per change its flushes wrote, never on a request (``whos_online.flushing.changes`` says what
 each carries, and what a retried flush sends); ``went_offline`` and ``users_went_offline`` by
 the cleanup (the command, or ``prune``), once per chunk of people whose window ran out.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from django.dispatch import Signal
 
-from whos_online.flushing.events import came_online, entered_room, left_room, went_offline
+from whos_online.flushing.changes import came_online, entered_room, left_room, went_offline
 from whos_online.recording.throttle import recent
 from whos_online.store.people import USER_KINDS, person_key
 from whos_online.store.users import pk_values

@@ -46,7 +46,7 @@ from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.per_process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, events, hits, lifecycle, stalls
+from whos_online.flushing import batches, changes, hits, lifecycle, stalls
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.flushing.thread import FlushThread
@@ -81,7 +81,7 @@ class Flusher:
         #: The process's flushing thread (``thread``), which also tells what flushes changed.
         self.thread = FlushThread(self._on_thread)
         #: What flushes changed, not told yet (``events``).
-        self.changes = events.Pending()
+        self.changes = changes.Pending()
         #: When the process's layout was last registered with a batch.
         self.registration = batches.Registration()
         #: Whether the site has kept data in another layout of shards, as the base shard's last

@@ -1,7 +1,7 @@
 """The process's one subscription to what the flushes publish, fanned out to its open streams.
 
 The first live stream of a process (of its event loop: ASGI) starts it: an asyncio task that
-subscribes to ``{prefix}:changes`` (``flushing.events``) with a redis.asyncio client
+subscribes to ``{prefix}:changes`` (``flushing.changes``) with a redis.asyncio client
 (``backend.async_client``), however many streams are open. For a message, the snapshots of the
 rooms that the streams concerned show are read in ONE read, in a thread (the request path's own
 code, ``snapshots.read_many``), and each of those streams renders its widgets from it in that

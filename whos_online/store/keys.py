@@ -59,7 +59,7 @@ def epoch_key(shard: keyspace.Shard) -> str:
 
 def changes_channel(config: Config) -> str:
     """The pub/sub channel on which flushes publish what they changed, for the live streams
-    (``flushing.events``), under the base tag: a channel is no key, but the tag keeps it
+    (``flushing.changes``), under the base tag: a channel is no key, but the tag keeps it
     the site's, and on a Cluster a sharded channel would live in the base tag's slot."""
     return keyspace.key(config, "changes")
 

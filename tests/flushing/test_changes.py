@@ -14,7 +14,7 @@ import whos_online
 from tests.support.helpers import GUEST_IP, client_of, configure, guest, single_redis
 from whos_online import api, store
 from whos_online.config.settings import get_config
-from whos_online.flushing import events, flusher
+from whos_online.flushing import changes, flusher
 from whos_online.signals import came_online, entered_room, left_room, went_offline
 from whos_online.store.presence import LEAVE_GRACE
 
@@ -247,23 +247,23 @@ def test_nothing_is_published_without_live_updates(backend, heard):
 
 
 def test_a_message_names_every_room_changed_up_to_a_bound():
-    assert json.loads(events.message({"b", "a"}, site=False)) == {
+    assert json.loads(changes.message({"b", "a"}, site=False)) == {
         "rooms": ["a", "b"],
         "site": False,
     }
-    many = {f"room:{n}" for n in range(events.MAX_ROOMS + 1)}
-    assert json.loads(events.message(many, site=False)) == {"all": True}
+    many = {f"room:{n}" for n in range(changes.MAX_ROOMS + 1)}
+    assert json.loads(changes.message(many, site=False)) == {"all": True}
 
 
 def test_the_publish_waits_out_the_second_and_says_when(monkeypatch, settings):
     configure(settings, LIVE_UPDATES=True)
     sent: list[tuple[set[str], bool]] = []
     monkeypatch.setattr(
-        events, "publish", lambda config, rooms, *, site: sent.append((rooms, site))
+        changes, "publish", lambda config, rooms, *, site: sent.append((rooms, site))
     )
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    pending = events.Pending()
+    pending = changes.Pending()
     pending._rooms, pending._site = {"a"}, True
 
     assert pending.deliver(get_config(), None) is None
