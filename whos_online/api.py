@@ -21,7 +21,7 @@ from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import snapshots, visibility
-from whos_online.reading.room_tokens import room_token
+from whos_online.reading.access import room_token
 from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent

@@ -49,14 +49,7 @@ from django.views.decorators.http import require_GET
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
-from whos_online.reading import (
-    request_thread,
-    room_tokens,
-    snapshots,
-    stream_caps,
-    subscription,
-    viewer,
-)
+from whos_online.reading import access, request_thread, snapshots, stream_caps, subscription, viewer
 from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
@@ -113,7 +106,7 @@ class Stream:
         #: query (tokens and language included) and status, the viewer, and the names rule.
         self._key = (
             names,
-            room_tokens.viewer_of(request),
+            access.viewer_of(request),
             tuple(widget.query.urlencode() for widget in accepted),
             tuple(answer["status"] for answer in answers),
         )

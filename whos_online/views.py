@@ -33,7 +33,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
-from whos_online.reading import room_tokens, snapshots, viewer
+from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.reading.widget import (
     page_language,
@@ -132,7 +132,7 @@ def _poll_cache_control(
     if (
         (names and not shows_names_to_everyone(config))
         or (by_room and config.room_access)
-        or (by_room and room_tokens.viewer_of(request))
+        or (by_room and access.viewer_of(request))
         or (reader is not None and reader.added)
     ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)
@@ -141,8 +141,8 @@ def _poll_cache_control(
 
 
 def _room_refused(request: HttpRequest, room: str, config: Config) -> HttpResponse | None:
-    """A 403 for a reader who may not see who is in ``room`` (see ``room_tokens.may_read``)."""
-    if not room or room_tokens.may_read(request, room, config):
+    """A 403 for a reader who may not see who is in ``room`` (see ``access.may_read``)."""
+    if not room or access.may_read(request, room, config):
         return None
     return HttpResponseForbidden(
         "This room is shown only with the token of a page that shows it.",
@@ -321,12 +321,12 @@ def widget_answers(
             answers.append({"status": 400, "error": str(error)})
             continue
         room = arguments["room"] or ""
-        room_tokens.use_issued(request, None)
-        if room and not room_tokens.may_read(request, room, config, token=query.get("token", "")):
+        access.use_issued(request, None)
+        if room and not access.may_read(request, room, config, token=query.get("token", "")):
             answers.append({"status": 403})
             continue
         answers.append({"status": 200})
-        accepted.append(Accepted(answers[-1], query, arguments, room_tokens.issued(request)))
+        accepted.append(Accepted(answers[-1], query, arguments, access.issued(request)))
     return answers, accepted
 
 
@@ -340,7 +340,7 @@ def render_answers(request: HttpRequest, accepted: Iterable[Accepted], unread: s
     ``request`` (``unread``: the rooms whose snapshot could not be read)."""
     engine = Engine.get_default()
     for widget in accepted:
-        room_tokens.use_issued(request, widget.issued)  # its URLs keep its token's issue time
+        access.use_issued(request, widget.issued)  # its URLs keep its token's issue time
         widget.answer["ok"] = not unread.intersection(_rooms_shown(widget.arguments))
         widget.answer["html"] = _render_widget(request, engine, widget.arguments, widget.query)[0]
 

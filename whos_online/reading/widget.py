@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.utils import translation
 
-from whos_online.reading import room_tokens
+from whos_online.reading import access
 from whos_online.recording import rooms
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def widget_query(
     }
     if room is not None:
         query["room"] = room
-        query["token"] = room_tokens.room_token(room, request)
+        query["token"] = access.room_token(room, request)
         if site:
             query["site"] = 1
     return urlencode(query)
@@ -54,7 +54,7 @@ def widget_query(
 
 def presence_query(request: HttpRequest | None, room: str) -> str:
     """The query string of the presence view for ``room``, for the viewer of ``request``."""
-    return urlencode({"room": room, "token": room_tokens.room_token(room, request)})
+    return urlencode({"room": room, "token": access.room_token(room, request)})
 
 
 def stay_interval(config: Config) -> int:

@@ -31,7 +31,7 @@ from django.utils.translation import gettext, ngettext
 from whos_online import api
 from whos_online.config.audiences import is_staff
 from whos_online.config.settings import get_config
-from whos_online.reading import room_tokens, snapshots, viewer
+from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.visibility import may_see_names
 from whos_online.reading.widget import presence_query, stay_interval, widget_query
 from whos_online.recording import pageviews, rooms
@@ -238,7 +238,7 @@ def _live(
         # once their throttle cookie has run out, and that they left as they leave.
         shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
         shown["stay"] = stay_interval(config)
-        shown["renew"] = room_tokens.renew_in(request, config.room_token_max_age)
+        shown["renew"] = access.renew_in(request, config.room_token_max_age)
     return shown
 
 

@@ -26,8 +26,8 @@ import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
 from whos_online.config.settings import get_config
-from whos_online.reading import room_tokens, subscription, viewer
-from whos_online.reading.room_tokens import check_token, room_token
+from whos_online.reading import access, subscription, viewer
+from whos_online.reading.access import check_token, room_token
 from whos_online.recording.state import state_of
 
 pytestmark = pytest.mark.urls(__name__)
@@ -394,10 +394,10 @@ def test_a_tag_rendered_in_an_event_loop_binds_the_key_unchecked(alice):
     request.session = import_module(django_settings.SESSION_ENGINE).SessionStore(key)
 
     async def in_a_view() -> str:
-        return room_tokens.viewer_of(request)
+        return access.viewer_of(request)
 
     assert asyncio.run(in_a_view()) == key
-    assert room_tokens.viewer_of(request) == ""  # checked, out of the loop: it is dead
+    assert access.viewer_of(request) == ""  # checked, out of the loop: it is dead
 
 
 def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(
@@ -491,9 +491,9 @@ def test_a_viewer_logged_in_by_the_page_gets_a_token_of_the_new_session(boards, 
 
 
 def test_a_page_is_told_to_renew_its_tokens_well_before_they_run_out():
-    assert room_tokens.renew_in(None, 3600, now=NOW) == 3540  # a minute before
-    assert room_tokens.renew_in(None, 60, now=NOW) == 45  # a quarter before
+    assert access.renew_in(None, 3600, now=NOW) == 3540  # a minute before
+    assert access.renew_in(None, 60, now=NOW) == 45  # a quarter before
     viewer = request_with_session()
     assert check_token("t", room_token("t", viewer, now=NOW), viewer, 60, now=NOW + 30)
-    assert room_tokens.renew_in(viewer, 60, now=NOW + 30) == 15  # the refresh of an older page
-    assert room_tokens.renew_in(viewer, 60, now=NOW + 59) == 1
+    assert access.renew_in(viewer, 60, now=NOW + 30) == 15  # the refresh of an older page
+    assert access.renew_in(viewer, 60, now=NOW + 59) == 1
