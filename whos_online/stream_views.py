@@ -8,7 +8,7 @@ answer is a ``text/event-stream`` of:
 - the current state first: the same JSON document as ``widgets`` (a page that reconnects gets
   the state of the moment, never a replay of what it missed);
 - the document again whenever one of its rooms (or the site's list, if it shows it) changed, as
-  the process's one subscription learns (``reading.subscription``), rendered from one read for
+  the process's one subscription learns (``live.subscription``), rendered from one read for
   all the streams concerned, and only when it differs from the last one sent;
 - a comment after ``outbox.HEARTBEAT`` seconds of silence, so that proxies keep the connection
   and a closed one is noticed;
@@ -49,7 +49,8 @@ from django.views.decorators.http import require_GET
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
-from whos_online.reading import access, request_thread, snapshots, stream_caps, subscription, viewer
+from whos_online.live import subscription
+from whos_online.reading import access, request_thread, snapshots, stream_caps, viewer
 from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT

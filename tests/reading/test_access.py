@@ -26,7 +26,8 @@ import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
 from whos_online.config.settings import get_config
-from whos_online.reading import access, subscription, viewer
+from whos_online.live import subscription
+from whos_online.reading import access, viewer
 from whos_online.reading.access import check_token, room_token
 from whos_online.recording.state import state_of
 

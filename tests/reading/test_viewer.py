@@ -17,7 +17,8 @@ import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, widget_text
 from tests.test_stream import record_guest, record_user, run, site_widget, texts, until
-from whos_online.reading import snapshots, subscription
+from whos_online.live import subscription
+from whos_online.reading import snapshots
 
 if TYPE_CHECKING:
     from django.test import Client

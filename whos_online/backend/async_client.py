@@ -1,4 +1,4 @@
-"""The asyncio client of the live streams' subscription (``reading.subscription``): one per
+"""The asyncio client of the live streams' subscription (``live.subscription``): one per
 process, made from the settings that make the request client (``connection``).
 
 ``REDIS_URL`` (on a Cluster, one of its nodes, taken in turn after a failure: a message published

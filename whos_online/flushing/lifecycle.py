@@ -5,7 +5,7 @@ on the request path (``flusher.writes_at_once``), the SIGTERM handler (``stoppin
 exit (``flusher.write_at_exit``) set them. The first of the two also notes when the stop began,
 from which the writes of a stopping process go on trying through a stall of Redis, for
 ``STOP_TIMEOUT`` (``stalls``). The handler also tells those who hold connections open (the live
-streams, ``reading.subscription``) to end them, through ``asked_to_stop``: the parts that come
+streams, ``live.subscription``) to end them, through ``asked_to_stop``: the parts that come
 later in a visit's travel connect to it, since this one may not import them.
 """
 

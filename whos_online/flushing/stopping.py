@@ -16,7 +16,7 @@ one process, so the handler runs once, at the end, when uvicorn raises the signa
 ``--workers`` and ``--reload`` processes load the site inside, so the handler runs at the signal,
 before uvicorn's, and the requests the server finishes afterwards write their own visits and hits.
 (The first live stream of a one-process uvicorn installs the handler again, over uvicorn's, so
-that the signal ends the streams before uvicorn waits for them: ``reading.subscription``.)
+that the signal ends the streams before uvicorn waits for them: ``live.subscription``.)
 A fork inherits the handler (a ``multiprocessing`` child, a fork of a fork); spawn and forkserver
 children install their own when they set Django up.
 

@@ -417,7 +417,7 @@ def hub() -> Hub:
     return found
 
 
-@receiver(lifecycle.asked_to_stop, dispatch_uid="whos_online.reading.subscription.shut_down")
+@receiver(lifecycle.asked_to_stop, dispatch_uid="whos_online.live.subscription.shut_down")
 def shut_down(**kwargs: object) -> None:
     """End the streams of every event loop of the process (SIGTERM; from its handler, which
     runs between two steps of one of those loops, so each hub does it on its own loop)."""
@@ -426,7 +426,7 @@ def shut_down(**kwargs: object) -> None:
             loop.call_soon_threadsafe(found.shut_down)
 
 
-@receiver(config_changed, dispatch_uid="whos_online.reading.subscription.reset")
+@receiver(config_changed, dispatch_uid="whos_online.live.subscription.reset")
 def reset(**kwargs: object) -> None:
     """Stop every subscription of the process (settings changed: tests)."""
     hubs = _hubs.peek()

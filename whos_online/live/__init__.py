@@ -1,0 +1,1 @@
+"""Live updates: the pages' widgets pushed to them as they change, under ASGI."""
