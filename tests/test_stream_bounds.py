@@ -23,8 +23,7 @@ from tests.test_stream import room_widget, run, site_widget, stream_url
 from whos_online import stream_views
 from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
-from whos_online.live import subscription
-from whos_online.reading import stream_caps
+from whos_online.live import stream_caps, subscription
 from whos_online.reading.outbox import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:

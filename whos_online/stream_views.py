@@ -22,7 +22,7 @@ answer is a ``text/event-stream`` of:
 A stream holds at most the newest state its page has not received (``reading.outbox``): a client
 that stops reading costs its process that and the server's buffer, and its stream ends once a
 send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
-a capped number of streams, in all and per client (``reading.stream_caps``); past a cap, and
+a capped number of streams, in all and per client (``live.stream_caps``); past a cap, and
 while the process stops, the view answers 503 with ``Retry-After``, and the page polls.
 ``HEAD`` is answered 405: a stream without a body would never end.
 
@@ -49,8 +49,8 @@ from django.views.decorators.http import require_GET
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
-from whos_online.live import subscription
-from whos_online.reading import access, request_thread, snapshots, stream_caps, viewer
+from whos_online.live import stream_caps, subscription
+from whos_online.reading import access, request_thread, snapshots, viewer
 from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
