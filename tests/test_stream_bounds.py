@@ -24,7 +24,7 @@ from whos_online import stream_views
 from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
 from whos_online.live import stream_caps, subscription
-from whos_online.reading.outbox import END_GRACE, SEND_BOUND
+from whos_online.live.outbox import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

@@ -19,7 +19,7 @@ answer is a ``text/event-stream`` of:
   renews its tokens itself, shortly before they run out. The same when the process is asked
   to stop (SIGTERM).
 
-A stream holds at most the newest state its page has not received (``reading.outbox``): a client
+A stream holds at most the newest state its page has not received (``live.outbox``): a client
 that stops reading costs its process that and the server's buffer, and its stream ends once a
 send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
 a capped number of streams, in all and per client (``live.stream_caps``); past a cap, and
@@ -50,8 +50,8 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
 from whos_online.live import stream_caps, subscription
+from whos_online.live.outbox import END, Outbox
 from whos_online.reading import access, request_thread, snapshots, viewer
-from whos_online.reading.outbox import END, Outbox
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (
