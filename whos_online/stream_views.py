@@ -27,7 +27,7 @@ while the process stops, the view answers 503 with ``Retry-After``, and the page
 ``HEAD`` is answered 405: a stream without a body would never end.
 
 Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
-request, and of that thread's database connections (``reading.request_thread``): an open page
+request, and of that thread's database connections (``live.request_thread``): an open page
 holds neither.
 
 Under WSGI a worker cannot hold a connection open: the view answers 204 No Content (which tells
@@ -49,9 +49,9 @@ from django.views.decorators.http import require_GET
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import lifecycle
-from whos_online.live import stream_caps, subscription
+from whos_online.live import request_thread, stream_caps, subscription
 from whos_online.live.outbox import END, Outbox
-from whos_online.reading import access, request_thread, snapshots, viewer
+from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.visibility import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (

@@ -1,4 +1,4 @@
-"""A live stream's request lets go of its thread (``whos_online.reading.request_thread``) only
+"""A live stream's request lets go of its thread (``whos_online.live.request_thread``) only
 when that thread is the request's own: in a thread-sensitive context of its own, as Django's ASGI
 handler gives each request, and never one that a sync caller above, or the context's caller,
 owns. (The stream itself: ``tests/test_stream.py``.)"""
@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django import db as django_db
 
-from whos_online.reading import request_thread
+from whos_online.live import request_thread
 
 
 def on_own_thread(monkeypatch: pytest.MonkeyPatch, close_all: object) -> tuple[bool, str, bool]:
