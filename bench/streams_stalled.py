@@ -48,7 +48,7 @@ CUT: Final = "ASGI callable returned without completing response."
 
 def stream_path(widgets: int) -> str:
     """The stream of ``widgets`` different site widgets (their queries differ by interval)."""
-    from whos_online.reading.widget import widget_query
+    from whos_online.live.widget import widget_query
 
     queries = [
         widget_query(None, peak=False, visitors=False, refresh=30 + number)

@@ -23,8 +23,8 @@ from django.urls import reverse
 import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, log_in_quietly, widget_text
+from whos_online.live.widget import widget_query
 from whos_online.reading import access
-from whos_online.reading.widget import widget_query
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -31,7 +31,7 @@ import redis
 
 from tests.support import wsgi_server
 from tests.test_stream import site_widget
-from whos_online.reading.widget import widget_query
+from whos_online.live.widget import widget_query
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

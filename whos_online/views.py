@@ -33,14 +33,14 @@ from django.views.decorators.http import require_POST, require_safe
 
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
-from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
-from whos_online.reading.widget import (
+from whos_online.live.widget import (
     page_language,
     presence_query,
     stay_interval,
     widget_arguments,
 )
+from whos_online.reading import access, snapshots, viewer
+from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
 from whos_online.recording import recorder, rooms, throttle
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
