@@ -20,10 +20,9 @@ from django.conf import settings as django_settings
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, log_in_quietly
 from tests.test_stream import room_widget, run, site_widget, stream_url
-from whos_online import stream_views
 from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
-from whos_online.live import stream_caps, subscription
+from whos_online.live import stream_caps, streaming, subscription
 from whos_online.live.outbox import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:
@@ -52,14 +51,14 @@ def sending_task() -> asyncio.Task[Any]:
     return task
 
 
-async def stalled(url: str) -> tuple[Stream, stream_views.Stream]:
+async def stalled(url: str) -> tuple[Stream, streaming.Stream]:
     """A stream whose client has read its first state, then stopped reading, with a state that
     waits to be sent."""
     before = set(subscription.hub().listeners)
     stream = await Stream(url).open()
     await stream.state()
     [listener] = subscription.hub().listeners - before
-    assert isinstance(listener, stream_views.Stream)
+    assert isinstance(listener, streaming.Stream)
     stream.stop_reading()
     listener.send("data: 0\n\n")
     await stream.sending()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from whos_online import staff_views, stream_views, views
+from whos_online import staff_views, views
+from whos_online.live import streaming
 
 app_name = "whos_online"
 
@@ -14,7 +15,7 @@ urlpatterns = [
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
     path("widgets/", views.widgets, name="widgets"),
-    path("stream/", stream_views.stream, name="stream"),
+    path("stream/", streaming.stream, name="stream"),
     path("presence/", views.presence, name="presence"),
     path("page-view/", views.page_view, name="page_view"),
     path("live-check.js", views.live_check, name="live_check"),

@@ -230,7 +230,7 @@ def _live(
         "navigations": bool(navigations),
     }
     if config.live_updates:
-        # Where it follows them as they change instead, under ASGI (see stream_views; under
+        # Where it follows them as they change instead, under ASGI (see live.streaming; under
         # WSGI the view says 204 and the page polls).
         shown["stream"] = reverse("whos_online:stream")
     if room is not None:
