@@ -35,8 +35,8 @@ from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
 from whos_online.backend.breakers import Attempt, breaker, refusals
-from whos_online.backend.per_process import PerProcess
 from whos_online.backend.sentinels import FollowingSentinel
+from whos_online.config.process import PerProcess
 from whos_online.config.settings import Config, config_dropped, get_config
 
 if TYPE_CHECKING:

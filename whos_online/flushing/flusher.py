@@ -44,7 +44,7 @@ from django.dispatch import receiver
 
 from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
-from whos_online.backend.per_process import PerProcess
+from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, changes, hits, lifecycle, stalls
 from whos_online.flushing.jobs import FlushJobs, Job

@@ -27,7 +27,7 @@ from typing import Final
 
 from django.dispatch import receiver
 
-from whos_online.backend.per_process import PerProcess
+from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed
 
 #: The counter page hits are kept in.

@@ -3,7 +3,7 @@ flushes, and after a flush that failed waits out the back-off, whatever the page
 meanwhile.
 
 Started with the first deadline, in the process that asks (a forked child starts its own, since
-the parent's thread did not come along; see ``backend.per_process``), and stopped at exit or when
+the parent's thread did not come along; see ``config.process``), and stopped at exit or when
 the settings change (tests).
 """
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 from django.conf import settings
 from django.dispatch import receiver
 
-from whos_online.backend.per_process import PerProcess
+from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed
 from whos_online.recording import guests
 from whos_online.recording.state import state_of

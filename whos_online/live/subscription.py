@@ -52,7 +52,7 @@ from django.dispatch import receiver
 from whos_online.backend import async_client, breakers
 from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
-from whos_online.backend.per_process import PerProcess
+from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import lifecycle, stopping
 from whos_online.reading import snapshots
