@@ -21,7 +21,7 @@ import pytest
 from tests.support.helpers import configure
 from whos_online.flushing import daemon_threads, stopping
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing.thread import FlushThread
+from whos_online.flushing.schedule import FlushThread
 from whos_online.recording import visits as recording
 
 pytestmark = pytest.mark.skipif(

@@ -49,7 +49,7 @@ from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, changes, hits, lifecycle, stalls
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
-from whos_online.flushing.thread import FlushThread
+from whos_online.flushing.schedule import FlushThread
 from whos_online.store import counters, epochs
 
 if TYPE_CHECKING:
