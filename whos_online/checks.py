@@ -78,10 +78,9 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
     does not run. Says nothing when Redis cannot be read or the settings are wrong."""
     from django.utils.timesince import timesince
 
-    from whos_online import store
+    from whos_online import dashboard, store
     from whos_online.backend import connection
     from whos_online.config.settings import get_config
-    from whos_online.reading import dashboard
     from whos_online.store.results import as_datetime
 
     if any(message.is_serious() for message in validate(user_settings())):

@@ -23,10 +23,10 @@ from django.urls import include, path, re_path
 
 import whos_online
 from tests.support.helpers import configure
+from whos_online import dashboard
 from whos_online.api import OnlineCounts
 from whos_online.checks import check_room_urls
 from whos_online.config.settings import get_config
-from whos_online.reading import dashboard
 from whos_online.store import titles
 
 pytestmark = pytest.mark.urls(__name__)

@@ -14,9 +14,8 @@ from django.contrib.staticfiles import finders
 
 import whos_online
 from tests.support.helpers import HOSTILE, client_of, configure, members
-from whos_online import checks
+from whos_online import checks, dashboard
 from whos_online.config.settings import get_config
-from whos_online.reading import dashboard
 from whos_online.recording.throttle import COOKIE_NAME
 from whos_online.store import counters
 
