@@ -2,7 +2,7 @@
 
 The first live stream of a process (of its event loop: ASGI) starts it: an asyncio task that
 subscribes to ``{prefix}:changes`` (``flushing.changes``) with a redis.asyncio client
-(``backend.async_client``), however many streams are open. For a message, the snapshots of the
+(``backend.clients``), however many streams are open. For a message, the snapshots of the
 rooms that the streams concerned show are read in ONE read, in a thread (the request path's own
 code, ``snapshots.read_many``), and each of those streams renders its widgets from it in that
 same thread (``Listener.render``; streams that would render the same answer share one). The
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from asgiref.sync import sync_to_async
 from django.dispatch import receiver
 
-from whos_online.backend import async_client, breakers
+from whos_online.backend import breakers, clients
 from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
 from whos_online.config.process import PerProcess
@@ -217,7 +217,7 @@ class Hub:
                 config = get_config()
                 client: redis.asyncio.Redis | None = None
                 try:
-                    client = async_client.subscriber(config, failures)
+                    client = clients.subscriber(config, failures)
                     requests = breakers.breaker.generation(config.redis_target)
                     async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                         await pubsub.subscribe(changes_channel(config))
