@@ -26,7 +26,7 @@ from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import counters, pruning
-from whos_online.store.people import user_person_key
+from whos_online.store.keys import user_person_key
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,

@@ -14,7 +14,7 @@ from django.dispatch import Signal
 
 from whos_online.flushing.changes import came_online, entered_room, left_room, went_offline
 from whos_online.recording.throttle import recent
-from whos_online.store.people import USER_KINDS, person_key
+from whos_online.store.keys import USER_KINDS, person_key
 from whos_online.store.users import pk_values
 
 if TYPE_CHECKING:

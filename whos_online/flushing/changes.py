@@ -36,8 +36,7 @@ from typing import TYPE_CHECKING, Final
 from django.dispatch import Signal
 
 from whos_online.backend import connection
-from whos_online.store.keys import changes_channel
-from whos_online.store.people import USER_KINDS
+from whos_online.store.keys import USER_KINDS, changes_channel
 from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.record import (
     ENTRY_ARGUMENTS,

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
     from whos_online.config.settings import Config
     from whos_online.reading.viewer import Reader
-    from whos_online.store.people import Person
+    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
     from whos_online.views import Accepted
 

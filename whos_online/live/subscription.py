@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from whos_online.config.settings import Config
-    from whos_online.store.people import Person
+    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
 
 logger = logging.getLogger("whos_online")

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-    from whos_online.store.people import Person
+    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
 
 

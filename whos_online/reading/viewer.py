@@ -44,7 +44,7 @@ from whos_online.recording import pageviews, recorder, rooms
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
-from whos_online.store.people import Person
+from whos_online.store.keys import Person
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

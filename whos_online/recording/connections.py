@@ -22,7 +22,7 @@ from whos_online.flushing import flusher
 from whos_online.recording import guests
 from whos_online.store import users
 from whos_online.store.items import Link
-from whos_online.store.people import user_person_key
+from whos_online.store.keys import user_person_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser

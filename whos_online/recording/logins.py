@@ -22,7 +22,7 @@ from whos_online.recording import visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import users
-from whos_online.store.people import former_guest_keys, user_person_key
+from whos_online.store.keys import former_guest_keys, user_person_key
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser

@@ -64,20 +64,20 @@ class Visitor:
         #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
         self.kind = kind
         self.member = member
-        #: Their key in the process's queue and memory (``store.people``).
+        #: Their key in the process's queue and memory (``store.keys``).
         self.key = key
         self._details: UserDetails | None = None
 
     @classmethod
     def of_user(cls, user: AnyUser) -> Visitor:
-        from whos_online.store.people import user_person_key
+        from whos_online.store.keys import user_person_key
 
         pk = users.pk_text(user)
         return cls(user=user, member=pk, key=user_person_key(pk))
 
     @classmethod
     def of_guest(cls, kind: str, member: str) -> Visitor:
-        from whos_online.store.people import person_key
+        from whos_online.store.keys import person_key
 
         return cls(kind=kind, member=member, key=person_key(kind, member))
 

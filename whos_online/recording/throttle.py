@@ -239,7 +239,7 @@ _remembered_genuine = functools.lru_cache(maxsize=MEMORY_SIZE)(_genuine)
 
 
 class RecentVisitors:
-    """A bounded, thread-safe map of a person's key (``store.people``) -> time until which they
+    """A bounded, thread-safe map of a person's key (``store.keys``) -> time until which they
     need no new write.
 
     Each entry also keeps the *generation* it was written in: a number the caller takes to change

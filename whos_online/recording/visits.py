@@ -22,7 +22,7 @@ from whos_online.recording import guests, rooms
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
 from whos_online.store.items import GO, Visit
-from whos_online.store.people import former_guest_keys, user_person_key
+from whos_online.store.keys import former_guest_keys, user_person_key
 from whos_online.store.results import as_timestamp
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ or reads what it writes, a pipeline otherwise. Nothing here is O(number of peopl
 ``cleanup.prune_chunk``, which is bounded by its chunk size, and ``snapshot.snapshot(limit=None)``,
 which the API documents as a full listing.
 
-Beside them: ``people`` (a person, and the keys naming them), ``users`` (a user's display data),
+Beside them: ``users`` (a user's display data),
 ``text`` (what a name may carry onto a page), ``results`` (what reads return), ``epochs`` (the
 word a shard keeps while its data lasts), ``counters`` (counters at several precisions),
 ``pruning`` (the cleanup's chunks) and ``lua`` (the scripts, one file each).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online.store.people import person_key
+from whos_online.store.keys import person_key
 
 if TYPE_CHECKING:
     from whos_online.store.users import UserDetails

@@ -1,23 +1,32 @@
-"""The names of the presence keys in Redis, and the layouts of shards that may hold them.
+"""The names of the presence keys in Redis, the layouts of shards that may hold them, and the
+one place that spells the strings naming a person.
 
 ``keyspace`` gives every key its hash tag: the people online under the tag of their shard, the
 site-wide keys (the peak, the layouts seen) under the base tag. This module says what each key of
 a shard holds and which shard a person's keys live in, so that every other module of ``store``
 names keys the same way.
+
+A person is a member of one of the online sets: a user by primary key (in ``users``, or
+``hidden`` for those ``HIDE_USER`` hides), a guest or a bot by the pseudonym of their address.
+Besides the member itself, one more string names them: their *key*, ``u:<pk>`` for a user
+whichever set holds them, ``<kind>:<member>`` otherwise. The process's queue and its memory of
+recent visitors are keyed by it, the HASH of who is in which room holds it as a field, and a
+user's shard is chosen by it (a guest's by the member alone).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
-from whos_online.store.people import USER_KINDS, user_person_key
 
 if TYPE_CHECKING:
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
+
 
 #: Per shard: the HASH of who is in which room, the sorted set of rooms by their latest visit,
 #: and how the keys of a room's sets begin (``room:<name>:<kind>``).
@@ -155,3 +164,39 @@ def utc_day(now: float) -> str:
 def _day_text(day_number: int) -> str:
     # Worked out once a day rather than through a datetime up to three times per recorded visit.
     return (_DAY_ZERO + timedelta(days=day_number)).isoformat()
+
+
+#: The sets of users, shown or hidden.
+USER_KINDS: Final = frozenset({"users", "hidden"})
+
+
+@dataclass(frozen=True)
+class Person:
+    """Someone in an online set: ``kind`` is the set ("users", "hidden", "guests" or "bots"),
+    ``member`` their member in it (a user's pk as text, a guest's or bot's pseudonym)."""
+
+    kind: str
+    member: str
+
+    @property
+    def key(self) -> str:
+        return person_key(self.kind, self.member)
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind in USER_KINDS
+
+
+def person_key(kind: str, member: str) -> str:
+    """The key of the member ``member`` of set ``kind`` (see the module's docstring)."""
+    return user_person_key(member) if kind in USER_KINDS else f"{kind}:{member}"
+
+
+def user_person_key(pk: str) -> str:
+    """The key of the user whose pk is ``pk``, hidden or not."""
+    return f"u:{pk}"
+
+
+def former_guest_keys(member: str) -> list[str]:
+    """The keys a guest (or a bot) with ``member`` was known by, before they logged in."""
+    return [person_key("guests", member), person_key("bots", member)]

@@ -21,9 +21,9 @@ from whos_online.store.keys import (
     links_key,
     score,
     user_key,
+    user_person_key,
     user_shard,
 )
-from whos_online.store.people import user_person_key
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:

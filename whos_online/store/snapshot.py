@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
-    from whos_online.store.people import Person
+    from whos_online.store.keys import Person
 
 
 def snapshot_call(
