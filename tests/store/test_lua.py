@@ -68,10 +68,10 @@ def test_the_record_script_replies_with_what_python_reads_back():
     fields = re.findall(r"^    (\w+) {2,}", output, re.MULTILINE)
     change = re.findall(r"^ {17}(\w+) {2,}", output, re.MULTILINE)
 
-    assert fields == list(store.replies.REPLY_FIELDS)
-    assert f"{{{', '.join(store.replies.REPLY_FIELDS)}}}" in output
-    assert change == list(store.replies.CHANGE_FIELDS)
-    assert f"\nreturn {{{', '.join(store.replies.REPLY_FIELDS)}}}\n" in source
+    assert fields == list(store.record.REPLY_FIELDS)
+    assert f"{{{', '.join(store.record.REPLY_FIELDS)}}}" in output
+    assert change == list(store.record.CHANGE_FIELDS)
+    assert f"\nreturn {{{', '.join(store.record.REPLY_FIELDS)}}}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

@@ -2,7 +2,7 @@
 one message on Redis for the open pages' live streams.
 
 A flush reads back from each shard's reply who came online (was not online until the visit) and
-which rooms each entry left and entered (``store.replies``). The flusher notes that here
+which rooms each entry left and entered (``store.record``). The flusher notes that here
 (``Pending.take_in``), on whatever thread wrote the batch, and its own thread then sends it
 (``Pending.deliver``), so that neither a receiver nor the publish ever runs on a request:
 
@@ -51,8 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from whos_online.config.settings import Config
-    from whos_online.store.record import Entry
-    from whos_online.store.replies import Reply
+    from whos_online.store.record import Entry, Reply
 
 logger = logging.getLogger("whos_online")
 

@@ -303,7 +303,7 @@ class Flusher:
             if replies is None:
                 failed.add(group.shard.tag)
                 continue
-            parsed = [store.replies.parse_reply(raw) for raw in replies]
+            parsed = [store.record.parse_reply(raw) for raw in replies]
             for reply in parsed:
                 epochs.epochs.learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:

@@ -6,7 +6,7 @@ One module per concern, each importing only those listed before it:
 - ``scripts``: running the Lua scripts of ``whos_online.store.lua``, several in one round trip;
 - ``items``: a visit to record, and how it places its person among the rooms;
 - ``record``: the record script's batches of visits (the one call a flush makes per shard),
-  and ``replies``, what those calls answer (who arrived, the rooms changed);
+  and what those calls answer (who arrived, the rooms changed);
 - ``presence``: whether given users are online, and taking one off;
 - ``snapshot``: one read of the site or a room, combined over the shards;
 - ``site``: the all-time peak and the day's unique visitors;
@@ -35,7 +35,6 @@ from whos_online.store import (
     keys,
     presence,
     record,
-    replies,
     scripts,
     site,
     snapshot,
@@ -48,7 +47,6 @@ __all__ = [
     "keys",
     "presence",
     "record",
-    "replies",
     "scripts",
     "site",
     "snapshot",

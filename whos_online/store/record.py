@@ -1,5 +1,5 @@
 """Recording visits: the batches of ``lua/record.lua``, one call per shard, that put people
-online, in their rooms.
+online, in their rooms, and what each call answers (``Reply``).
 
 A process queues the visits of its requests and writes them in batches
 (``whos_online.flushing.flusher``): each shard's entries go in one call, all the calls of one flush
@@ -35,7 +35,6 @@ from whos_online.store.keys import (
     visitors_key,
 )
 from whos_online.store.presence import LEAVE_GRACE
-from whos_online.store.replies import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
     from whos_online.store.items import Link, Visit
+
 
 #: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
 #: and rooms of its shard, a page's reader leaving its room, a connection entering (or renewing)
@@ -424,3 +424,57 @@ def _may_stop(precisions: tuple[int, ...]) -> tuple[bool, ...]:
         all(coarser % precision == 0 for coarser in precisions[index + 1 :])
         for index, precision in enumerate(precisions)
     )
+
+
+#: The values of the reply, in the order ``lua/record.lua`` returns them (a test checks that its
+#: header names them), and those of each room change in its flat list.
+REPLY_FIELDS: Final = ("epoch", "arrived", "layouts", "changes")
+CHANGE_FIELDS: Final = ("entry", "who", "left", "entered")
+
+
+class RoomChange(NamedTuple):
+    """A room an entry of a batch left or entered: ``entry`` is its index in the call (from
+    0); ``who`` is "" for the entry's own member, or ``<kind>:<member>`` for another identity a
+    step of the entry took out of its room (a visit's former identity, a leaving identity's);
+    ``left`` and ``entered`` are rooms, "" for none."""
+
+    entry: int
+    who: str
+    left: str
+    entered: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a batch's call answers: the shard's epoch, whether each entry's visitor was not
+    online until then ('1') or was ('0'), on the base shard how many layouts are recorded (a
+    site that changed ``SHARDS``), and the batch's room changes."""
+
+    epoch: str
+    arrived: str
+    layouts: int
+    changes: tuple[RoomChange, ...] = ()
+
+
+def parse_reply(raw: Sequence[object]) -> Reply:
+    """Read a reply; one without room changes (three values, as the script answered before it
+    reported them) has none."""
+    epoch, arrived, layouts = raw[:3]
+    flat = raw[3] if len(raw) > 3 else ()
+    assert isinstance(flat, (list, tuple))
+    assert isinstance(layouts, (int, str, bytes))
+    changes = tuple(
+        RoomChange(
+            int(flat[start]) - 1,
+            keyspace.text(flat[start + 1]),
+            keyspace.text(flat[start + 2]),
+            keyspace.text(flat[start + 3]),
+        )
+        for start in range(0, len(flat) - len(CHANGE_FIELDS) + 1, len(CHANGE_FIELDS))
+    )
+    return Reply(_text(epoch), _text(arrived), int(layouts), changes)
+
+
+def _text(value: object) -> str:
+    assert isinstance(value, (bytes, str))
+    return keyspace.text(value)
