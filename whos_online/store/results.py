@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from whos_online.backend import keyspace
-from whos_online.store.text import linkable_url
+from whos_online.store.users import linkable_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
