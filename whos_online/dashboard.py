@@ -222,7 +222,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
         samples = counters.samples(client, config, wanted, precision, starts)
         rooms = store.snapshot.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
         shown = [room for room, _counts in busiest_rooms(rooms)]
-        titles = store.titles.read(client, config, shown)
+        titles = store.snapshot.room_titles(client, config, shown)
         return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms, titles
 
     # While Redis cannot be read, the standard charts are drawn empty.

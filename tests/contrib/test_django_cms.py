@@ -129,7 +129,7 @@ from cms.utils.urlutils import admin_reverse
 import whos_online
 from whos_online.checks import check_room_urls
 from whos_online.config.settings import get_config
-from whos_online.store import titles
+from whos_online.store import snapshot
 from whos_online.backend.connection import admin_client
 
 call_command("migrate", verbosity=0)
@@ -174,7 +174,7 @@ seen["checks_by_keyword"] = check_messages(
 
 guest = browser("192.0.2.1")
 seen["guest_about"] = [guest.get("/about/", **PAGE_VIEW).status_code, room(about)]
-seen["title"] = titles.read(admin_client(), get_config(), [f"page:{about.pk}"])
+seen["title"] = snapshot.room_titles(admin_client(), get_config(), [f"page:{about.pk}"])
 seen["guest_home"] = [guest.get("/", **PAGE_VIEW).status_code, room(home), room(about)]
 answer = guest.get("/members/", **PAGE_VIEW)
 seen["guest_members"] = [answer.status_code, answer["Location"], room(members), room(home)]

@@ -27,7 +27,7 @@ from whos_online import dashboard
 from whos_online.api import OnlineCounts
 from whos_online.checks import check_room_urls
 from whos_online.config.settings import get_config
-from whos_online.store import titles
+from whos_online.store import snapshot
 
 pytestmark = pytest.mark.urls(__name__)
 
@@ -140,7 +140,7 @@ def test_a_rooms_function_names_the_page_the_cms_resolved_and_its_title(backend,
     assert shown(reader.get("/about-us/", **PAGE_VIEW)).startswith("About us Here now: 1 guest")
 
     assert counts("page:2") == GUEST
-    assert titles.read(r, get_config(), ["page:2"]) == {"page:2": "About us"}
+    assert snapshot.room_titles(r, get_config(), ["page:2"]) == {"page:2": "About us"}
     assert reader.get("/nowhere/", **PAGE_VIEW).status_code == 404
 
 
@@ -193,13 +193,13 @@ def test_the_cleanup_forgets_the_titles_of_rooms_it_emptied(backend, r, monkeypa
     Client().get("/about-us/", **PAGE_VIEW)
     Client(REMOTE_ADDR="192.0.2.9").get("/blog/post-1/", **PAGE_VIEW)
     config = get_config()
-    assert titles.read(r, config, ["page:2", "page:3"]) == {
+    assert snapshot.room_titles(r, config, ["page:2", "page:3"]) == {
         "page:2": "About us",
         "page:3": "Post 1",
     }
 
     call_command("whos_online_cleanup", verbosity=0)  # nobody stale yet: the titles stay
-    assert titles.read(r, config, ["page:2", "page:3"]) == {
+    assert snapshot.room_titles(r, config, ["page:2", "page:3"]) == {
         "page:2": "About us",
         "page:3": "Post 1",
     }
@@ -208,7 +208,7 @@ def test_the_cleanup_forgets_the_titles_of_rooms_it_emptied(backend, r, monkeypa
     Client(REMOTE_ADDR="192.0.2.9").get("/blog/post-1/", **PAGE_VIEW)  # page 3 stays busy
     call_command("whos_online_cleanup", verbosity=0)
 
-    assert titles.read(r, config, ["page:2", "page:3"]) == {"page:3": "Post 1"}
+    assert snapshot.room_titles(r, config, ["page:2", "page:3"]) == {"page:3": "Post 1"}
 
 
 def test_a_title_comes_back_with_the_next_visitor_after_redis_lost_its_data(backend, r):
@@ -220,4 +220,4 @@ def test_a_title_comes_back_with_the_next_visitor_after_redis_lost_its_data(back
 
     reader.get("/about-us/", **PAGE_VIEW)  # written again: its cookie speaks of what was lost
 
-    assert titles.read(r, get_config(), ["page:2"]) == {"page:2": "About us"}
+    assert snapshot.room_titles(r, get_config(), ["page:2"]) == {"page:2": "About us"}

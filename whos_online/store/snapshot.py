@@ -1,4 +1,5 @@
-"""One read of the site, or of a room: the counts, the newest names, the peak and the visitors.
+"""One read of the site, or of a room: the counts, the newest names, the peak and the visitors;
+and the rooms' titles for people, kept beside the HASH of who is where (``rooms:titles``).
 
 A read is one ``lua/snapshot.lua`` call per shard, all sent in one round trip on one Redis, and
 combined here into one ``Snapshot`` of the whole site. Asking each shard for a share of the names
@@ -7,7 +8,7 @@ rather than for all of them keeps the read small as shards are added (``shard_li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import keyspace
 from whos_online.store import lua
@@ -15,6 +16,7 @@ from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_INDEX,
+    ROOMS_WHERE,
     epoch_key,
     member_shard,
     peak_key,
@@ -27,7 +29,7 @@ from whos_online.store.results import OnlineCounts, Snapshot
 from whos_online.store.scripts import ScriptCall, replies, run
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
@@ -259,3 +261,25 @@ def recent_rooms(
         )
         for room, (users, hidden, guests, bots) in found.items()
     }
+
+
+#: The HASH's suffix: the scripts name it from the HASH of who is where, beside it.
+ROOMS_TITLES: Final = ROOMS_WHERE.removesuffix("where") + "titles"
+
+
+def room_titles(client: Client, config: Config, rooms: Iterable[str]) -> dict[str, str]:
+    """The titles of ``rooms`` that have one, from every shard, in one round trip (a room is in
+    the shards of the people in it; its title is the same in each)."""
+    wanted = list(rooms)
+    if not wanted:
+        return {}
+    shards = keyspace.layout(config)
+    pipe = client.pipeline(transaction=False)
+    for shard in shards:
+        pipe.hmget(shard.key(ROOMS_TITLES), wanted)
+    found: dict[str, str] = {}
+    for titles in pipe.execute():
+        for room, title in zip(wanted, titles, strict=True):
+            if title and room not in found:
+                found[room] = keyspace.text(title)
+    return found
