@@ -359,7 +359,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
-    return as_peak(*_read_after_own_visits(unknown, store.site.ask_peak))
+    return as_peak(*_read_after_own_visits(unknown, store.snapshot.ask_peak))
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
@@ -378,10 +378,10 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
         flusher.current().flush()
         return connection.call(
-            0, lambda client, config: store.site.unique_visitors(client, config, wanted)
+            0, lambda client, config: store.snapshot.unique_visitors(client, config, wanted)
         )
     return _read_after_own_visits(
-        0, lambda pipe, config: store.site.ask_unique_visitors(pipe, config, wanted)
+        0, lambda pipe, config: store.snapshot.ask_unique_visitors(pipe, config, wanted)
     )
 
 

@@ -29,7 +29,7 @@ the caller fail open; the cleanup command passes a patient one and lets errors s
 
 from __future__ import annotations
 
-from whos_online.store import cleanup, items, keys, presence, record, scripts, site, snapshot
+from whos_online.store import cleanup, items, keys, presence, record, scripts, snapshot
 
 __all__ = [
     "cleanup",

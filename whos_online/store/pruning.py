@@ -194,7 +194,7 @@ def sample_counts(client: Client, config: Config, *, now: float) -> Snapshot | N
     if config.shards == 1:
         return None
     found = store.snapshot.snapshot(client, config, limit=0, now=now)
-    store.site.sample(client, config, found, now=now)
+    store.snapshot.sample(client, config, found, now=now)
     return found
 
 

@@ -1,5 +1,7 @@
 """One read of the site, or of a room: the counts, the newest names, the peak and the visitors;
-and the rooms' titles for people, kept beside the HASH of who is where (``rooms:titles``).
+the site-wide figures alone (the all-time peak, the day's visitors), and the samples of them the
+cleanup takes with several shards (``sample``); and the rooms' titles for people, kept beside the
+HASH of who is where (``rooms:titles``).
 
 A read is one ``lua/snapshot.lua`` call per shard, all sent in one round trip on one Redis, and
 combined here into one ``Snapshot`` of the whole site. Asking each shard for a share of the names
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import keyspace
-from whos_online.store import lua
+from whos_online.store import lua, scripts
 from whos_online.store.keys import (
     KINDS,
     ROOM_PREFIX,
@@ -25,11 +27,16 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
+from whos_online.store.record import recording_of
 from whos_online.store.results import OnlineCounts, Snapshot
 from whos_online.store.scripts import ScriptCall, replies, run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from datetime import date
+
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
@@ -283,3 +290,63 @@ def room_titles(client: Client, config: Config, rooms: Iterable[str]) -> dict[st
             if title and room not in found:
                 found[room] = keyspace.text(title)
     return found
+
+
+def sample(client: Client, config: Config, snapshot: Snapshot, *, now: float) -> None:
+    """Raise the peak and sample the online counters from ``snapshot``, counted over every
+    shard (the cleanup command does so when a visit cannot: with several shards)."""
+    fixed = recording_of(config)
+    users = snapshot.visible + snapshot.hidden
+    scripts.call(
+        client,
+        lua.SAMPLE,
+        list(fixed.site_keys[:2]),
+        args=[
+            score(now),
+            fixed.counter_prefix,
+            fixed.precisions,
+            fixed.may_stop,
+            int(now),
+            users,
+            snapshot.guests,
+            snapshot.bots,
+        ],
+    )
+
+
+def read_peak(client: Client, config: Config) -> tuple[int, float | None]:
+    count, at = client.hmget(peak_key(config), ["count", "at"])
+    return _peak(count, at)
+
+
+def ask_peak(
+    pipe: Pipeline | ClusterPipeline, config: Config
+) -> Callable[[list[Any]], tuple[int, float | None]]:
+    """``read_peak``'s command, queued on ``pipe``; returns what makes its answer of the reply
+    (the API sends it in the round trip that writes the process's queue)."""
+    pipe.hmget(peak_key(config), ["count", "at"])
+    return lambda replies: _peak(*replies[0])
+
+
+def _peak(count: Any, at: Any) -> tuple[int, float | None]:
+    return int(count or 0), (float(at) if at is not None else None)
+
+
+def reset_peak(client: Client, config: Config) -> None:
+    client.delete(peak_key(config))
+
+
+def unique_visitors(client: Client, config: Config, day: date) -> int:
+    """The day's visitors: the shards' HyperLogLogs hold different people, so their estimates
+    add up. One PFCOUNT per shard (redis-py keeps PFCOUNT out of cluster pipelines)."""
+    return sum(int(client.pfcount(visitors_key(shard, day))) for shard in keyspace.layout(config))
+
+
+def ask_unique_visitors(
+    pipe: Pipeline | ClusterPipeline, config: Config, day: date
+) -> Callable[[list[Any]], int]:
+    """``unique_visitors``' commands, queued on the pipeline of one Redis (a cluster's refuses
+    PFCOUNT); returns what makes its answer of their replies."""
+    for shard in keyspace.layout(config):
+        pipe.pfcount(visitors_key(shard, day))
+    return lambda replies: sum(int(count) for count in replies)

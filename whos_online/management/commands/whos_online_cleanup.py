@@ -267,9 +267,9 @@ class Command(BaseCommand):
         config = get_config()
         client = admin_client()
         try:
-            people, at = store.site.read_peak(client, config)
+            people, at = store.snapshot.read_peak(client, config)
             if not dry_run:
-                store.site.reset_peak(client, config)
+                store.snapshot.reset_peak(client, config)
         except REDIS_ERRORS as error:
             msg = f"Cannot reset the peak: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error
