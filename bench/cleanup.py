@@ -4,7 +4,7 @@ A probe process (``bench.probe``) PINGs Redis every millisecond while one of the
 
 * nothing (the baseline of the probe's own noise);
 * the naive prune, one ZREMRANGEBYSCORE per sorted set, for comparison;
-* ``pruning.prune_with``, what ``whos_online_cleanup`` runs, on 1 000 000 stale members (half users,
+* ``cleanup.prune_with``, what ``whos_online_cleanup`` runs, on 1 000 000 stale members (half users,
   half guests) with some people still online who must stay;
 * ``counters.clean``, what the command runs next, on every counter (the online counts and page
   hits) at every default precision, each holding twice ``COUNTER_SAMPLES`` slices, so that the
@@ -36,7 +36,7 @@ from bench.report import Section, Target
 from whos_online import store
 from whos_online.backend.connection import admin_client
 from whos_online.config import settings as conf
-from whos_online.store import counters, pruning
+from whos_online.store import cleanup, counters
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -134,7 +134,7 @@ def run() -> Section:
             "naive": (lambda: fill_stale(client, config, now), naive),
             "prune": (
                 lambda: fill_stale(client, config, now),
-                lambda: pruning.prune_with(admin_client(), config, now=now),
+                lambda: cleanup.prune_with(admin_client(), config, now=now),
             ),
             "counters": (
                 lambda: fill_counters(client, config, now),

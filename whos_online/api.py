@@ -25,7 +25,7 @@ from whos_online.reading.access import room_token
 from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
-from whos_online.store import counters, pruning
+from whos_online.store import cleanup, counters
 from whos_online.store.keys import user_person_key
 from whos_online.store.results import (
     EMPTY_COUNTS,
@@ -339,8 +339,8 @@ def prune(now: float | datetime | None = None) -> int:
     flusher.current().flush()
 
     def prune_all(client: Client, config: Config) -> int:
-        removed = pruning.prune_with(client, config, now=timestamp, on_gone=gone)
-        pruning.prune_rooms(client, config, now=timestamp)
+        removed = cleanup.prune_with(client, config, now=timestamp, on_gone=gone)
+        cleanup.prune_rooms(client, config, now=timestamp)
         return sum(removed.values())
 
     return connection.call(0, prune_all, writes=True)

@@ -26,7 +26,7 @@ from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing
 from whos_online.recording import logins, rooms, throttle
 from whos_online.recording import visits as recording
-from whos_online.store import epochs, pruning
+from whos_online.store import cleanup, epochs
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -247,7 +247,7 @@ def test_a_user_visible_again_before_the_rooms_are_pruned_is_in_one_room(
     assert r.exists("{whos_online}:hidden") == 0
     configure(settings, HIDE_USER=None)
     whos_online.record_user(alice, room=TOPIC_1)
-    pruning.prune_rooms(admin_client(), get_config(), now=time.time())
+    cleanup.prune_rooms(admin_client(), get_config(), now=time.time())
 
     whos_online.record_user(alice, room=TOPIC_2)
 
@@ -304,7 +304,7 @@ def test_rooms_are_pruned_in_chunks(backend, r, monkeypatch):
     now = 1_800_000_000.0
     for number in range(7):
         whos_online.record_guest(f"192.0.2.{number}", room=TOPIC_1, now=now - 700)
-    removed, emptied = pruning.prune_rooms(admin_client(), get_config(), now=now)
+    removed, emptied = cleanup.prune_rooms(admin_client(), get_config(), now=now)
     assert (removed, emptied) == (7, 1)
     assert room_keys(r) == []
 
@@ -313,7 +313,7 @@ def test_someone_back_in_a_room_during_the_cleanup_stays(backend, r):
     now = 1_800_000_000.0
     whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now - 700)
     whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)  # came back
-    pruning.prune_rooms(admin_client(), get_config(), now=now)
+    cleanup.prune_rooms(admin_client(), get_config(), now=now)
     assert counts_at(TOPIC_1, now) == GUEST
 
 
@@ -328,7 +328,7 @@ def test_a_flood_of_empty_rooms_is_pruned_a_page_per_call(backend, r, monkeypatc
     flood_rooms(r, 2000, at=now - 700)
     redis_calls.clear()
 
-    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (0, 2000)
+    assert cleanup.prune_rooms(admin_client(), get_config(), now=now) == (0, 2000)
 
     # About 2000 / 100 pages (ZSCAN's COUNT is a hint to a real server), not a call per room.
     trips = list(redis_calls.trips)
@@ -353,7 +353,7 @@ def test_a_page_stops_at_its_budget_of_members_and_the_next_call_goes_on(backend
 
     monkeypatch.setattr(store.cleanup, "prune_rooms_page", counted)
 
-    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (20, 4)
+    assert cleanup.prune_rooms(admin_client(), get_config(), now=now) == (20, 4)
 
     assert all(page.removed <= 3 for page in calls)
     assert len(calls) >= 7
@@ -375,7 +375,7 @@ def test_the_where_hash_keeps_a_person_another_room_holds(backend, r):
     r.zadd("{whos_online}:room:topic:1:guests", {member: now - 700})
     r.zadd("{whos_online}:rooms", {TOPIC_1: now - 700})
 
-    assert pruning.prune_rooms(admin_client(), get_config(), now=now) == (1, 1)
+    assert cleanup.prune_rooms(admin_client(), get_config(), now=now) == (1, 1)
 
     assert index_of_rooms(r) == [TOPIC_2]
     assert r.hvals("{whos_online}:rooms:where") == [TOPIC_2.encode()]
@@ -402,7 +402,7 @@ def test_someone_back_between_two_pages_stays(backend, r, monkeypatch):
 
     monkeypatch.setattr(store.cleanup, "prune_rooms_page", and_everyone_back)
 
-    removed, emptied = pruning.prune_rooms(admin_client(), get_config(), now=now)
+    removed, emptied = cleanup.prune_rooms(admin_client(), get_config(), now=now)
 
     assert 0 < removed == emptied < 300
     # Each room left holds its guest, seen again: its set, its entry in the index and the HASH.

@@ -18,7 +18,7 @@ from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
 from whos_online.recording import logins
 from whos_online.recording import visits as recording
-from whos_online.store import pruning, users
+from whos_online.store import cleanup, users
 
 if TYPE_CHECKING:
     from whos_online.store.items import Visit
@@ -202,7 +202,7 @@ def test_a_forgotten_layout_leaves_no_epoch_behind(r, settings):
     configure(settings, SHARDS=1)
     assert whos_online.record_guest("192.0.2.9") is True
 
-    pruning.prune_old_layouts(r, get_config(), now=time.time() + 3600)
+    cleanup.prune_old_layouts(r, get_config(), now=time.time() + 3600)
 
     assert r.smembers("{whos_online}:layouts") == set()
     assert [key for key in r.scan_iter("*/2*") if r.ttl(key) == -1] == []

@@ -14,7 +14,7 @@ from redis.exceptions import LockError
 from whos_online import api, signals, store
 from whos_online.backend.connection import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
-from whos_online.store import counters, pruning
+from whos_online.store import cleanup, counters
 
 if TYPE_CHECKING:
     from argparse import ArgumentParser
@@ -144,7 +144,7 @@ class Command(BaseCommand):
         try:
             if dry_run:
                 self.report(store.cleanup.count_stale(client, config, now=now), now, "Would remove")
-                people, emptied = pruning.count_rooms(client, config, now=now)
+                people, emptied = cleanup.count_rooms(client, config, now=now)
                 self.report_rooms(people, emptied, dry_run=True)
                 self.clean_counters(client, config, now=now, dry_run=True)
                 return
@@ -163,7 +163,7 @@ class Command(BaseCommand):
                 removed: dict[str, int] = {}
                 with self.reporting(lambda: self.report(removed, now, "Removed")):
                     reported = signals.reporter(api.prune)
-                    pruning.prune_with(
+                    cleanup.prune_with(
                         client,
                         config,
                         now=now,
@@ -173,15 +173,15 @@ class Command(BaseCommand):
                     )
                 left: dict[str, int] = {}
                 with self.reporting(lambda: self.report_old_layouts(left, now)):
-                    pruning.prune_old_layouts(
+                    cleanup.prune_old_layouts(
                         client, config, now=now, between_chunks=between, into=left
                     )
-                rooms = pruning.RoomsPruned()
+                rooms = cleanup.RoomsPruned()
                 with self.reporting(
                     lambda: self.report_rooms(rooms.people, rooms.emptied, dry_run=False)
                 ):
-                    pruning.prune_rooms(client, config, now=now, between_chunks=between, into=rooms)
-                found = pruning.sample_counts(client, config, now=now)
+                    cleanup.prune_rooms(client, config, now=now, between_chunks=between, into=rooms)
+                found = cleanup.sample_counts(client, config, now=now)
                 if found is not None:
                     users = _plural(found.visible + found.hidden, "user")
                     self.log(
