@@ -21,7 +21,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from whos_online import dashboard
-from whos_online.config.audiences import is_staff
+from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 

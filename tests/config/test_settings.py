@@ -10,8 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import Client, override_settings
 
-from whos_online.config.audiences import is_authenticated, is_staff
-from whos_online.config.rules import DEFAULT_BOT_USER_AGENTS
+from whos_online.config.rules import DEFAULT_BOT_USER_AGENTS, is_authenticated, is_staff
 from whos_online.config.settings import DEFAULTS, get_config, reset
 from whos_online.middleware import WhosOnlineMiddleware
 

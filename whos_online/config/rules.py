@@ -4,7 +4,8 @@
 Each returns what is wrong with a value (nothing, or the phrases that finish
 "WHOS_ONLINE['KEY'] …"), so that ``settings.validate`` can report every problem at once. A check
 looks at its own value only; those that weigh two settings against each other are in
-``validation``.
+``validation``. Who ``SHOW_NAMES_TO`` names, and who counts as staff, are rules on a user made
+here too (``name_audience``, ``is_staff``), apart from the views that apply them.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from whos_online.config.audiences import NAME_AUDIENCES
 from whos_online.config.room_rules import entry_problems
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+
 
 GUEST_IDENTITIES: Final = ("hashed-ip", "ip")
 REDIS_URL_SCHEMES: Final = ("redis", "rediss", "unix")
@@ -286,3 +290,27 @@ def default_ignore_paths() -> list[str]:
                 patterns.append("^" + re.escape(prefix))
     patterns.append(r"^/favicon\.ico$")
     return patterns
+
+
+#: The named values of ``SHOW_NAMES_TO``; anything else is a dotted path or a callable.
+NAME_AUDIENCES: Final = ("staff", "authenticated", "everyone")
+
+
+def is_staff(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(user.is_active and getattr(user, "is_staff", False))
+
+
+def is_authenticated(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return bool(user.is_authenticated)
+
+
+def name_audience(value: str | Callable[..., Any]) -> Any:
+    """The rule ``SHOW_NAMES_TO`` names; None means everyone, so that the user need not be
+    loaded to decide."""
+    if value == "everyone":
+        return None
+    if value == "staff":
+        return is_staff
+    if value == "authenticated":
+        return is_authenticated
+    return value if callable(value) else import_string(value)

@@ -29,7 +29,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
 from whos_online import api
-from whos_online.config.audiences import is_staff
+from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
 from whos_online.live.widget import presence_query, stay_interval, widget_query
 from whos_online.reading import access, snapshots, viewer
