@@ -5,7 +5,8 @@ Each returns what is wrong with a value (nothing, or the phrases that finish
 "WHOS_ONLINE['KEY'] …"), so that ``settings.validate`` can report every problem at once. A check
 looks at its own value only; those that weigh two settings against each other are in
 ``validation``. Who ``SHOW_NAMES_TO`` names, and who counts as staff, are rules on a user made
-here too (``name_audience``, ``is_staff``), apart from the views that apply them.
+here too (``name_audience``, ``is_staff``), apart from the views that apply them, and a Redis URL
+as log lines may show it (``redact_url``).
 """
 
 from __future__ import annotations
@@ -314,3 +315,12 @@ def name_audience(value: str | Callable[..., Any]) -> Any:
     if value == "authenticated":
         return is_authenticated
     return value if callable(value) else import_string(value)
+
+
+def redact_url(url: str) -> str:
+    """Hide passwords, given before the host or as ``?password=``, from log lines."""
+    parts = urlsplit(url)
+    if parts.password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(query=query).geturl()

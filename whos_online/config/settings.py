@@ -35,9 +35,8 @@ from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
 from whos_online.config import isolation, rules
-from whos_online.config.redaction import redact_url
 from whos_online.config.room_rules import RoomRule, rules_of
-from whos_online.config.rules import name_audience
+from whos_online.config.rules import name_audience, redact_url
 from whos_online.config.validation import across_keys
 
 if TYPE_CHECKING:
