@@ -884,7 +884,8 @@ signal.signal(signal.SIGTERM, lambda signum, frame: forwarded.append(signum))  #
 settings.WHOS_ONLINE = {"SNAPSHOT_MAX_AGE": 0, "FLUSH_INTERVAL": 10}
 django.setup()  # whos_online's handler goes over the server's
 
-from whos_online.flushing import flusher as flushing, lifecycle, queue as visit_queue
+from whos_online.config import process
+from whos_online.flushing import flusher as flushing, queue as visit_queue
 from whos_online.recording import visits as recording
 from whos_online.backend.connection import admin_client
 
@@ -908,7 +909,7 @@ for thread in threading.enumerate():
     if thread is not threading.current_thread():
         thread.join(10)
 stored = admin_client().zrange("{whos_online}:guests", 0, -1)
-print("done", forwarded, lifecycle.is_stopping(), [m.decode() for m in stored])
+print("done", forwarded, process.is_stopping(), [m.decode() for m in stored])
 """
 
 

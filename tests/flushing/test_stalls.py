@@ -21,9 +21,10 @@ import whos_online
 from tests.support.helpers import BreakerClock, configure, members
 from whos_online import store
 from whos_online.backend import breakers, connection
+from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, lifecycle, stalls, stopping
+from whos_online.flushing import hits, stalls, stopping
 from whos_online.flushing.jobs import Job
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
@@ -58,7 +59,7 @@ class Stall:
 def clock(monkeypatch, breaker_clock: BreakerClock) -> BreakerClock:
     """One monotonic clock for the stop, its tries and pauses, and the breakers."""
     moved = SimpleNamespace(monotonic=breaker_clock, sleep=breaker_clock.advance)
-    for module in (lifecycle, stalls, stopping):
+    for module in (process, stalls, stopping):
         monkeypatch.setattr(module, "time", moved)
     return breaker_clock
 
@@ -105,7 +106,7 @@ def test_a_stop_s_write_goes_on_through_a_stall_past_the_open_breaker(
     r, held, clock, stall, caplog
 ):
     hold("m")
-    lifecycle.stop_soon()
+    process.stop_soon()
     began = clock()
     stall.lasting(0.9)
     target = get_config().redis_target
@@ -132,7 +133,7 @@ def test_the_writes_of_requests_finished_after_the_signal_go_on_through_a_stall(
     """The requests a server finishes during its shutdown write before they answer, a recorded
     visit as a throttled page's hit: through a stall too, since the process may end as soon as
     they have answered (uvicorn's workers)."""
-    lifecycle.stop_soon()
+    process.stop_soon()
     if mode == "sync":
         browser: Any = Client(REMOTE_ADDR="198.51.100.7")
         get, path = browser.get, "/plain/"
@@ -196,7 +197,7 @@ def test_a_stall_that_outlasts_stop_timeout_is_given_up_with_one_line(
         stall.write()
 
     flushing.current().add_job(Job(logout))
-    lifecycle.stop_soon()
+    process.stop_soon()
     began = clock()
 
     failed = flushing.current().flush()  # the handler's, or a request's
@@ -227,7 +228,7 @@ def test_with_stop_timeout_0_the_exit_write_tries_once(settings, held, clock, st
 
 def test_past_the_deadline_a_write_tries_once(held, clock, stall, caplog):
     hold("m")
-    lifecycle.stop_soon()
+    process.stop_soon()
     clock.advance(5.0)  # STOP_TIMEOUT's default
 
     assert flushing.current().flush()
@@ -240,7 +241,7 @@ def test_past_the_deadline_the_breakers_have_their_say(held, clock, stall):
     hold("m")
     for _ in range(3):  # an outage, whatever the breaker's rule
         breakers.breaker.failed(get_config().redis_target, ConnectionError("refused"), 10)
-    lifecycle.stop_soon()
+    process.stop_soon()
     clock.advance(5.0)
     stall.lasting(0)  # Redis would answer
 

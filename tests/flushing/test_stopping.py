@@ -27,9 +27,10 @@ from tests.support import wsgi_server
 from tests.support.helpers import configure, members
 from whos_online.backend import connection as connection_module
 from whos_online.backend.connection import admin_client
+from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, lifecycle, stopping
+from whos_online.flushing import hits, stopping
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 
@@ -81,7 +82,7 @@ def test_the_handler_goes_over_the_server_s_once_and_hands_the_signal_on(r, queu
 
     assert sigterm == [signal.SIGTERM]
     assert members(r, "guests") == ["m"]
-    assert lifecycle.is_stopping()
+    assert process.is_stopping()
 
 
 def gunicorn_handle_exit(signum: int, frame: object) -> None:
@@ -135,16 +136,16 @@ def test_the_handler_tells_the_live_streams_and_a_failing_receiver_is_logged(que
     def failing(**kwargs: object) -> None:
         raise RuntimeError("broken")
 
-    lifecycle.asked_to_stop.connect(failing, weak=False)
-    lifecycle.asked_to_stop.connect(streams, weak=False)
+    process.asked_to_stop.connect(failing, weak=False)
+    process.asked_to_stop.connect(streams, weak=False)
     try:
         forwarded: list[int] = []
         stopping.WriteThenHandOn(lambda signum, frame: forwarded.append(signum))(
             signal.SIGTERM, None
         )
     finally:
-        lifecycle.asked_to_stop.disconnect(failing)
-        lifecycle.asked_to_stop.disconnect(streams)
+        process.asked_to_stop.disconnect(failing)
+        process.asked_to_stop.disconnect(streams)
 
     assert told == ["streams"]
     assert forwarded == [signal.SIGTERM]
@@ -161,7 +162,7 @@ def test_a_process_that_holds_nothing_starts_no_thread(monkeypatch, queued):
     stopping.WriteThenHandOn(lambda signum, frame: forwarded.append(signum))(signal.SIGTERM, None)
 
     assert forwarded == [signal.SIGTERM]
-    assert lifecycle.is_stopping()
+    assert process.is_stopping()
 
 
 @pytest.fixture
@@ -443,7 +444,7 @@ def test_once_asked_to_stop_a_page_hit_wakes_the_thread_at_once(queued, monkeypa
     delays: list[float] = []
     monkeypatch.setattr(flushing.Flusher, "schedule", lambda self, delay: delays.append(delay))
     recording.count_hit()
-    lifecycle.stop_soon()
+    process.stop_soon()
     recording.count_hit()
 
     assert delays == [10, 0]
@@ -453,7 +454,7 @@ def test_once_asked_to_stop_a_page_hit_wakes_the_thread_at_once(queued, monkeypa
 def test_once_asked_to_stop_a_throttled_page_view_writes_its_hit_before_it_answers(r, queued, mode):
     """A request the server finishes during its shutdown writes what it counted: the process
     may end by the signal, which no exit handler survives."""
-    lifecycle.stop_soon()
+    process.stop_soon()
     if mode == "sync":
         browser: Any = Client(REMOTE_ADDR="198.51.100.7")
         get = browser.get

@@ -73,7 +73,7 @@ class _Clients:
     def __init__(self) -> None:
         self.made: dict[tuple[str, bool], Client] = {}
         #: Held while a client is made, which on a cluster connects to its nodes: so it must be
-        #: of the kind the process's threads are (gevent's, in a gevent worker; ``per_process``).
+        #: of the kind the process's threads are (gevent's, in a gevent worker; ``config.process``).
         self.lock = threading.Lock()
 
 

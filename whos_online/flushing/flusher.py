@@ -44,9 +44,10 @@ from django.dispatch import receiver
 
 from whos_online import store
 from whos_online.backend import breakers, connection, keyspace
+from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, changes, hits, lifecycle, stalls
+from whos_online.flushing import batches, changes, hits, stalls
 from whos_online.flushing.jobs import FlushJobs, Job
 from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
@@ -120,7 +121,7 @@ class Flusher:
 
         A batch of page hits that failed before goes alone, before the hits counted since: those
         follow in a second pass, as does what was queued while the first was on its way."""
-        if lifecycle.stop_began() is not None and not self.thread.is_current():
+        if process.stop_began() is not None and not self.thread.is_current():
             return self._flush_while_stopping()
         with self._lock:
             return self._flush(get_config())
@@ -411,7 +412,7 @@ def current() -> Flusher:
 def write_at_exit() -> None:
     """Write what this process holds as it exits (see ``Flusher.close``); nothing if it never
     made a flusher, which it does for its first visit or page hit."""
-    lifecycle.exiting()
+    process.exiting()
     made = _flushers.peek()
     if made is not None:
         made.close()
@@ -435,7 +436,7 @@ def holds_anything() -> bool:
 def writes_at_once(config: Config) -> bool:
     """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or once
     the process has been asked to stop."""
-    return not config.flush_interval or lifecycle.is_stopping()
+    return not config.flush_interval or process.is_stopping()
 
 
 def after_recording(config: Config) -> frozenset[str]:
@@ -450,7 +451,7 @@ def after_recording(config: Config) -> frozenset[str]:
 def after_hit(config: Config) -> None:
     """What counting a page hit does: wake the thread within ``FLUSH_INTERVAL`` (within
     ``hits.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
-    if lifecycle.is_stopping():
+    if process.is_stopping():
         current().schedule(0)
     else:
         current().schedule(config.flush_interval or hits.LONGEST_WAIT)
@@ -468,7 +469,7 @@ def reset(**kwargs: object) -> None:
     """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
     it to end, so that it does not outlive the settings it was started under; and forget that
     the process was asked to stop, or wrote as it exited (tests do both)."""
-    lifecycle.reset()
+    process.reset()
     old = _flushers.replace()
     if old is not None:
         old.thread.stop()

@@ -128,7 +128,7 @@ _buffers: Final = PerProcess(HitBuffer)
 
 def buffer() -> HitBuffer:
     """This process's buffer, made at its first use here: a forked child counts its own hits,
-    with a token of its own, while the parent writes those it counted (``per_process``)."""
+    with a token of its own, while the parent writes those it counted (``config.process``)."""
     return _buffers.get()
 
 

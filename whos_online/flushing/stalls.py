@@ -5,7 +5,7 @@ logout's jobs. A Redis that stalls for a few seconds just then (a failover, a sl
 ``BGSAVE``, a ``CLIENT PAUSE``) times that write out, and the breaker then keeps every other
 write from being tried for ``FAILURE_BACKOFF``, longer than the process has left: one timeout
 would lose everything. So from the moment the process is asked to stop or begins to exit
-(``lifecycle.stop_began``) until ``STOP_TIMEOUT`` later, a write of what it holds that fails is
+(``process.stop_began``) until ``STOP_TIMEOUT`` later, a write of what it holds that fails is
 tried again every ``RETRY_PAUSE``, past the breakers (``connection.past_breakers``).
 
 Past them rather than after them: a breaker keeps an outage off the pages, by making a request
@@ -30,7 +30,7 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import connection
-from whos_online.flushing import lifecycle
+from whos_online.config import process
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,7 +48,7 @@ RETRY_PAUSE: Final = 0.2
 def deadline(config: Config) -> float:
     """Until when (monotonic) the writes of this stop are tried again: ``STOP_TIMEOUT`` after it
     began (from now, for a process that has neither been asked to stop nor begun to exit)."""
-    began = lifecycle.stop_began()
+    began = process.stop_began()
     return (time.monotonic() if began is None else began) + config.stop_timeout
 
 

@@ -8,7 +8,7 @@ re-raise the SIGTERM they caught once their graceful shutdown is over, after put
 handler they found; a script or a ``runserver`` told to stop. So ``apps.ready`` installs a SIGTERM
 handler, on the main thread, over the one it finds, whatever the server, and whether or not the
 process records anything: at the signal it writes what the process holds, has every visit and
-page hit written at once from then on (``lifecycle.stop_soon``), and hands the signal on to the
+page hit written at once from then on (``process.stop_soon``), and hands the signal on to the
 handler it replaced, or to the default action.
 
 Where it is installed matters: uvicorn loads the site before it takes the signals when it runs
@@ -63,7 +63,8 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import connection
-from whos_online.flushing import daemon_threads, flusher, lifecycle
+from whos_online.config import process
+from whos_online.flushing import daemon_threads, flusher
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -135,9 +136,9 @@ class WriteThenHandOn:
             # run under way writes, then ends the process.
             return None
         self._ran_in = os.getpid()
-        lifecycle.stop_soon()
-        lifecycle.announce_stop()  # the live streams end, and refuse new ones
-        if final and lifecycle.is_exiting():
+        process.stop_soon()
+        process.announce_stop()  # the live streams end, and refuse new ones
+        if final and process.is_exiting():
             # Caught writing as it exits (a pool's worker that ended just as the pool was
             # terminated): ending now would cut that write off, and the process ends after it.
             return None

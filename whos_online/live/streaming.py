@@ -46,9 +46,9 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
+from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.flushing import lifecycle
 from whos_online.live import request_thread, stream_caps, subscription
 from whos_online.live.outbox import END, Outbox
 from whos_online.reading import access, snapshots, viewer
@@ -202,7 +202,7 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     if not 1 <= len(queries) <= MAX_WIDGETS:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
-    if lifecycle.is_stopping():
+    if process.is_stopping():
         return _unavailable("This process is stopping.")
     client = await stream_caps.client_of(request, config)
     ticket = stream_caps.caps().admit(config, client)

@@ -29,7 +29,7 @@ Its one periodic task (``tick``, every ``TICK`` seconds) does what each stream w
 need a timer for (``outbox``): a heartbeat after a silence, the end at a stream's end time, the
 cancellation of a stream whose send does not complete, or that does not end when told to.
 
-SIGTERM (``flushing.stopping``, through ``lifecycle.asked_to_stop``) has every hub of the process
+SIGTERM (``flushing.stopping``, through ``process.asked_to_stop``) has every hub of the process
 end its streams (``shut_down``): each is sent its end and its response ends, those that cannot
 send it are cancelled after ``outbox.END_GRACE`` seconds, the subscription stops, and the view
 refuses new streams. An ASGI server waits for the responses under way before it exits, so this
@@ -52,9 +52,10 @@ from django.dispatch import receiver
 from whos_online.backend import breakers, clients
 from whos_online.backend.breakers import CircuitBreaker
 from whos_online.backend.connection import REDIS_ERRORS
+from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import lifecycle, stopping
+from whos_online.flushing import stopping
 from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
@@ -417,7 +418,7 @@ def hub() -> Hub:
     return found
 
 
-@receiver(lifecycle.asked_to_stop, dispatch_uid="whos_online.live.subscription.shut_down")
+@receiver(process.asked_to_stop, dispatch_uid="whos_online.live.subscription.shut_down")
 def shut_down(**kwargs: object) -> None:
     """End the streams of every event loop of the process (SIGTERM; from its handler, which
     runs between two steps of one of those loops, so each hub does it on its own loop)."""

@@ -16,8 +16,9 @@ from asgiref.sync import sync_to_async
 
 from whos_online import store
 from whos_online.backend import breakers
+from whos_online.config import process
 from whos_online.config.settings import Config, get_config
-from whos_online.flushing import flusher, hits, lifecycle
+from whos_online.flushing import flusher, hits
 from whos_online.recording import guests, rooms
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, users
@@ -178,13 +179,13 @@ def flush_if_stopping() -> None:
     """Once the process has been asked to stop, write what a request that recorded no visit
     holds (its page hit) before it answers, as a recorded request writes its visit: the process
     may end without running its exit handlers (``flushing.stopping``)."""
-    if lifecycle.is_stopping():
+    if process.is_stopping():
         flusher.current().flush()
 
 
 async def aflush_if_stopping() -> None:
     """``flush_if_stopping`` from an event loop, which never waits on Redis itself."""
-    if lifecycle.is_stopping():
+    if process.is_stopping():
         await sync_to_async(flusher.current().flush, thread_sensitive=False)()
 
 
