@@ -405,7 +405,7 @@ _flushers: Final = PerProcess(Flusher, started=_register_exit)
 
 
 def current() -> Flusher:
-    """This process's flusher, made at its first use here (``per_process``)."""
+    """This process's flusher, made at its first use here (``config.process``)."""
     return _flushers.get()
 
 
