@@ -1,4 +1,4 @@
-"""The threads whos_online starts block SIGTERM and SIGINT (``flushing.daemon_threads``), so that a
+"""The threads whos_online starts block SIGTERM and SIGINT (``config.process``), so that a
 stop signal reaches a thread that acts on it.
 
 Without that, the kernel may hand SIGTERM to the flushing thread of a ``multiprocessing`` pool's
@@ -19,8 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.support.helpers import configure
-from whos_online.flushing import daemon_threads, stopping
+from whos_online.config import process
 from whos_online.flushing import flusher as flushing
+from whos_online.flushing import stopping
 from whos_online.flushing.schedule import FlushThread
 from whos_online.recording import visits as recording
 
@@ -37,9 +38,9 @@ def blocked_here() -> set[int]:
 
 
 def mask_of() -> set[int]:
-    """The mask of a thread ``daemon_threads.start`` starts."""
+    """The mask of a thread ``process.start`` starts."""
     seen: list[set[int]] = []
-    daemon_threads.start(lambda: seen.append(blocked_here()), name="probe").join(5)
+    process.start_thread(lambda: seen.append(blocked_here()), name="probe").join(5)
     return seen[0]
 
 

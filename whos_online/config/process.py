@@ -1,5 +1,6 @@
-"""State of one process: made the first time a process asks for it, in that process; and where
-the process is in its life (asked to stop, or writing what it holds as it exits).
+"""State of one process: made the first time a process asks for it, in that process; where the
+process is in its life (asked to stop, or writing what it holds as it exits); and the threads
+whos_online starts in it, which never take a stop signal (``start_thread``).
 
 The queue of visits, its flushing thread, the buffer of page hits and the Redis clients hold
 locks, threads and sockets that belong to the process that made them. A process forked from
@@ -18,8 +19,11 @@ threads that race to make the first value each make one, and the first stored wi
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from django.dispatch import Signal
 
@@ -126,3 +130,39 @@ def reset() -> None:
     """Forget that the process was asked to stop, or wrote as it exited (tests do both)."""
     global _stopping_in, _exiting_in, _stop_began  # noqa: PLW0603 - one flag per process
     _stopping_in = _exiting_in = _stop_began = None
+
+
+#: What tells a process to stop: a server, ``multiprocessing``, a shell's Ctrl-C.
+STOP_SIGNALS: Final = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def start_thread(target: Callable[[], object], *, name: str) -> threading.Thread:
+    """Start a daemon thread running ``target`` with the stop signals blocked (see the module's
+    docstring). They are blocked in the caller around ``start``, which the thread inherits, so
+    that no signal reaches it before it could block them itself; the caller's own mask is put
+    back at once, and a signal that came meanwhile is delivered then."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    if not _can_mask():
+        thread.start()
+        return thread
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return thread
+
+
+def green_threads() -> bool:
+    """Whether gevent or eventlet has patched ``threading``: a thread is then a greenlet, and a
+    signal handler may run in their hub, where waiting for a thread raises."""
+    gevent_monkey: Any = sys.modules.get("gevent.monkey")
+    if gevent_monkey is not None and gevent_monkey.is_module_patched("threading"):
+        return True
+    eventlet_patcher: Any = sys.modules.get("eventlet.patcher")
+    return eventlet_patcher is not None and bool(eventlet_patcher.is_monkey_patched("thread"))
+
+
+def _can_mask() -> bool:
+    # pthread_sigmask is POSIX's (not on Windows, where no signal goes to a thread anyway).
+    return hasattr(signal, "pthread_sigmask") and not green_threads()

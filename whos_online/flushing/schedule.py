@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from whos_online.flushing import daemon_threads
+from whos_online.config import process
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +49,7 @@ class FlushThread:
                 self.deadline = deadline
                 self._wake.notify()
             if self._thread is None or not self._thread.is_alive():
-                self._thread = daemon_threads.start(self._run, name="whos_online flusher")
+                self._thread = process.start_thread(self._run, name="whos_online flusher")
 
     def is_current(self) -> bool:
         """Whether the caller runs on this thread."""

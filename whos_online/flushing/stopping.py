@@ -32,8 +32,8 @@ at once.
 
 The handler writes from a thread of its own: it runs on the main thread (an ASGI server's event
 loop), which the signal may have caught inside the queue's lock or the page hits'. The threads
-whos_online starts block SIGTERM (``daemon_threads``), so that the signal goes to a thread that
-acts on it, never to one that would leave the main thread waiting in C without knowing.
+whos_online starts block SIGTERM (``process.start_thread``), so that the signal goes to a thread
+that acts on it, never to one that would leave the main thread waiting in C without knowing.
 
 In a child of ``multiprocessing`` the signal must end the process even when Python is slow to
 run the handler. Python runs a handler when the main thread next runs Python code, and a signal
@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import connection
 from whos_online.config import process
-from whos_online.flushing import daemon_threads, flusher
+from whos_online.flushing import flusher
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -142,10 +142,10 @@ class WriteThenHandOn:
             # Caught writing as it exits (a pool's worker that ended just as the pool was
             # terminated): ending now would cut that write off, and the process ends after it.
             return None
-        if flusher.holds_anything() and not daemon_threads.green_threads():
+        if flusher.holds_anything() and not process.green_threads():
             made = flusher.current()
             write = made.close if final else made.flush
-            writer = daemon_threads.start(write, name="whos_online exit flush")
+            writer = process.start_thread(write, name="whos_online exit flush")
             wait_for(writer, made)
         if not final:
             return self.previous(signum, frame)
@@ -202,7 +202,7 @@ class MissedSignalWatch:
             watch.close()
             return
         cls._current = watch
-        daemon_threads.start(watch.run, name="whos_online signal watch")
+        process.start_thread(watch.run, name="whos_online signal watch")
 
     @staticmethod
     def _needed() -> bool:
@@ -220,7 +220,7 @@ class MissedSignalWatch:
             and isinstance(handler, WriteThenHandOn)
             and handler.ends_the_process
             and hasattr(signal, "pthread_kill")  # POSIX
-            and not daemon_threads.green_threads()
+            and not process.green_threads()
         )
 
     @classmethod
