@@ -16,7 +16,7 @@ class WhosOnlineConfig(AppConfig):
     def ready(self) -> None:
         from whos_online import checks, receivers
         from whos_online.backend import isolated_keys
-        from whos_online.config import isolation
+        from whos_online.config import process
         from whos_online.flushing import stopping
 
         register(Tags.compatibility)(checks.check_settings)
@@ -33,7 +33,7 @@ class WhosOnlineConfig(AppConfig):
             dispatch_uid="whos_online.forget_deleted_user",
         )
         # A test process removes the keys it wrote under its own prefix as it ends.
-        isolation.test_run_ended.connect(
+        process.test_run_ended.connect(
             isolated_keys.remove_at_exit, dispatch_uid="whos_online.remove_test_keys"
         )
         # Queued visits and buffered page hits are written when the process exits normally

@@ -10,7 +10,7 @@ from django.test import Client
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, text
 from whos_online.backend import isolated_keys, keyspace
-from whos_online.config import isolation
+from whos_online.config import process
 from whos_online.config.settings import get_config
 
 PREFIX = "test_site_0123abcd"
@@ -80,7 +80,7 @@ def test_a_test_process_writes_under_its_prefix_and_its_end_removes_it(r, settin
     assert all(key.startswith((f"{{{prefix}}}:", f"{{{prefix}:")) for key in written)
     assert whos_online.online_counts().guests == 2  # not the live guest
 
-    isolation.run_keys().end()  # as the process ends
+    process.run_keys().end()  # as the process ends
 
     assert keys_of(r) == live
 
@@ -101,7 +101,7 @@ def test_the_end_of_a_test_run_reaches_the_removal(r, caplog, backend):
     r.set(f"{{{PREFIX}}}:users", "1")
 
     with caplog.at_level(logging.DEBUG, logger="whos_online"):
-        isolation.test_run_ended.send(sender=isolation.RunKeys, prefixes=[PREFIX])
+        process.test_run_ended.send(sender=process.RunKeys, prefixes=[PREFIX])
 
     assert keys_of(r) == []
     assert "removed 1 keys of this test process (test_site_0123abcd)" in caplog.text

@@ -1,4 +1,4 @@
-"""A process under tests writes under a prefix of its own (``whos_online.config.isolation``).
+"""A process under tests writes under a prefix of its own (``whos_online.config.process``).
 
 whos_online's own tests turn it off (tests/settings.py); these turn it back on. The site's test
 run as a whole, under Django's runner and pytest-django, is tests/test_site_test_runs.py.
@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from tests.support.helpers import configure
 from whos_online.backend import keyspace
-from whos_online.config import isolation, rules
+from whos_online.config import process, rules
 from whos_online.config import settings as conf
 from whos_online.config.settings import config_changed, get_config
 
@@ -41,11 +41,11 @@ def outside_tests(monkeypatch) -> None:
 
 def test_a_test_environment_is_told_by_djangos_email_outbox(monkeypatch):
     assert hasattr(mail, "outbox")  # pytest-django called setup_test_environment()
-    assert isolation.in_test_environment() is True
+    assert process.in_test_environment() is True
 
     monkeypatch.delattr(mail, "outbox")
 
-    assert isolation.in_test_environment() is False
+    assert process.in_test_environment() is False
 
 
 def test_under_tests_the_keys_have_a_prefix_of_their_own(isolated):
@@ -69,7 +69,7 @@ def test_the_prefix_is_the_processs_whatever_the_settings_become(settings, isola
 
     assert get_config().key_prefix == f"test_site-a_{token.group(1)}"
     # Both are removed as the process ends.
-    assert {first, get_config().key_prefix} <= isolation.run_keys().prefixes
+    assert {first, get_config().key_prefix} <= process.run_keys().prefixes
 
 
 def test_isolate_tests_false_writes_under_the_prefix_the_settings_give(settings):
@@ -91,7 +91,7 @@ def test_outside_tests_the_prefix_is_the_settings_whatever_isolate_tests_says(
     outside_tests, isolated
 ):
     assert get_config().key_prefix == "whos_online"
-    assert isolation.run_keys() is isolation.run_keys()
+    assert process.run_keys() is process.run_keys()
 
 
 def test_a_process_is_under_tests_from_the_test_environment_on_and_stays_so(
@@ -171,8 +171,8 @@ def test_a_test_run_that_ends_names_every_prefix_it_wrote_under():
     def receiver(**kwargs: Any) -> None:
         ended.append(kwargs["prefixes"])
 
-    keys = isolation.RunKeys()
-    isolation.test_run_ended.connect(receiver, dispatch_uid="tests.isolation.ended")
+    keys = process.RunKeys()
+    process.test_run_ended.connect(receiver, dispatch_uid="tests.isolation.ended")
     try:
         keys.end()  # nothing written: nothing to remove
         keys.prefix("b")
@@ -180,6 +180,6 @@ def test_a_test_run_that_ends_names_every_prefix_it_wrote_under():
         keys.prefix("b")
         keys.end()
     finally:
-        isolation.test_run_ended.disconnect(dispatch_uid="tests.isolation.ended")
+        process.test_run_ended.disconnect(dispatch_uid="tests.isolation.ended")
 
     assert ended == [[f"test_a_{keys.token}", f"test_b_{keys.token}"]]

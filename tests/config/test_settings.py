@@ -57,7 +57,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "ISOLATE_TESTS": True,
 }
 
-#: The prefix a process under tests writes under by default (``config.isolation``).
+#: The prefix a process under tests writes under by default (``config.process``).
 TEST_PREFIX = re.compile(r"test_whos_online_[0-9a-f]{8}")
 
 

@@ -1,4 +1,4 @@
-"""Removing the keys a test process wrote under its own prefix, as it ends (``config.isolation``).
+"""Removing the keys a test process wrote under its own prefix, as it ends (``config.process``).
 
 Every key of a prefix starts with its hash tag: the base tag ``{prefix}`` or a shard's
 ``{prefix:i/n…}`` (``keyspace``). They are found with ``SCAN MATCH`` (on every master of a
@@ -51,7 +51,7 @@ def remove(client: Client, prefix: str) -> int:
 
 
 def remove_at_exit(*, prefixes: Sequence[str], **kwargs: object) -> None:
-    """Receives ``isolation.test_run_ended``: removes the keys of a test process's prefixes from
+    """Receives ``process.test_run_ended``: removes the keys of a test process's prefixes from
     its Redis (as the settings name it as it ends). A Redis that cannot be reached leaves them,
     and the log says how to remove them by hand."""
     for prefix in prefixes:

@@ -1,6 +1,8 @@
 """State of one process: made the first time a process asks for it, in that process; where the
 process is in its life (asked to stop, or writing what it holds as it exits); and the threads
-whos_online starts in it, which never take a stop signal (``start_thread``).
+whos_online starts in it, which never take a stop signal (``start_thread``). Under a test run, a
+process also writes under a key prefix of its own, as Django gives the tests a database of their
+own, and removes those keys as it ends (``run_keys``).
 
 The queue of visits, its flushing thread, the buffer of page hits and the Redis clients hold
 locks, threads and sockets that belong to the process that made them. A process forked from
@@ -18,13 +20,16 @@ threads that race to make the first value each make one, and the first stored wi
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
+import secrets
 import signal
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
+from django.core import mail
 from django.dispatch import Signal
 
 if TYPE_CHECKING:
@@ -166,3 +171,65 @@ def green_threads() -> bool:
 def _can_mask() -> bool:
     # pthread_sigmask is POSIX's (not on Windows, where no signal goes to a thread anyway).
     return hasattr(signal, "pthread_sigmask") and not green_threads()
+
+
+#: ``django.core.mail``'s namespace, where ``setup_test_environment`` puts ``outbox``; looked up
+#: on every ``get_config`` of a process not under tests, so a dict look-up and no more.
+_MAIL_NAMES: Final = vars(mail)
+
+#: How a test process's prefix begins, as Django's test databases begin with ``test_``.
+PREFIX_START: Final = "test_"
+
+
+def in_test_environment() -> bool:
+    """Whether ``setup_test_environment()`` has run (and not been torn down) in this process."""
+    return "outbox" in _MAIL_NAMES
+
+
+#: Sent in a test process as it ends, with ``prefixes``: every prefix it wrote under
+#: (``apps`` connects ``backend.isolated_keys.remove_at_exit``, which removes their keys).
+test_run_ended = Signal()
+
+
+class RunKeys:
+    """The prefixes of one process's test run, made from its random token."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(4)
+        self.prefixes: set[str] = set()
+
+    def prefix(self, key_prefix: str) -> str:
+        """The prefix this process writes under instead of ``key_prefix``; remembered, so that
+        its keys are removed as the process ends."""
+        name = f"{PREFIX_START}{key_prefix}_{self.token}"
+        self.prefixes.add(name)
+        return name
+
+    def end(self) -> None:
+        if self.prefixes:
+            test_run_ended.send(sender=RunKeys, prefixes=sorted(self.prefixes))
+
+
+#: One per process, by process id: a forked child (a ``--parallel`` worker) makes its own.
+_made: dict[int, RunKeys] = {}
+
+
+def run_keys() -> RunKeys:
+    """This process's ``RunKeys``, made at its first use here.
+
+    Its end is registered with multiprocessing in the process that made it: a child of
+    multiprocessing (a ``--parallel`` worker) ends with ``os._exit`` after running the finalizers
+    registered in it, which skips ``atexit``; elsewhere multiprocessing runs its finalizers at
+    exit too. A finalizer runs only in the process that registered it, so a child never removes
+    its parent's keys. Its priority is below the flusher's (10), so that what the process still
+    holds is written before its keys are removed.
+    """
+    pid = os.getpid()
+    found = _made.get(pid)
+    if found is not None:
+        return found
+    made = RunKeys()
+    found = _made.setdefault(pid, made)
+    if found is made:
+        multiprocessing.util.Finalize(None, made.end, exitpriority=1)
+    return found

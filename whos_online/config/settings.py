@@ -16,7 +16,7 @@ Modules that cache what they derive from settings (clients, keys, hashes) clear 
 ``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
 settings as the system checks do (``validate``), so that bad settings fail at startup even where
 nobody runs ``manage.py check``. A process under tests writes under keys of its own
-(``isolation``).
+(``process.run_keys``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
-from whos_online.config import isolation, rules
+from whos_online.config import process, rules
 from whos_online.config.room_rules import RoomRule, rules_of
 from whos_online.config.rules import name_audience, redact_url
 from whos_online.config.validation import across_keys
@@ -72,7 +72,7 @@ class Config:
         hint="True when REDIS_URL names a node of a Redis Cluster.",
     )
     #: Under tests (unless ``ISOLATE_TESTS`` is False), the test process's own prefix, made of
-    #: this one (``isolation``).
+    #: this one (``process.run_keys``).
     key_prefix: str = rules.setting(
         "KEY_PREFIX",
         "whos_online",
@@ -80,7 +80,7 @@ class Config:
         rules.key_prefix,
         hint="The prefix becomes a Redis Cluster hash tag, {prefix}, so it cannot hold braces.",
     )
-    #: Whether a process under tests writes under a prefix of its own (``isolation``).
+    #: Whether a process under tests writes under a prefix of its own (``process.run_keys``).
     isolate_tests: bool = rules.setting(
         "ISOLATE_TESTS",
         True,
@@ -364,20 +364,21 @@ def get_config() -> Config:
     """The process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings.
 
     Under tests, each process (a forked one too) has its own, with its test run's ``key_prefix``
-    (``isolation``); a process seen under tests stays so until it exits, so that what it writes
-    after the teardown (its queue, as it exits) goes where its tests wrote, and is removed."""
+    (``process.run_keys``); a process seen under tests stays so until it exits, so that what it
+    writes after the teardown (its queue, as it exits) goes where its tests wrote, and is
+    removed."""
     if _under_tests or _test_run_began():
         return _config_under_tests(os.getpid())
     return _config()
 
 
-#: Whether this process has been seen under tests (``isolation.in_test_environment``).
+#: Whether this process has been seen under tests (``process.in_test_environment``).
 _under_tests = False
 
 
 def _test_run_began() -> bool:
     global _under_tests  # noqa: PLW0603 - once per process
-    if not isolation.in_test_environment():
+    if not process.in_test_environment():
         return False
     _under_tests = True
     if _config.cache_info().currsize:
@@ -406,7 +407,7 @@ def _build(*, isolated: bool) -> Config:
     merged = {**DEFAULTS, **raw}
     fields = {name: row.build(merged[row.key]) for name, row in SETTINGS}
     if isolated and fields["isolate_tests"]:
-        fields["key_prefix"] = isolation.run_keys().prefix(fields["key_prefix"])
+        fields["key_prefix"] = process.run_keys().prefix(fields["key_prefix"])
     return Config(**fields)
 
 
