@@ -221,7 +221,7 @@ def test_a_flush_on_the_cluster_is_one_call_per_shard_with_all_its_visits(
 def test_a_test_process_s_keys_are_removed_from_every_master(sharded, cluster, settings, db):
     from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-    from whos_online.backend import isolated_keys
+    from whos_online import apps
 
     whos_online.record_guest("198.51.100.1")  # the live data, under {whos_online…}
     client = admin_client()
@@ -238,7 +238,7 @@ def test_a_test_process_s_keys_are_removed_from_every_master(sharded, cluster, s
     }
     assert len(masters) == len(cluster.nodes)  # the shards' keys are on every master
 
-    isolated_keys.remove_at_exit(prefixes=[prefix])
+    apps.remove_test_keys(prefixes=[prefix])
 
     assert sorted(text(key) for key in client.scan_iter()) == live
 

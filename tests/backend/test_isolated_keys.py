@@ -1,4 +1,4 @@
-"""A test process's keys are removed as it ends, and no other key (``backend.isolated_keys``)."""
+"""A test process's keys are removed as it ends, and no other key (``keyspace.remove_prefix``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from django.test import Client
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, text
-from whos_online.backend import isolated_keys, keyspace
+from whos_online import apps
+from whos_online.backend import keyspace
 from whos_online.config import process
 from whos_online.config.settings import get_config
 
@@ -21,8 +22,8 @@ def keys_of(r) -> list[str]:
 
 
 def test_the_pattern_matches_the_base_tag_and_the_shards_tags_only():
-    assert isolated_keys.pattern(PREFIX) == "{test_site_0123abcd[}:]*"
-    assert isolated_keys.pattern(r"a*b?[c]\d") == r"{a\*b\?\[c\]\\d[}:]*"
+    assert keyspace.prefix_pattern(PREFIX) == "{test_site_0123abcd[}:]*"
+    assert keyspace.prefix_pattern(r"a*b?[c]\d") == r"{a\*b\?\[c\]\\d[}:]*"
 
 
 def test_removing_a_prefix_removes_its_keys_and_no_other(r):
@@ -37,7 +38,7 @@ def test_removing_a_prefix_removes_its_keys_and_no_other(r):
     for key in [*ours, *others]:
         r.set(key, "1")
 
-    assert isolated_keys.remove(r, PREFIX) == len(ours)
+    assert keyspace.remove_prefix(r, PREFIX) == len(ours)
 
     assert keys_of(r) == sorted(others)
 
@@ -47,17 +48,17 @@ def test_wildcards_in_the_prefix_match_themselves(r):
     r.set(f"{{{prefix}}}:users", "1")
     r.set("{test_aXb?_0123abcd}:users", "1")  # what the pattern would match unescaped
 
-    assert isolated_keys.remove(r, prefix) == 1
+    assert keyspace.remove_prefix(r, prefix) == 1
 
     assert keys_of(r) == ["{test_aXb?_0123abcd}:users"]
 
 
 def test_many_keys_go_in_chunks(r, monkeypatch):
-    monkeypatch.setattr(isolated_keys, "UNLINK_CHUNK", 7)
+    monkeypatch.setattr(keyspace, "UNLINK_CHUNK", 7)
     r.mset({f"{{{PREFIX}}}:k{number}": "1" for number in range(50)})
     r.set("{whos_online}:users", "1")
 
-    assert isolated_keys.remove(r, PREFIX) == 50
+    assert keyspace.remove_prefix(r, PREFIX) == 50
 
     assert keys_of(r) == ["{whos_online}:users"]
 
@@ -89,7 +90,7 @@ def test_a_redis_that_cannot_be_reached_leaves_the_keys_and_says_how_to_remove_t
     redis_down, caplog
 ):
     with caplog.at_level(logging.WARNING, logger="whos_online"):
-        isolated_keys.remove_at_exit(prefixes=[PREFIX])
+        apps.remove_test_keys(prefixes=[PREFIX])
 
     assert len(caplog.records) == 1
     assert PREFIX in caplog.records[0].getMessage()

@@ -12,20 +12,25 @@ of shard 0 can carry the peak), and shard *i* lies about *i*/N of the way round 
 whose masters own equal, contiguous ranges of slots (as ``redis-cli --cluster create`` assigns
 them) thus holds about N / masters shards on each master. The tags carry the shard count
 (``{whos_online:2/4}``), so that a change of ``SHARDS`` starts a layout of its own instead of
-mixing two layouts in one set.
+mixing two layouts in one set. Every key of a prefix starts with one of its tags, which is how a
+test process's keys are found and removed as it ends (``remove_prefix``).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import redis
+    from redis.cluster import RedisCluster
 
     from whos_online.config.settings import Config
 
@@ -136,3 +141,32 @@ _layout_of: Final = PerConfig(layout)
 
 def text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+#: Keys SCAN looks at per call (its COUNT), and keys per UNLINK, when a prefix's keys are removed.
+SCAN_COUNT: Final = 1000
+UNLINK_CHUNK: Final = 500
+
+
+def prefix_pattern(prefix: str) -> str:
+    """The ``SCAN MATCH`` pattern of every key under ``prefix``: its base tag and its shards'
+    tags, and no other prefix's (``{site}`` is not ``{site-b}``'s). ``KEY_PREFIX`` may hold
+    characters that a pattern reads as wildcards; they are escaped."""
+    return "{" + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "[}:]*"
+
+
+def remove_prefix(client: redis.Redis | RedisCluster, prefix: str) -> int:
+    """Remove every key under ``prefix`` (a test process's, as it ends); returns how many there
+    were. Found with ``SCAN MATCH`` (on every master of a cluster) and removed with ``UNLINK`` in
+    chunks, which frees their memory off Redis's main thread; never ``KEYS``, which would stop a
+    live Redis for the whole keyspace at once."""
+    removed = 0
+    chunk: list[Any] = []
+    for key in client.scan_iter(match=prefix_pattern(prefix), count=SCAN_COUNT):
+        chunk.append(key)
+        if len(chunk) == UNLINK_CHUNK:
+            removed += client.unlink(*chunk)
+            chunk = []
+    if chunk:
+        removed += client.unlink(*chunk)
+    return removed

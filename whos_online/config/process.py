@@ -187,7 +187,7 @@ def in_test_environment() -> bool:
 
 
 #: Sent in a test process as it ends, with ``prefixes``: every prefix it wrote under
-#: (``apps`` connects ``backend.isolated_keys.remove_at_exit``, which removes their keys).
+#: (``apps`` connects ``apps.remove_test_keys``, which removes their keys).
 test_run_ended = Signal()
 
 
