@@ -4,24 +4,34 @@ whos_online has a Redis database of its own, and whether Redis can be reached.
 
 The settings are checked by ``config.settings.validate`` (each key by its row of the table, the
 fields of ``Config``, then the keys that depend on each other); ``get_config`` runs the same
-function, and refuses to build a ``Config`` from settings with errors.
+function, and refuses to build a ``Config`` from settings with errors. What each URL name of the
+URLconf passes its view, which a ``ROOMS`` pattern may be formatted with, is read here too
+(``url_captures``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.checks import CheckMessage, Error, Warning
+from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from whos_online.config.room_rules import entry_fields
 from whos_online.config.rules import rooms_problems
 from whos_online.config.settings import DEFAULTS, user_settings, validate
 from whos_online.config.validation import is_django_redis
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from django.urls import URLPattern
+
 
 MIDDLEWARE_PATH: Final = "whos_online.middleware.WhosOnlineMiddleware"
 AUTH_MIDDLEWARE_PATH: Final = "django.contrib.auth.middleware.AuthenticationMiddleware"
@@ -35,8 +45,6 @@ def check_room_urls(**kwargs: Any) -> list[CheckMessage]:
     """Each key of ``ROOMS`` names a URL of the site's URLconf, and each field of its pattern is
     a keyword argument that every URL of that name captures. Says nothing of a ``ROOMS`` that
     ``check_settings`` reports as malformed."""
-    from whos_online.recording.urlnames import url_captures
-
     raw: object = user_settings()
     rooms = raw.get("ROOMS") if isinstance(raw, Mapping) else None
     if not isinstance(rooms, Mapping) or rooms_problems(rooms):
@@ -262,3 +270,55 @@ def check_middleware(**kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@dataclass(frozen=True)
+class Captures:
+    """What a URL passes its view: keyword arguments by name, and how many positional ones."""
+
+    keywords: frozenset[str]
+    positional: int
+
+    def fields(self) -> frozenset[str]:
+        """The fields a room pattern may name: the keywords, and the positions by number."""
+        return self.keywords | {str(index) for index in range(self.positional)}
+
+    def __and__(self, other: Captures) -> Captures:
+        return Captures(self.keywords & other.keywords, min(self.positional, other.positional))
+
+
+def url_captures(urlconf: str | None = None) -> dict[str, Captures]:
+    """``{name: captures}`` for every named URL, the name as ``reverse()`` takes it (instance
+    namespaces joined by ':').
+
+    A URL's view is passed what its route captures (its own and its includes'), and the extra
+    ``kwargs`` of its ``path()``; as Django does, a route that captures any keyword passes its
+    unnamed groups to no one, and only one that captures none passes them, by position. A name
+    several routes share keeps only what all of them pass: a room pattern must work whichever
+    of them a request matched.
+    """
+    found: dict[str, Captures] = {}
+    _walk(get_resolver(urlconf).url_patterns, (), frozenset(), 0, found)
+    return found
+
+
+def _walk(
+    patterns: Iterable[URLPattern | URLResolver],
+    namespaces: tuple[str, ...],
+    captured: frozenset[str],
+    positional: int,
+    found: dict[str, Captures],
+) -> None:
+    for entry in patterns:
+        regex = entry.pattern.regex
+        keywords = captured | set(regex.groupindex)
+        unnamed = positional + regex.groups - len(regex.groupindex)
+        if isinstance(entry, URLResolver):
+            keywords |= set(entry.default_kwargs)
+            inner = (*namespaces, entry.namespace) if entry.namespace else namespaces
+            _walk(entry.url_patterns, inner, keywords, unnamed, found)
+        elif entry.name:
+            keywords |= set(entry.default_args)
+            captures = Captures(frozenset(keywords), 0 if keywords else unnamed)
+            name = ":".join((*namespaces, entry.name))
+            found[name] = found[name] & captures if name in found else captures
