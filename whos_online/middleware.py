@@ -20,7 +20,7 @@ from django.conf import settings
 from django.utils.http import http_date
 
 from whos_online.config.settings import Config, get_config
-from whos_online.recording import pageviews, recorder, rooms, throttle, visits
+from whos_online.recording import recorder, rooms, throttle, visits
 from whos_online.recording.state import RequestState, is_not_recorded, state_of
 from whos_online.store import epochs
 from whos_online.store.items import STAYS_PUT, Placement
@@ -129,7 +129,7 @@ def after_view(
     alone.
     """
     announced = rooms.announced_of(request)
-    page_view = announced is not None or pageviews.is_page_view(request, response)
+    page_view = announced is not None or rooms.is_page_view(request, response)
     if page_view:
         placement = Placement(rooms.room_of(request) if announced is None else announced)
     else:

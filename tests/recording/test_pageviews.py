@@ -1,4 +1,4 @@
-"""Which requests are page views (``whos_online.recording.pageviews``), told from the request and
+"""Which requests are page views (``whos_online.recording.rooms``), told from the request and
 its response alone. What a page view does (rooms, hits) is tested through the middleware in
 ``tests/recording/test_real_site_rooms.py``."""
 
@@ -10,7 +10,7 @@ import pytest
 from django.http import HttpResponse, JsonResponse
 from django.test import RequestFactory
 
-from whos_online.recording import pageviews
+from whos_online.recording import rooms
 
 DOCUMENT: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "document"}
 
@@ -29,7 +29,7 @@ DOCUMENT: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "document"}
 def test_a_get_answered_with_a_page_is_a_page_view(headers):
     request = RequestFactory().get("/", **headers)
 
-    assert pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert rooms.is_page_view(request, HttpResponse("<p>page</p>"))
 
 
 @pytest.mark.parametrize(
@@ -66,9 +66,9 @@ def test_a_get_answered_with_a_page_is_a_page_view(headers):
 def test_a_page_fetched_ahead_of_time_is_no_page_view(headers):
     request = RequestFactory().get("/", **headers)
 
-    assert pageviews.is_speculative(request)
-    assert not pageviews.may_be_page_view(request)
-    assert not pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert rooms.is_speculative(request)
+    assert not rooms.may_be_page_view(request)
+    assert not rooms.is_page_view(request, HttpResponse("<p>page</p>"))
 
 
 @pytest.mark.parametrize("destination", ["iframe", "frame", "IFrame"])
@@ -78,14 +78,14 @@ def test_a_frame_of_the_site_s_own_page_is_part_of_that_page_not_a_page_view(des
         "/", HTTP_SEC_FETCH_DEST=destination, HTTP_SEC_FETCH_SITE="same-origin"
     )
 
-    assert not pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert not rooms.is_page_view(request, HttpResponse("<p>page</p>"))
 
 
 @pytest.mark.parametrize("headers", [DOCUMENT, {}], ids=["document", "no-fetch-metadata"])
 def test_head_is_no_page_view(headers):
     request = RequestFactory().head("/", **headers)
 
-    assert not pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert not rooms.is_page_view(request, HttpResponse("<p>page</p>"))
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_head_is_no_page_view(headers):
 def test_other_requests_are_no_page_views(method, headers, response):
     request = getattr(RequestFactory(), method)("/", **headers)
 
-    assert not pageviews.is_page_view(request, response)
+    assert not rooms.is_page_view(request, response)
 
 
 FETCH: dict[str, Any] = {"HTTP_SEC_FETCH_DEST": "empty", "HTTP_SEC_FETCH_MODE": "cors"}
@@ -125,10 +125,10 @@ TURBO_7_ACCEPT = "text/html, application/xhtml+xml"
 def test_a_navigation_a_library_makes_without_a_reload_is_a_page_view(method, headers):
     request = getattr(RequestFactory(), method)("/", **headers)
 
-    assert pageviews.is_navigation(request)
-    assert pageviews.is_page_view(request, HttpResponse("<p>page</p>"))
-    assert not pageviews.is_page_view(request, HttpResponse("gone", status=404))
-    assert not pageviews.is_page_view(request, HttpResponse(status=303))
+    assert rooms.is_navigation(request)
+    assert rooms.is_page_view(request, HttpResponse("<p>page</p>"))
+    assert not rooms.is_page_view(request, HttpResponse("gone", status=404))
+    assert not rooms.is_page_view(request, HttpResponse(status=303))
 
 
 @pytest.mark.parametrize("fetch_metadata", [FETCH, {}], ids=["fetch-metadata", "none"])
@@ -147,5 +147,5 @@ def test_a_navigation_a_library_makes_without_a_reload_is_a_page_view(method, he
 def test_a_library_s_other_requests_are_no_page_views(headers, fetch_metadata):
     request = RequestFactory().get("/", **fetch_metadata, **headers)
 
-    assert not pageviews.is_navigation(request)
-    assert not pageviews.is_page_view(request, HttpResponse("<p>part</p>"))
+    assert not rooms.is_navigation(request)
+    assert not rooms.is_page_view(request, HttpResponse("<p>part</p>"))

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from whos_online.recording import pageviews, recorder, rooms
+from whos_online.recording import recorder, rooms
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
@@ -210,7 +210,7 @@ def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
         return False
     if not room:
         return True
-    return room == rooms.room_of(request) and pageviews.may_be_page_view(request)
+    return room == rooms.room_of(request) and rooms.may_be_page_view(request)
 
 
 def _counted(

@@ -3,9 +3,10 @@
 A request is in a room when ``ROOMS`` names a room for its URL (a site's way to give rooms to the
 views of apps it did not write), or when its view says so with ``set_room`` (or the ``in_room``
 decorator), which wins. A person is in one room at a time, the room of their latest page view
-(``whos_online.recording.pageviews``); a page view without a room takes them out of theirs, and they
-stay online site-wide. Other requests (a page's own fetches, a form's POST, an error page) keep them
-where they are.
+(``is_page_view``: a page opened in a tab or a frame, or a navigation that a library's request says
+it stands for, answered with a page); a page view without a room takes them out of theirs, and they
+stay online site-wide. Other requests (a page's own fetches, a form's POST, an error page, a page
+fetched ahead of time) keep them where they are.
 
 The throttle cookie says which room it was issued for, as a short keyed tag covered by its MAC,
 so that staying in one room costs nothing (no Redis, no SQL) while moving to another is recorded
@@ -29,6 +30,7 @@ from whos_online.store.items import STAY, Placement
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
+    from django.http.response import HttpResponseBase
 
     from whos_online.config.settings import Config
 
@@ -175,3 +177,102 @@ def _tag(room: str, secret: str) -> str:
     key = hashlib.blake2b(secret.encode(), person=b"whos_online.rm", digest_size=32).digest()
     digest = hashlib.blake2b(room.encode(), key=key, digest_size=6).digest()
     return base64.urlsafe_b64encode(digest).decode()
+
+
+#: The ``Sec-Fetch-Dest`` values of a page the person is looking at.
+PAGE_DESTINATIONS: Final = frozenset({"document", "iframe", "frame"})
+#: Those of a page inside another page, which is no page view when that page is the site's own.
+FRAMES: Final = frozenset({"iframe", "frame"})
+#: The media types of a page.
+PAGE_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
+#: The headers (as ``request.META`` names them) that say a page is fetched ahead of time, and
+#: the words of theirs that do.
+SPECULATIVE: Final = {
+    "HTTP_SEC_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_X_MOZ": frozenset({"prefetch"}),
+    "HTTP_X_PURPOSE": frozenset({"prefetch", "preview"}),
+    # Turbo 8's prefetch of a link under the pointer (a script cannot set Sec-Purpose), and
+    # htmx's preload extension's.
+    "HTTP_X_SEC_PURPOSE": frozenset({"prefetch"}),
+    "HTTP_HX_PRELOADED": frozenset({"true"}),
+}
+#: The headers of a script's request made by a library the site uses, which is no page view
+#: unless ``is_navigation`` says so: htmx, Turbo (a frame's, or any of Turbo 8's), Unpoly.
+LIBRARY_REQUESTS: Final = (
+    "HTTP_HX_REQUEST",
+    "HTTP_TURBO_FRAME",
+    "HTTP_X_TURBO_REQUEST_ID",
+    "HTTP_X_UP_VERSION",
+)
+#: What Turbo 7 sends as ``Accept`` with a visit (and, first, the Turbo Streams type with a form).
+TURBO_7_ACCEPT: Final = "text/html, application/xhtml+xml"
+TURBO_STREAM: Final = "text/vnd.turbo-stream.html"
+
+
+def is_page_view(request: HttpRequest, response: HttpResponseBase) -> bool:
+    """Whether ``request`` was a person opening a page (see the module's docstring)."""
+    if not 200 <= response.status_code < 300:
+        return False
+    media_type = response.get("Content-Type", "").partition(";")[0].strip().lower()
+    return media_type in PAGE_TYPES and may_be_page_view(request)
+
+
+def may_be_page_view(request: HttpRequest) -> bool:
+    """Whether ``request`` is a page view if its response is a page: what can be told before
+    the view has answered (for the template tags, which render the answer)."""
+    if request.method == "HEAD" or is_speculative(request):
+        return False
+    if is_navigation(request):
+        return True
+    destination = request.META.get("HTTP_SEC_FETCH_DEST")
+    if destination is not None:
+        destination = destination.lower()
+        if destination in FRAMES:
+            site: str = request.META.get("HTTP_SEC_FETCH_SITE", "")
+            return site.lower() != "same-origin"
+        return destination in PAGE_DESTINATIONS
+    return (
+        request.method == "GET"
+        and request.META.get("HTTP_X_REQUESTED_WITH") is None
+        and not any(header in request.META for header in LIBRARY_REQUESTS)
+    )
+
+
+def is_navigation(request: HttpRequest) -> bool:
+    """Whether ``request`` is a script's request that stands for the browser's navigation to
+    another page, which it replaces: htmx's boosted requests and history restores, Turbo Drive's
+    visits (see the module's docstring)."""
+    meta = request.META
+    if _is_true(meta.get("HTTP_HX_BOOSTED")) or _is_true(
+        meta.get("HTTP_HX_HISTORY_RESTORE_REQUEST")
+    ):
+        return True
+    if "HTTP_TURBO_FRAME" in meta or "HTTP_X_REQUESTED_WITH" in meta or "HTTP_HX_REQUEST" in meta:
+        return False
+    accept: str = meta.get("HTTP_ACCEPT", "")
+    if "HTTP_X_TURBO_REQUEST_ID" in meta:  # Turbo 8: a visit asks for a page
+        return "text/html" in accept
+    # Turbo 7 says nothing but its Accept (after the Turbo Streams type, for a form).
+    return accept.removeprefix(f"{TURBO_STREAM}, ") == TURBO_7_ACCEPT
+
+
+def _is_true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
+
+
+def is_speculative(request: HttpRequest) -> bool:
+    """Whether ``request`` fetches a page ahead of time, for a person who may never look at it
+    (``SPECULATIVE``). ``Sec-Purpose`` is a list of tokens with parameters (``prefetch;
+    prerender``): its words are compared one by one, not as a string."""
+    meta = request.META
+    return any(
+        not words.isdisjoint(_words(meta[header]))
+        for header, words in SPECULATIVE.items()
+        if header in meta
+    )
+
+
+def _words(value: str) -> set[str]:
+    """The words of a header such as ``prefetch;prerender, other``, in lower case."""
+    return {word.strip().lower() for item in value.split(",") for word in item.split(";") if word}

@@ -34,7 +34,7 @@ from whos_online.config.settings import get_config
 from whos_online.live.widget import presence_query, stay_interval, widget_query
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.visibility import may_see_names
-from whos_online.recording import pageviews, rooms
+from whos_online.recording import rooms
 from whos_online.recording.state import state_of
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
 
@@ -250,7 +250,7 @@ def _page_view_mark(request: HttpRequest | None) -> str:
     if request is None:
         return ""
     state = state_of(request)
-    if not state.seen or state.is_not_recorded() or not pageviews.may_be_page_view(request):
+    if not state.seen or state.is_not_recorded() or not rooms.may_be_page_view(request):
         return ""
     return state.page_view_mark()
 
