@@ -28,7 +28,7 @@ from playwright.sync_api import expect, sync_playwright
 import whos_online
 from tests.support import wsgi_server
 from tests.support.helpers import configure
-from whos_online.recording import recorder, rooms
+from whos_online.recording import rooms, visits
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -298,7 +298,7 @@ class Words:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.stays: list[str] = []
         self.leaves: list[str] = []
-        stay_in, leave_room = rooms.stay_in, recorder.leave_room
+        stay_in, leave_room = rooms.stay_in, visits.leave_room
 
         def stay(request: HttpRequest, room: str) -> None:
             self.stays.append(room)
@@ -309,7 +309,7 @@ class Words:
             return leave_room(request, config, room)
 
         monkeypatch.setattr(rooms, "stay_in", stay)
-        monkeypatch.setattr(recorder, "leave_room", leave)
+        monkeypatch.setattr(visits, "leave_room", leave)
 
 
 class Sent:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.utils.http import http_date
 
 from whos_online.config.settings import Config, get_config
-from whos_online.recording import recorder, rooms, throttle, visits
+from whos_online.recording import rooms, throttle, visits
 from whos_online.recording.state import RequestState, is_not_recorded, state_of
 from whos_online.store import epochs
 from whos_online.store.items import STAYS_PUT, Placement
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
     from django.http.response import HttpResponseBase
 
-    from whos_online.recording.recorder import Recorded
+    from whos_online.recording.visits import Recorded
 
 
 class WhosOnlineMiddleware:
@@ -61,7 +61,7 @@ class WhosOnlineMiddleware:
         if decision:
             placement = after_view(request, response, config, now, decision)
             if placement is not None:
-                recorded = recorder.record_request(request, config, now, placement)
+                recorded = visits.record_request(request, config, now, placement)
                 hand_out_cookie(request, response, config, recorded)
             else:
                 visits.flush_if_stopping()
@@ -77,7 +77,7 @@ class WhosOnlineMiddleware:
         if decision:
             placement = after_view(request, result, config, now, decision)
             if placement is not None:
-                recorded = await recorder.arecord_request(request, config, now, placement)
+                recorded = await visits.arecord_request(request, config, now, placement)
                 hand_out_cookie(request, result, config, recorded)
             else:
                 await visits.aflush_if_stopping()
@@ -164,7 +164,7 @@ def hand_out_cookie(
     """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
     as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
     visit it speaks of (with THROTTLE 0, none)."""
-    if recorded.outcome == recorder.FAILED:
+    if recorded.outcome == visits.FAILED:
         return
     response.set_cookie(
         throttle.COOKIE_NAME,
@@ -172,7 +172,7 @@ def hand_out_cookie(
             _binding_after_view(request, state_of(request), config),
             recorded.at,
             config.throttle,
-            arrived=recorded.outcome == recorder.ARRIVED,
+            arrived=recorded.outcome == visits.ARRIVED,
             room=recorded.room_tag,
             epoch=recorded.epoch,
         ),

@@ -41,7 +41,7 @@ from whos_online.live.widget import (
 )
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
-from whos_online.recording import recorder, rooms, throttle
+from whos_online.recording import rooms, throttle, visits
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
@@ -380,7 +380,7 @@ def presence(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(status=204)
     if request.GET.get("leave") == "1":
         mark_not_recorded(request)
-        if recorder.leave_room(request, config, room):
+        if visits.leave_room(request, config, room):
             response.delete_cookie(throttle.COOKIE_NAME, samesite="Lax")
     else:
         rooms.stay_in(request, room)

@@ -25,7 +25,7 @@ from whos_online.backend.connection import admin_client
 from whos_online.checks import check_room_urls, check_settings
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots, viewer
-from whos_online.recording import recorder, rooms, throttle
+from whos_online.recording import rooms, throttle, visits
 from whos_online.recording import visits as recording
 from whos_online.recording.throttle import RecentVisitors
 
@@ -521,7 +521,7 @@ def process(monkeypatch: pytest.MonkeyPatch, memory: RecentVisitors) -> Iterator
     """Serve the block as another process would: with its own memory of recent visitors and no
     kept snapshots of this one."""
     with monkeypatch.context() as patch:
-        for module in (throttle, recording, recorder, viewer):
+        for module in (throttle, recording, visits, viewer):
             patch.setattr(module, "recent", memory)
         snapshots.invalidate()
         yield

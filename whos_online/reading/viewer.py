@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from whos_online.recording import recorder, rooms
+from whos_online.recording import rooms, visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
@@ -130,7 +130,7 @@ class Reader:
         visitor = self._visitor(config)
         if visitor is not None:
             here = sorted(room for room in self.rooms if room)
-            recorder.record_again(visitor, config, here[0] if here else "")
+            visits.record_again(visitor, config, here[0] if here else "")
 
 
 def reader_of(
