@@ -17,14 +17,14 @@ from django.urls import include, path
 
 import whos_online
 from tests.support.helpers import configure, flood_rooms, render, widget_text
-from whos_online import store
+from whos_online import receivers, store
 from whos_online.api import OnlineCounts
 from whos_online.backend import keyspace
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing
-from whos_online.recording import logins, rooms, throttle
+from whos_online.recording import rooms, throttle
 from whos_online.recording import visits as recording
 from whos_online.store import cleanup, epochs
 
@@ -475,7 +475,7 @@ def test_a_logout_and_an_erasure_take_the_user_out_of_their_room(backend, r, ali
     whos_online.record_user(alice, room=TOPIC_1)
     whos_online.record_user(bob, room=TOPIC_1)
 
-    logins.user_logged_out(alice)
+    receivers.user_logged_out(alice)
     assert [user.name for user in whos_online.online_users(room=TOPIC_1)] == ["bob"]
 
     assert whos_online.forget_user(bob) is True

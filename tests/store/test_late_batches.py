@@ -12,11 +12,10 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
-from whos_online import store
+from whos_online import receivers, store
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
-from whos_online.recording import logins
 from whos_online.recording import visits as recording
 from whos_online.store import cleanup, users
 
@@ -45,7 +44,7 @@ def room_score(r, room: str, member: str) -> float | None:
 
 def test_a_logout_is_not_undone_by_the_next_page_another_process_wrote_first(r, queued, alice):
     assert whos_online.record_user(alice, now=time.time() - 5)
-    logins.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
+    receivers.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
     # The page the logout redirects to, served and written by another process first.
     written_by_another_process(
         r, recording.member_visit("guests", guest(GUEST_IP), time.time() + 0.05)
@@ -88,7 +87,7 @@ def test_a_former_identity_seen_after_the_visit_stays(r, queued, alice):
 def test_with_shards_a_late_logout_takes_the_user_off_in_their_own_shard(r, settings, alice):
     configure(settings, SHARDS=4, FLUSH_INTERVAL=10)
     assert whos_online.record_user(alice, now=time.time() - 5)
-    logins.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
+    receivers.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
     written_by_another_process(
         r, recording.member_visit("guests", guest(GUEST_IP), time.time() + 0.05)
     )
@@ -110,7 +109,7 @@ def test_a_visit_from_before_a_user_left_does_not_bring_them_back(r, queued, ali
     if leaving == "forget_user":
         assert whos_online.forget_user(alice) is True
     else:
-        logins.user_logged_out(alice, None)
+        receivers.user_logged_out(alice, None)
 
     written_by_another_process(r, recording.user_visit(users.details(alice, get_config()), before))
 
@@ -120,7 +119,7 @@ def test_a_visit_from_before_a_user_left_does_not_bring_them_back(r, queued, ali
 
 
 def test_a_visit_after_a_logout_counts(r, queued, alice):
-    logins.user_logged_out(alice, None)
+    receivers.user_logged_out(alice, None)
 
     written_by_another_process(
         r, recording.user_visit(users.details(alice, get_config()), time.time() + 1)
@@ -134,7 +133,7 @@ def test_a_logout_outside_the_queue_leaves_a_visit_from_another_device_after_it(
         r, recording.user_visit(users.details(alice, get_config()), time.time() + 1)
     )
 
-    logins.user_logged_out(alice, None)
+    receivers.user_logged_out(alice, None)
 
     assert members(r, "users") == [str(alice.pk)]
 
@@ -142,7 +141,7 @@ def test_a_logout_outside_the_queue_leaves_a_visit_from_another_device_after_it(
 def test_what_marks_a_user_gone_lives_a_window_after_a_logout_and_days_after_an_erasure(
     r, alice, bob
 ):
-    logins.user_logged_out(alice, None)
+    receivers.user_logged_out(alice, None)
     assert whos_online.forget_user(bob) is True
 
     config = get_config()
