@@ -22,7 +22,7 @@ from django.test import AsyncRequestFactory, Client
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
-from whos_online import receivers
+from whos_online import apps
 from whos_online.api import OnlineCounts
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.connection import admin_client
@@ -266,9 +266,9 @@ def test_a_logout_that_could_not_be_written_is_written_at_the_next_flush(r, queu
 def test_a_login_in_the_millisecond_of_a_logout_stands(r, queued, alice, monkeypatch):
     """The logout's removal is written before what was queued after it."""
     at = time.time()
-    monkeypatch.setattr(receivers, "time", SimpleNamespace(time=lambda: at))
-    receivers.user_logged_out(alice, None)
-    receivers.user_logged_in(alice, None)
+    monkeypatch.setattr(apps, "time", SimpleNamespace(time=lambda: at))
+    apps.remove_logout(None, None, alice)
+    apps.record_login(None, None, alice)
 
     assert whos_online.flush() is True
 

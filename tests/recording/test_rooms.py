@@ -17,7 +17,7 @@ from django.urls import include, path
 
 import whos_online
 from tests.support.helpers import configure, flood_rooms, render, widget_text
-from whos_online import receivers, store
+from whos_online import apps, store
 from whos_online.api import OnlineCounts
 from whos_online.backend import keyspace
 from whos_online.backend.connection import admin_client
@@ -475,7 +475,7 @@ def test_a_logout_and_an_erasure_take_the_user_out_of_their_room(backend, r, ali
     whos_online.record_user(alice, room=TOPIC_1)
     whos_online.record_user(bob, room=TOPIC_1)
 
-    receivers.user_logged_out(alice)
+    apps.remove_logout(None, None, alice)
     assert [user.name for user in whos_online.online_users(room=TOPIC_1)] == ["bob"]
 
     assert whos_online.forget_user(bob) is True

@@ -19,7 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.support.helpers import configure, render, run_threads, widget_text
-from whos_online import api, receivers, store
+from whos_online import api, apps, store
 from whos_online.api import Peak
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
@@ -101,7 +101,7 @@ def test_a_slice_keeps_the_largest_count_seen_in_it(backend, alice, bob, monkeyp
     api.record_user(bob, now=T0 + 1)
     with monkeypatch.context() as clock:
         clock.setattr(time, "time", lambda: T0 + 1.5)
-        receivers.user_logged_out(bob)
+        apps.remove_logout(None, None, bob)
     api.record_user(alice, now=T0 + 2)  # one user now, in the 5-second slice that saw two
     api.record_user(alice, now=T0 + 5)  # a new slice starts at the current count
 
@@ -341,7 +341,7 @@ def test_peak_rises_with_people_online_and_never_falls(backend, r, alice):
     assert when.tzinfo is timezone.utc
 
     # People leave: by logging out, and by the window passing.
-    receivers.user_logged_out(alice)
+    apps.remove_logout(None, None, alice)
     api.record_guest("192.0.2.2", now=T0 + 601)
     assert api.peak() == (3, utc(T0 + 2.125))
 

@@ -12,7 +12,7 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
-from whos_online import receivers, store
+from whos_online import apps, store
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
@@ -44,7 +44,7 @@ def room_score(r, room: str, member: str) -> float | None:
 
 def test_a_logout_is_not_undone_by_the_next_page_another_process_wrote_first(r, queued, alice):
     assert whos_online.record_user(alice, now=time.time() - 5)
-    receivers.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
+    apps.remove_logout(None, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP), alice)
     # The page the logout redirects to, served and written by another process first.
     written_by_another_process(
         r, recording.member_visit("guests", guest(GUEST_IP), time.time() + 0.05)
@@ -87,7 +87,7 @@ def test_a_former_identity_seen_after_the_visit_stays(r, queued, alice):
 def test_with_shards_a_late_logout_takes_the_user_off_in_their_own_shard(r, settings, alice):
     configure(settings, SHARDS=4, FLUSH_INTERVAL=10)
     assert whos_online.record_user(alice, now=time.time() - 5)
-    receivers.user_logged_out(alice, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP))
+    apps.remove_logout(None, RequestFactory().post("/logout/", REMOTE_ADDR=GUEST_IP), alice)
     written_by_another_process(
         r, recording.member_visit("guests", guest(GUEST_IP), time.time() + 0.05)
     )
@@ -109,7 +109,7 @@ def test_a_visit_from_before_a_user_left_does_not_bring_them_back(r, queued, ali
     if leaving == "forget_user":
         assert whos_online.forget_user(alice) is True
     else:
-        receivers.user_logged_out(alice, None)
+        apps.remove_logout(None, None, alice)
 
     written_by_another_process(r, recording.user_visit(users.details(alice, get_config()), before))
 
@@ -119,7 +119,7 @@ def test_a_visit_from_before_a_user_left_does_not_bring_them_back(r, queued, ali
 
 
 def test_a_visit_after_a_logout_counts(r, queued, alice):
-    receivers.user_logged_out(alice, None)
+    apps.remove_logout(None, None, alice)
 
     written_by_another_process(
         r, recording.user_visit(users.details(alice, get_config()), time.time() + 1)
@@ -133,7 +133,7 @@ def test_a_logout_outside_the_queue_leaves_a_visit_from_another_device_after_it(
         r, recording.user_visit(users.details(alice, get_config()), time.time() + 1)
     )
 
-    receivers.user_logged_out(alice, None)
+    apps.remove_logout(None, None, alice)
 
     assert members(r, "users") == [str(alice.pk)]
 
@@ -141,7 +141,7 @@ def test_a_logout_outside_the_queue_leaves_a_visit_from_another_device_after_it(
 def test_what_marks_a_user_gone_lives_a_window_after_a_logout_and_days_after_an_erasure(
     r, alice, bob
 ):
-    receivers.user_logged_out(alice, None)
+    apps.remove_logout(None, None, alice)
     assert whos_online.forget_user(bob) is True
 
     config = get_config()
