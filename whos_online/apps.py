@@ -19,7 +19,7 @@ from django.db.models.signals import post_delete
 from whos_online import api, store
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
-from whos_online.flushing.jobs import Job
+from whos_online.flushing.queue import Job
 from whos_online.reading import snapshots
 from whos_online.recording import visits
 from whos_online.recording.state import state_of

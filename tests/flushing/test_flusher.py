@@ -29,9 +29,8 @@ from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, hits, stopping
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import jobs as flush_jobs
-from whos_online.flushing.jobs import FlushJobs, Job
-from whos_online.flushing.queue import RoomLeave, VisitQueue
+from whos_online.flushing import queue as flush_jobs
+from whos_online.flushing.queue import FlushJobs, Job, RoomLeave, VisitQueue
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording

@@ -25,7 +25,7 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing import hits, stalls, stopping
-from whos_online.flushing.jobs import Job
+from whos_online.flushing.queue import Job
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 

@@ -48,8 +48,7 @@ from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, changes, hits, stalls
-from whos_online.flushing.jobs import FlushJobs, Job
-from whos_online.flushing.queue import Item, RoomLeave, VisitQueue
+from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
 from whos_online.store import counters, epochs
 

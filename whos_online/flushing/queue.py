@@ -10,6 +10,10 @@ written, a person who goes on browsing holds one visit here, however many pages 
 The queue is bounded, in people: a visit of someone not queued yet that finds it full is dropped
 and counted, which only happens while Redis cannot be written for long. What a write has taken
 counts against the bound until it is settled, so that what comes back always fits.
+
+Beside the visits wait the writes a logout makes with the next flush rather than in its request
+(``FlushJobs``): what does not fit an entry of a batch, run in the order they came, before the
+queue, which holds what came after them.
 """
 
 from __future__ import annotations
@@ -20,11 +24,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+from whos_online.backend import connection
 from whos_online.store.items import GO, KEEP, STAY, Link, Visit
 from whos_online.store.keys import person_key
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+    from whos_online.backend import keyspace
+    from whos_online.backend.connection import Client
+    from whos_online.config.settings import Config
+
 
 logger = logging.getLogger("whos_online")
 
@@ -179,3 +189,67 @@ def _merged(earlier: Item | None, later: Item) -> Item:
     if isinstance(earlier, Visit) and isinstance(later, Visit):
         return merge(earlier, later)
     return later
+
+
+#: Jobs a process holds at most while Redis cannot be written; beyond, the newest are dropped
+#: (a logout then ends when the window does).
+MOST_WAITING: Final = 10_000
+
+
+@dataclass(frozen=True)
+class Job:
+    """A write to make with the next flush, behind the breaker of ``shard`` (None for the base
+    shard's)."""
+
+    write: Callable[[Client, Config], object]
+    shard: keyspace.Shard | None = None
+
+    @property
+    def tag(self) -> str:
+        return "" if self.shard is None else self.shard.tag
+
+
+class FlushJobs:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Job] = []
+        self._dropping = False
+
+    def add(self, job: Job) -> bool:
+        """Hold ``job`` for the next flush; False when too many wait already (it is dropped)."""
+        with self._lock:
+            if len(self._waiting) >= MOST_WAITING:
+                if not self._dropping:
+                    self._dropping = True
+                    logger.warning(
+                        "whos_online holds %d logouts that Redis has not taken; further ones "
+                        "are dropped (their users stay listed until the window ends)",
+                        MOST_WAITING,
+                    )
+                return False
+            self._waiting.append(job)
+            return True
+
+    def run(self) -> frozenset[str]:
+        """Run the jobs held, in order; those from the first that fails on are kept, ahead of
+        any added meanwhile. Returns the tag of the shard that failed (none if all ran)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        for index, job in enumerate(waiting):
+            if not connection.call(False, _done(job), shard=job.shard, writes=True):
+                with self._lock:
+                    self._waiting[:0] = waiting[index:]
+                return frozenset({job.tag})
+        self._dropping = False
+        return frozenset()
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+def _done(job: Job) -> Callable[[Client, Config], bool]:
+    def write(client: Client, config: Config) -> bool:
+        job.write(client, config)
+        return True
+
+    return write
