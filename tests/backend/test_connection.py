@@ -109,7 +109,7 @@ def test_a_sentinel_managed_master_is_sent_over_directly():
 
 
 def test_past_the_breakers_a_call_goes_while_one_is_open_and_tells_it(backend, breaker_clock):
-    """What a stopping process's last writes do (``flushing.stalls``)."""
+    """What a stopping process's last writes do (``flushing.schedule``)."""
     calls: list[str] = []
 
     def ping(client: Client, config: Config) -> bool:

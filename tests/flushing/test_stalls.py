@@ -1,6 +1,6 @@
 """A stopping process writes what it holds through a short stall of Redis: its writes try again,
 past the breakers, until ``STOP_TIMEOUT`` after the stop began, then give up with one line
-(``whos_online.flushing.stalls``). Time is the test's: a pause between two tries moves the clock
+(``whos_online.flushing.schedule``). Time is the test's: a pause between two tries moves the clock
 on, and Redis times out every write until the stall is over on that clock."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from whos_online.backend import breakers, connection
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, stalls, stopping
+from whos_online.flushing import hits, schedule, stopping
 from whos_online.flushing.queue import Job
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
@@ -59,7 +59,7 @@ class Stall:
 def clock(monkeypatch, breaker_clock: BreakerClock) -> BreakerClock:
     """One monotonic clock for the stop, its tries and pauses, and the breakers."""
     moved = SimpleNamespace(monotonic=breaker_clock, sleep=breaker_clock.advance)
-    for module in (process, stalls, stopping):
+    for module in (process, schedule, stopping):
         monkeypatch.setattr(module, "time", moved)
     return breaker_clock
 
@@ -264,12 +264,12 @@ def test_write_until_tries_past_the_breakers_pausing_between_tries(clock):
         return outcomes.pop(0)
 
     start = clock()
-    failed = stalls.write_until(attempt, start + 5, told.append)
+    failed = schedule.write_until(attempt, start + 5, told.append)
 
     assert failed == frozenset()
     assert passed == [True, True, True]
     assert told == [start + 5] * 2
-    assert clock() - start == pytest.approx(2 * stalls.RETRY_PAUSE)
+    assert clock() - start == pytest.approx(2 * schedule.RETRY_PAUSE)
     assert not connection.breakers_passed()
 
 
@@ -281,7 +281,7 @@ def test_write_until_makes_its_last_pause_what_is_left(clock):
         return frozenset({"a"})
 
     start = clock()
-    assert stalls.write_until(attempt, start + 0.5) == frozenset({"a"})
+    assert schedule.write_until(attempt, start + 0.5) == frozenset({"a"})
 
     assert [at - start for at in tried_at] == pytest.approx([0, 0.2, 0.4, 0.5])
 
@@ -293,7 +293,7 @@ def test_write_until_past_its_deadline_tries_once_within_the_breakers(clock):
         passed.append(connection.breakers_passed())
         return frozenset({"a"})
 
-    assert stalls.write_until(attempt, clock()) == frozenset({"a"})
+    assert schedule.write_until(attempt, clock()) == frozenset({"a"})
     assert passed == [False]
 
 

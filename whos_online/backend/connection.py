@@ -332,7 +332,7 @@ _past_breakers: Final = contextvars.ContextVar("whos_online_past_breakers", defa
 @contextlib.contextmanager
 def past_breakers() -> Iterator[None]:
     """Make the calls of this block (in this thread or task) whether or not a breaker is open:
-    for the last writes of a process that stops (``flushing.stalls``), which a back-off longer
+    for the last writes of a process that stops (``flushing.schedule``), which a back-off longer
     than what is left of the stop would otherwise turn into none. Each call's outcome still goes
     to the breakers, so that an outage is logged once and a recovery once."""
     token = _past_breakers.set(True)

@@ -255,7 +255,7 @@ class Config:
         build=float,
     )
     #: Seconds a stopping process goes on trying to write what it holds through a stall of
-    #: Redis (``flushing.stalls``); 0 tries once.
+    #: Redis (``flushing.schedule``); 0 tries once.
     stop_timeout: float = rules.setting(
         "STOP_TIMEOUT",
         5,

@@ -28,7 +28,7 @@ on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just 
 
 What the process holds when it stops is written as it exits (``stopping``), and from the moment
 it is asked to stop or begins to exit, a write that fails is tried again through a short stall
-of Redis, for ``STOP_TIMEOUT`` (``stalls``). What the flushes changed is told from the thread
+of Redis, for ``STOP_TIMEOUT`` (``write_until``). What the flushes changed is told from the thread
 (``events``): signals, and one message on Redis per second.
 """
 
@@ -47,7 +47,7 @@ from whos_online.backend import breakers, connection, keyspace
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, changes, hits, stalls
+from whos_online.flushing import batches, changes, hits, schedule
 from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
 from whos_online.store import counters, epochs
@@ -91,10 +91,10 @@ class Flusher:
         #: forgotten: a process's second exit hook (atexit and multiprocessing's) has nothing to do.
         self._hits_forgotten_at = 0
         #: Until when (monotonic) a write of the stopping process, which has tried once and
-        #: failed, goes on trying (``stalls``); None before. For the SIGTERM handler, which waits
-        #: for such a write: it is not held up by a lock of the thread the handler runs on.
+        #: failed, goes on trying (``write_until``); None before. For the SIGTERM handler, which
+        #: waits for such a write: it is not held up by a lock of the thread the handler runs on.
         self.retrying_until: float | None = None
-        #: Whether this process has said what its stop could not write (once: ``stalls``).
+        #: Whether this process has said what its stop could not write (once: ``report_lost``).
         self._reported_loss = False
 
     # The request path
@@ -114,7 +114,7 @@ class Flusher:
         """Write what is queued now; returns the tags of the shards whose write failed, or
         which a breaker keeps from being tried (what was for them goes back to the queue, ahead
         of what was queued since, or stays there). Once the process is stopping, a write that
-        fails is tried again until ``STOP_TIMEOUT`` after the stop began (``stalls``), but on
+        fails is tried again until ``STOP_TIMEOUT`` after the stop began (``write_until``), but on
         the flushing thread, which tries again after the back-off as ever: the stop's own
         writes try meanwhile.
 
@@ -130,8 +130,8 @@ class Flusher:
         other writes then wait for one try at most (and find nothing left once one succeeded),
         and its reads meanwhile do not wait for the stall to end."""
         config = get_config()
-        failed = stalls.write_until(
-            lambda: self._flush_with_lock(config), stalls.deadline(config), self._retrying
+        failed = schedule.write_until(
+            lambda: self._flush_with_lock(config), schedule.deadline(config), self._retrying
         )
         if failed:
             self._report_loss(config)
@@ -145,12 +145,12 @@ class Flusher:
         self.retrying_until = until
 
     def _report_loss(self, config: Config) -> None:
-        """Say, once per process, what its stop could not write (``stalls``)."""
+        """Say, once per process, what its stop could not write (``write_until``)."""
         if self._reported_loss:
             return
         self._reported_loss = True
         buffered = hits.held()
-        stalls.report_lost(
+        schedule.report_lost(
             config,
             len(self.queue),
             buffered.total() if buffered is not None else 0,
@@ -200,7 +200,7 @@ class Flusher:
         The queue then stays as it is, not taken and encoded for a write that would not be
         tried: during an outage that would cost every flush, and every read that writes the
         queue first, the encoding of the whole backlog. A stopping process's write, which goes
-        past the breakers (``stalls``), is never held back."""
+        past the breakers (``write_until``), is never held back."""
         if connection.breakers_passed():
             return frozenset()
         shards = keyspace.layout(config)
@@ -361,7 +361,7 @@ class Flusher:
     def close(self) -> None:
         """Write what the process holds as it exits: first let a flush the thread has started
         finish (the exit would cut it off), then flush, trying again through a stall of Redis
-        until ``STOP_TIMEOUT`` after the stop began (``stalls``), holding the lock throughout:
+        until ``STOP_TIMEOUT`` after the stop began (``write_until``), holding the lock throughout:
         nothing comes after; and once the page hits are all written, forget the key that
         remembered this process's batches of them; then tell what changed.
         With nothing to write nor a key to forget, the settings are not read, which a process
@@ -372,8 +372,8 @@ class Flusher:
         try:
             if self.pending() or hits.buffer().numbered != self._hits_forgotten_at:
                 config = get_config()
-                failed = stalls.write_until(
-                    lambda: self._flush(config), stalls.deadline(config), self._retrying
+                failed = schedule.write_until(
+                    lambda: self._flush(config), schedule.deadline(config), self._retrying
                 )
                 if failed:
                     self._report_loss(config)

@@ -1,6 +1,7 @@
-"""The thread that writes a process's queue: it sleeps until the earliest deadline it was given,
-flushes, and after a flush that failed waits out the back-off, whatever the pages queue
-meanwhile.
+"""When a process's writes are made: the thread that writes its queue (it sleeps until the
+earliest deadline it was given, flushes, and after a flush that failed waits out the back-off,
+whatever the pages queue meanwhile), and the tries of a stopping process's writes through a
+stall of Redis (``write_until``), past the breakers, until ``STOP_TIMEOUT`` after the stop began.
 
 Started with the first deadline, in the process that asks (a forked child starts its own, since
 the parent's thread did not come along; see ``config.process``), and stopped at exit or when
@@ -9,14 +10,19 @@ the settings change (tests).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Final
 
+from whos_online.backend import connection
 from whos_online.config import process
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from whos_online.config.settings import Config
+
 
 #: Longest a caller of ``stop`` waits for a flush the thread has started.
 STOP_WAIT: Final = 2.0
@@ -85,3 +91,51 @@ class FlushThread:
                 self.deadline = None
             if self._flush():
                 self.schedule(0)  # once the back-off has passed
+
+
+logger = logging.getLogger("whos_online")
+
+#: Seconds between two tries of a stopping process's write: a stall of Redis ends within this
+#: of being over, and a Redis that stays down is asked about five times a second, at most one
+#: try under way at a time (each flush holds the flusher's lock).
+RETRY_PAUSE: Final = 0.2
+
+
+def deadline(config: Config) -> float:
+    """Until when (monotonic) the writes of this stop are tried again: ``STOP_TIMEOUT`` after it
+    began (from now, for a process that has neither been asked to stop nor begun to exit)."""
+    began = process.stop_began()
+    return (time.monotonic() if began is None else began) + config.stop_timeout
+
+
+def write_until(
+    attempt: Callable[[], frozenset[str]],
+    until: float,
+    retrying: Callable[[float], None] = lambda until: None,
+) -> frozenset[str]:
+    """Make ``attempt`` (a write, which returns the tags of the shards it failed on) until it
+    fails on none, or ``until`` (monotonic) has passed, every ``RETRY_PAUSE``, past the
+    breakers; ``retrying(until)`` is told before each pause. Once ``until`` has passed, one
+    try, as any write makes it: the breakers have their say. Returns the last try's failures."""
+    if time.monotonic() >= until:
+        return attempt()
+    with connection.past_breakers():
+        while True:
+            failed = attempt()
+            left = until - time.monotonic()
+            if not failed or left <= 0:
+                return failed
+            retrying(until)
+            time.sleep(min(RETRY_PAUSE, left))
+
+
+def report_lost(config: Config, visits: int, page_hits: int, jobs: int) -> None:
+    """Say in one line what a stopping process could not write, once its writes gave up."""
+    logger.warning(
+        "whos_online could not write to Redis within STOP_TIMEOUT (%g s) of the process's stop "
+        "and gives up: %d visits, %d page hits and %d writes of logouts it holds are not written.",
+        config.stop_timeout,
+        visits,
+        page_hits,
+        jobs,
+    )

@@ -156,7 +156,7 @@ class WriteThenHandOn:
 
 def wait_for(writer: threading.Thread, made: flusher.Flusher) -> None:
     """Wait for the handler's ``writer``: ``flusher.EXIT_WAIT`` at first, and then, if it is
-    trying again through a stall (``stalls``), until its stop's deadline (and a try under way
+    trying again through a stall (``write_until``), until its stop's deadline (and a try under way
     then). What the signal interrupted on this thread may hold a lock the write needs, which
     would hold it up until the handler returns: a write that has tried once and failed was not
     held up, and will not be on its next tries, which need the same locks."""
