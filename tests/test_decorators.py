@@ -10,7 +10,7 @@ from tests.support.helpers import client_of, configure, members
 from tests.urls import async_poll, poll
 from whos_online import middleware
 from whos_online.decorators import not_recorded
-from whos_online.flushing import hits
+from whos_online.flushing import batches
 from whos_online.recording.state import VIEW_ATTRIBUTE as ATTRIBUTE
 from whos_online.recording.throttle import COOKIE_NAME
 
@@ -37,7 +37,7 @@ def test_a_poll_from_a_new_guest_touches_redis_not_at_all(r, counting, redis_cal
 
     assert response.status_code == 200
     assert redis_calls.trips == []
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
     assert members(r, "guests") == []
 
@@ -49,7 +49,7 @@ def test_a_poll_from_a_user_records_nobody_and_leaves_the_session_alone(
 
     assert redis_calls.trips == []
     assert members(r, "users") == []
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert not response.cookies
     assert "Cookie" not in response.get("Vary", "")
 
@@ -59,7 +59,7 @@ def test_an_async_poll_records_nobody(r, counting, redis_calls):
 
     assert response.content == b"async poll"
     assert redis_calls.trips == []
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
 
 
@@ -73,7 +73,7 @@ def test_ordinary_views_around_a_poll_are_still_recorded_and_counted(r, counting
 
     assert len(members(r, "guests")) == 1
     # The page was counted, and the one recorded visit carried it; a 404 is no page hit.
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
 
 
 def test_a_throttled_request_does_not_look_at_the_view(r, client, monkeypatch):

@@ -14,7 +14,7 @@ from django.utils import translation
 
 import whos_online
 from tests.support.helpers import HOSTILE, client_of, configure, members, render, widget_text
-from whos_online.flushing import hits
+from whos_online.flushing import batches
 from whos_online.recording.throttle import COOKIE_NAME
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ def test_a_poll_is_one_round_trip_and_records_nobody(
 
     assert redis_calls.trips == [["EVALSHA"]]
     assert members(r, "guests") == guests_before
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
 
 

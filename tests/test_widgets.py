@@ -21,7 +21,7 @@ from django.urls import include, path, reverse
 import whos_online
 from tests.support.helpers import client_of, configure, widget_text
 from whos_online import views
-from whos_online.flushing import hits
+from whos_online.flushing import batches
 from whos_online.reading.access import room_token
 from whos_online.recording.throttle import COOKIE_NAME
 
@@ -129,7 +129,7 @@ def test_the_page_s_widgets_are_one_round_trip_and_record_nobody(
 
     assert redis_calls.trips == [["EVALSHA", "EVALSHA"]]  # the room and the site, once each
     assert whos_online.online_counts().guests == guests_before
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert COOKIE_NAME not in response.cookies
 
 

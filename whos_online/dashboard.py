@@ -22,7 +22,7 @@ from django.utils.translation import ngettext
 from whos_online import store
 from whos_online.backend import connection
 from whos_online.config.settings import get_config
-from whos_online.flushing import hits
+from whos_online.flushing import batches
 from whos_online.reading import charts, snapshots
 from whos_online.store import counters
 from whos_online.store.results import (
@@ -68,7 +68,7 @@ STANDARD: Final[Sequence[tuple[str, _StrPromise]]] = (
     ("online:users", _("Users online")),
     ("online:guests", _("Guests online")),
     ("online:bots", _("Bots online")),
-    (hits.COUNTER_NAME, _("Page views")),
+    (batches.COUNTER_NAME, _("Page views")),
 )
 
 

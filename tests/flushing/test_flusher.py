@@ -27,7 +27,7 @@ from whos_online.api import OnlineCounts
 from whos_online.backend import breakers, connection, keyspace
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
-from whos_online.flushing import batches, hits, stopping
+from whos_online.flushing import batches, stopping
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing import queue as flush_jobs
 from whos_online.flushing.queue import FlushJobs, Job, RoomLeave, VisitQueue
@@ -843,7 +843,7 @@ def test_a_client_that_hangs_up_cannot_strand_a_flush(r, settings, monkeypatch):
     async_to_sync(hang_up)()
     release.set()
     deadline = time.monotonic() + 5
-    while hits.buffer().total():
+    while batches.buffer().total():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     monkeypatch.setattr(flushing.current(), "flush", original)
@@ -936,7 +936,7 @@ settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True, "FLUSH_INT
 django.setup()
 
 import whos_online
-from whos_online.flushing import flusher as flushing, hits
+from whos_online.flushing import batches, flusher as flushing
 from whos_online.recording import visits as recording
 
 # No thread: only the flush at exit can write these.
@@ -946,7 +946,7 @@ recording.count_hit()
 flushing.current().put(recording.member_visit("guests", "queued", __import__("time").time()))
 for _ in range(4):
     recording.count_hit()
-print(len(flushing.current().queue), hits.buffer().total(), hits.buffer().token)
+print(len(flushing.current().queue), batches.buffer().total(), batches.buffer().token)
 """
 
 

@@ -24,8 +24,8 @@ from whos_online import api
 from whos_online.backend import connection
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
+from whos_online.flushing import batches
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 from whos_online.store import counters
@@ -58,7 +58,7 @@ def _no_flush_mid_test(monkeypatch) -> None:
     """No background flush fires in the middle of a test: the flusher's thread waits an hour
     for the hits of a throttled request (FLUSH_INTERVAL is 0 in the test settings). The thread
     stops with the test, as settings are reset."""
-    monkeypatch.setattr(hits, "LONGEST_WAIT", 3600)
+    monkeypatch.setattr(batches, "LONGEST_WAIT", 3600)
 
 
 @pytest.fixture
@@ -100,9 +100,9 @@ def test_a_burst_of_requests_counts_every_hit_at_every_precision(backend, counti
     # did each read of the site (a page with the tag: the process writes its queue first). Hits
     # are counted after the view: the last page's, read before it was counted, waits.
     assert total(1) == 14
-    assert hits.buffer().total() == 1
+    assert batches.buffer().total() == 1
     assert recording.flush_hits() is True
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     for precision in PRECISIONS:
         assert total(precision) == 15, precision
     assert all(started <= second <= ended for second, _ in api.get_counter("hits", 1))
@@ -113,7 +113,7 @@ def test_throttled_requests_buffer_hits_and_a_recorded_one_carries_them(
 ):
     client.get("/plain/")
     assert total(1) == 1
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     redis_calls.clear()
 
     for _ in range(3):
@@ -123,14 +123,14 @@ def test_throttled_requests_buffer_hits_and_a_recorded_one_carries_them(
     client.get("/favicon.ico")
 
     assert redis_calls.trips == []
-    assert hits.buffer().total() == 3
+    assert batches.buffer().total() == 3
 
     client.cookies.clear()
     response = client.get("/plain/", REMOTE_ADDR="198.51.100.1")
 
     assert throttle.COOKIE_NAME in response.cookies
     assert redis_calls.trips == [["EVALSHA"]]
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert total(1) == 5
     assert total(86400) == 5
 
@@ -141,7 +141,7 @@ def test_custom_ignore_paths_are_not_counted(backend, settings, client):
     client.get("/plain/")
     client.get("/static/app.css")  # no longer ignored: the setting replaces the defaults
 
-    assert hits.buffer().total() + total(1) == 1
+    assert batches.buffer().total() + total(1) == 1
 
 
 def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
@@ -150,7 +150,7 @@ def test_count_hits_off_counts_nothing(backend, r, client, redis_calls):
     client.cookies.clear()
     client.get("/", REMOTE_ADDR="198.51.100.1")
 
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert pending() is False
     assert flusher_threads() == []
     assert r.keys("*hits*") == []
@@ -215,7 +215,7 @@ def test_hits_carried_by_a_visit_keep_their_own_seconds(backend, counting, redis
     assert api.record_guest("192.0.2.1", now=T0 + 7) is True
 
     assert redis_calls.trips == [["EVALSHA"]]
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0 - 1, 1), (T0 + 1, 2)]
     assert api.get_counter("hits", 5) == [(T0 - 5, 1), (T0, 2)]
 
@@ -230,18 +230,18 @@ def test_redis_down_keeps_the_hits_until_it_is_back(backend, counting, outage):
     outage.begin()
 
     assert recording.flush_hits() is False
-    assert hits.buffer().total() == 3
+    assert batches.buffer().total() == 3
     # The flush is tried again later, by the flusher's thread.
     assert pending() is True
     recording.count_hit(T0 + 2)
     assert recording.flush_hits() is False  # within FAILURE_BACKOFF: Redis is not even tried
-    assert hits.buffer().total() == 4
+    assert batches.buffer().total() == 4
 
     outage.end()
     assert api.get_counter("hits", 1) == []
     assert recording.flush_hits() is True
 
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1), (T0 + 2, 1)]
     assert api.get_counter("hits", 86400) == [(T0, 4)]
 
@@ -255,7 +255,7 @@ def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, 
     assert response.status_code == 200
     assert throttle.COOKIE_NAME not in response.cookies
     assert api.record_guest("192.0.2.1") is False
-    assert hits.buffer().total() == 3
+    assert batches.buffer().total() == 3
 
     outage.end()
     assert recording.flush_hits() is True
@@ -268,8 +268,8 @@ def test_a_failed_recorded_visit_gives_its_hits_back(backend, counting, client, 
 
 
 def test_a_failed_batch_folds_seconds_beyond_max_buffered_seconds(monkeypatch):
-    monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
-    buffer = hits.HitBuffer()
+    monkeypatch.setattr(batches, "MAX_BUFFERED_SECONDS", 3)
+    buffer = batches.HitBuffer()
     for second in range(5):
         buffer.add(T0 + 100 + second)
     # Adding never folds: only a failed write does.
@@ -299,14 +299,14 @@ def test_a_failed_batch_folds_seconds_beyond_max_buffered_seconds(monkeypatch):
 def test_a_long_outage_folds_the_oldest_seconds_and_keeps_the_total(
     backend, counting, outage, monkeypatch
 ):
-    monkeypatch.setattr(hits, "MAX_BUFFERED_SECONDS", 3)
+    monkeypatch.setattr(batches, "MAX_BUFFERED_SECONDS", 3)
     for moment, count in [(T0, 1), (T0 + 1, 2), (T0 + 2, 1), (T0 + 3, 1), (T0 + 4, 1)]:
         for _ in range(count):
             recording.count_hit(moment)
     outage.begin()
 
     assert recording.flush_hits() is False
-    assert hits.buffer().total() == 6
+    assert batches.buffer().total() == 6
 
     outage.end()
     assert recording.flush_hits() is True
@@ -331,7 +331,7 @@ def test_concurrent_hits_are_all_counted(counting):
     for thread in threads:
         thread.join(5)
 
-    batch = hits.buffer().take()
+    batch = batches.buffer().take()
     assert batch is not None
     assert batch.counts == {T0: 1336, T0 + 1: 1336, T0 + 2: 1328}
     assert len(flusher_threads()) == 1
@@ -340,7 +340,7 @@ def test_concurrent_hits_are_all_counted(counting):
 def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings):
     """With FLUSH_INTERVAL 0, hits of throttled requests wait at most LONGEST_WAIT; with one,
     the flusher writes them with the visits, within FLUSH_INTERVAL."""
-    assert hits.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
+    assert batches.LONGEST_WAIT == 3600  # type: ignore [comparison-overlap] # as this module sets it
     started = time.monotonic()
     recording.count_hit()
     deadline = flushing.current().thread.deadline
@@ -356,7 +356,7 @@ def test_a_throttled_request_s_hit_is_written_within_a_second(counting, settings
 
 
 def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, monkeypatch):
-    monkeypatch.setattr(hits, "LONGEST_WAIT", 0.05)
+    monkeypatch.setattr(batches, "LONGEST_WAIT", 0.05)
     flushed = threading.Event()
     original = flushing.current().flush
 
@@ -377,7 +377,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
     assert flushed.wait(5)
 
     assert pending() is False
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
     assert api.get_counter("hits", 1) == [(T0, 2), (T0 + 1, 1)]
     assert api.get_counter("hits", 60) == [(T0, 3)]
 
@@ -388,7 +388,7 @@ def test_count_hit_schedules_a_flush_that_writes_to_redis(backend, counting, mon
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_starts_with_an_empty_buffer(counting):
     recording.count_hit(T0)  # also leaves a flush pending in the parent
-    hits.buffer().add(T0 + 1, 3)
+    batches.buffer().add(T0 + 1, 3)
     assert pending() is True
     read_end, write_end = os.pipe()
 
@@ -399,10 +399,10 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
         pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            before = hits.buffer().total()
+            before = batches.buffer().total()
             was_pending = pending()
-            hits.buffer().add(T0 + 2)
-            os.write(write_end, f"{before} {was_pending} {hits.buffer().total()}".encode())
+            batches.buffer().add(T0 + 2)
+            os.write(write_end, f"{before} {was_pending} {batches.buffer().total()}".encode())
         finally:
             os._exit(0)
 
@@ -413,7 +413,7 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
 
     assert os.waitstatus_to_exitcode(status) == 0
     assert report == "0 False 1"
-    assert hits.buffer().total() == 4
+    assert batches.buffer().total() == 4
     assert pending() is True
 
 
@@ -426,14 +426,14 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True}
 django.setup()
 
-from whos_online.flushing import flusher as flushing, hits
+from whos_online.flushing import batches, flusher as flushing
 from whos_online.recording import visits as recording
 
 # No flusher thread: only the flush at exit can write these hits.
 flushing.Flusher.schedule = lambda self, delay: None
 for _ in range(5):
     recording.count_hit()
-print(hits.buffer().total())
+print(batches.buffer().total())
 """
 
 
@@ -458,7 +458,7 @@ def test_a_process_that_exits_writes_its_buffered_hits(settings, real_redis_url)
     assert all(started - 60 <= start <= time.time() for start, _ in samples)
     for precision in PRECISIONS:
         assert total(precision) == 5, precision
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
 
 
 # Exactly once: a batch whose write timed out may have been added by Redis all the same.
@@ -478,7 +478,7 @@ def test_a_batch_is_added_once_however_often_it_is_sent(backend, counting):
 
 
 def test_hits_counted_while_a_batch_is_in_flight_wait_for_it(counting):
-    buffer = hits.HitBuffer()
+    buffer = batches.HitBuffer()
     buffer.add(T0)
     first = buffer.take()
     buffer.add(T0 + 1)
@@ -519,7 +519,7 @@ def test_a_flush_that_timed_out_is_not_counted_twice(stalled, breaker_clock, rea
     assert recording.flush_hits() is True
 
     assert total(86400) == 100
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0
 
 
 def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
@@ -535,4 +535,4 @@ def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
     assert whos_online.record_guest("198.51.100.41") is True  # the batch rides again
 
     assert total(86400) == 100
-    assert hits.buffer().total() == 0
+    assert batches.buffer().total() == 0

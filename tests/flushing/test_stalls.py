@@ -23,8 +23,8 @@ from whos_online import store
 from whos_online.backend import breakers, connection
 from whos_online.config import process
 from whos_online.config.settings import get_config
+from whos_online.flushing import batches, schedule, stopping
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, schedule, stopping
 from whos_online.flushing.queue import Job
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
@@ -213,7 +213,7 @@ def test_a_stall_that_outlasts_stop_timeout_is_given_up_with_one_line(
     assert stall.tries == tries
     assert len(losses(caplog)) == 1  # said once
     assert len(flushing.current().queue) == 2
-    assert hits.buffer().total() == 1
+    assert batches.buffer().total() == 1
 
 
 def test_with_stop_timeout_0_the_exit_write_tries_once(settings, held, clock, stall, caplog):

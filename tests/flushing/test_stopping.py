@@ -29,8 +29,8 @@ from whos_online.backend import connection as connection_module
 from whos_online.backend.connection import admin_client
 from whos_online.config import process
 from whos_online.config.settings import get_config
+from whos_online.flushing import batches, stopping
 from whos_online.flushing import flusher as flushing
-from whos_online.flushing import hits, stopping
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 
@@ -180,7 +180,7 @@ def default_action(monkeypatch) -> list[str]:
 
 def test_before_the_default_action_it_writes_as_an_exit_does(r, queued, default_action):
     recording.count_hit()
-    token = hits.buffer().token
+    token = batches.buffer().token
     flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     stopping.WriteThenHandOn(signal.SIG_DFL)(signal.SIGTERM, None)
@@ -486,14 +486,14 @@ settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True, "FLUSH_INT
 django.setup()
 
 from whos_online import store
-from whos_online.flushing import flusher as flushing, hits
+from whos_online.flushing import batches, flusher as flushing
 from whos_online.recording import visits as recording
 
 print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
 flushing.Flusher.schedule = lambda self, delay: None  # no thread: only the handler writes
 recording.count_hit()
 flushing.current().put(recording.member_visit("guests", "queued", time.time()))
-print(hits.buffer().token, flush=True)
+print(batches.buffer().token, flush=True)
 if sys.argv[2] == "while-exiting":
     # The signal comes while the process writes as it exits (a pool's worker that ended just
     # as the pool terminated it): it lets the write finish, and the process end as it would.

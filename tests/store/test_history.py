@@ -23,7 +23,7 @@ from whos_online import api, apps, store
 from whos_online.api import Peak
 from whos_online.backend.connection import admin_client
 from whos_online.config.settings import get_config
-from whos_online.flushing import hits
+from whos_online.flushing import batches
 from whos_online.reading import snapshots
 from whos_online.recording import guests as identity
 
@@ -293,14 +293,14 @@ def test_a_recorded_visit_is_one_round_trip(
     }
     for who, visit in visits.items():
         if count_hits:
-            hits.buffer().add(T0 - 1)
-            hits.buffer().add(T0, count=2)
+            batches.buffer().add(T0 - 1)
+            batches.buffer().add(T0, count=2)
         redis_calls.clear()
 
         assert visit() is True
 
         assert redis_calls.trips == [["EVALSHA"]], who
-        assert hits.buffer().total() == 0
+        assert batches.buffer().total() == 0
 
     assert online("guests", 60) == [(T0, 1)]
     assert online("bots", 60) == [(T0, 1)]
@@ -312,7 +312,7 @@ def test_a_request_through_the_middleware_is_one_round_trip(
     backend, settings, client, redis_calls: RedisCalls
 ):
     configure(settings, COUNT_HITS=True)
-    hits.buffer().add(T0)
+    batches.buffer().add(T0)
     redis_calls.clear()
 
     client.get("/plain/")

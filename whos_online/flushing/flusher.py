@@ -47,7 +47,7 @@ from whos_online.backend import breakers, connection, keyspace
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
-from whos_online.flushing import batches, changes, hits, schedule
+from whos_online.flushing import batches, changes, schedule
 from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
 from whos_online.store import counters, epochs
@@ -149,7 +149,7 @@ class Flusher:
         if self._reported_loss:
             return
         self._reported_loss = True
-        buffered = hits.held()
+        buffered = batches.held()
         schedule.report_lost(
             config,
             len(self.queue),
@@ -274,7 +274,7 @@ class Flusher:
         """Take the queue and the page hits, and make the calls that write them (hand them to
         ``_settle``, through ``_write`` or a read's round trip); None when there is nothing."""
         items = self.queue.take()
-        batch = hits.buffer().take()
+        batch = batches.buffer().take()
         if not items and batch is None:
             return None
         # The layout rides along with the base shard's call, never a call of its own.
@@ -315,7 +315,7 @@ class Flusher:
             group.shard.is_base and group.shard.tag in failed for group in prepared.groups
         )
         if prepared.hits is not None:
-            hits.buffer().settle(prepared.hits, added=base_written)
+            batches.buffer().settle(prepared.hits, added=base_written)
         if prepared.layout and base_written:
             self.registration.done(prepared.layout)
         self.queue.settle(
@@ -329,7 +329,7 @@ class Flusher:
         return frozenset(failed)
 
     def pending(self) -> bool:
-        return bool(len(self.queue) or hits.buffer().total() or len(self.jobs))
+        return bool(len(self.queue) or batches.buffer().total() or len(self.jobs))
 
     def idle(self) -> bool:
         """Whether no visit or job waits, none is being queued, and no flush is under way, as
@@ -370,16 +370,16 @@ class Flusher:
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
         try:
-            if self.pending() or hits.buffer().numbered != self._hits_forgotten_at:
+            if self.pending() or batches.buffer().numbered != self._hits_forgotten_at:
                 config = get_config()
                 failed = schedule.write_until(
                     lambda: self._flush(config), schedule.deadline(config), self._retrying
                 )
                 if failed:
                     self._report_loss(config)
-                numbered = hits.buffer().numbered
-                if not failed and numbered and not hits.buffer().total():
-                    key = counters.applied_key(get_config(), hits.buffer().token)
+                numbered = batches.buffer().numbered
+                if not failed and numbered and not batches.buffer().total():
+                    key = counters.applied_key(get_config(), batches.buffer().token)
                     forgot = connection.call(
                         None, lambda client, _config: client.delete(key), writes=True
                     )
@@ -428,7 +428,7 @@ def holds_anything() -> bool:
     writing some now, as far as can be told without making the flusher or the hit buffer, and
     without taking a lock (for a signal handler: see ``Flusher.idle``)."""
     made = _flushers.peek()
-    buffered = hits.held()
+    buffered = batches.held()
     return (made is not None and not made.idle()) or (buffered is not None and buffered.holds())
 
 
@@ -449,11 +449,11 @@ def after_recording(config: Config) -> frozenset[str]:
 
 def after_hit(config: Config) -> None:
     """What counting a page hit does: wake the thread within ``FLUSH_INTERVAL`` (within
-    ``hits.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
+    ``batches.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
     if process.is_stopping():
         current().schedule(0)
     else:
-        current().schedule(config.flush_interval or hits.LONGEST_WAIT)
+        current().schedule(config.flush_interval or batches.LONGEST_WAIT)
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:

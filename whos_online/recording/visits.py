@@ -25,7 +25,7 @@ from whos_online import store
 from whos_online.backend import breakers
 from whos_online.config import process
 from whos_online.config.settings import Config, get_config
-from whos_online.flushing import flusher, hits
+from whos_online.flushing import batches, flusher
 from whos_online.recording import guests, rooms, throttle
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
@@ -179,11 +179,11 @@ def record_member(
 
 def count_hit(now: float | datetime | None = None) -> None:
     """Count one page view in the process buffer; the flusher writes it with the visits it
-    queued (within ``hits.LONGEST_WAIT`` seconds with ``FLUSH_INTERVAL`` 0).
+    queued (within ``batches.LONGEST_WAIT`` seconds with ``FLUSH_INTERVAL`` 0).
 
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
-    hits.buffer().add(as_timestamp(now))
+    batches.buffer().add(as_timestamp(now))
     flusher.after_hit(get_config())
 
 
