@@ -40,7 +40,7 @@ from whos_online.live.widget import (
     widget_arguments,
 )
 from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.visibility import may_see_names, shows_names_to_everyone
+from whos_online.reading.access import may_see_names, shows_names_to_everyone
 from whos_online.recording import rooms, throttle, visits
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 

@@ -52,7 +52,7 @@ from whos_online.decorators import not_recorded
 from whos_online.live import request_thread, stream_caps, subscription
 from whos_online.live.outbox import END, Outbox
 from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.visibility import may_see_names
+from whos_online.reading.access import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import (
     MAX_WIDGETS,

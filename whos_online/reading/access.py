@@ -1,29 +1,10 @@
-"""Room tokens: the proof, carried in the URLs a tag renders, that a viewer was shown a room.
+"""Who may see what: a room (its token, or ``ROOM_ACCESS``) and names (``SHOW_NAMES_TO``).
 
-The JSON, widget and presence views answer a room only for whoever holds one (unless the site
-decides with ``ROOM_ACCESS``). A token is ``ISSUED.MAC``: the time it was issued (base 36) and a
-keyed BLAKE2b MAC over the room, the viewer and that time, written as one JSON array so that no
-room name, whatever it contains (``:`` included), can be read as another room and a token. It
-proves one room only, for one viewer, for ``ROOM_TOKEN_MAX_AGE`` seconds, and is accepted only
-exactly as issued: one token, one URL, for the caches and logs that key on it.
-
-The viewer is the browser's session: its key, which Django replaces at every login and logout,
-as long as the session store holds it. So a token is worth nothing to another member, nor once
-its session was logged out, flushed or has expired (``live_key``), even to a client that kept a
-copy of the cookie. Checking one loads the session, which a request that read its user has done
-anyway; elsewhere that costs what one read of the session costs (one query of the database store).
-Visitors without a session share one viewer: a guest's token opens the room to any other client
-without a session, which was shown the same public page anyway.
-
-A page that stays open keeps working: the widget's refreshes hand back tokens of the same issue
-time (a chain of refreshes never outlives the token the page was rendered with), and once that
-has expired, ``live.js`` fetches the page again, as a background request that moves nobody, and
-takes the fresh URLs from it. So a member who lost access to a room reads it at most
-``ROOM_TOKEN_MAX_AGE`` longer, and only while the page they had open stays open: the page's own
-view, which decides who may see it, has the last word at each renewal.
-
-The MAC is checked against the current ``SECRET_KEY`` and each of ``SECRET_KEY_FALLBACKS``, in
-constant time, so that rotating the key does not break the pages open at the time.
+A room token, carried in the URLs a tag renders, proves that a viewer was shown a room: when it
+was issued, and a keyed MAC over the room, the viewer's session and that time, accepted only
+exactly as issued, for ``ROOM_TOKEN_MAX_AGE`` seconds. Who may see names is decided without
+loading the session when the request carries no session cookie, so that the answer to everyone
+else stays one a cache may share.
 """
 
 from __future__ import annotations
@@ -44,9 +25,14 @@ from django.utils.http import int_to_base36
 from whos_online.recording.state import state_of
 
 if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+
+    AnyUser = AbstractBaseUser | AnonymousUser
+
 
 #: Seconds a token may be dated in the future: the clocks of a site's servers differ a little.
 CLOCK_SKEW: Final = 60
@@ -189,3 +175,29 @@ def use_issued(request: HttpRequest, issued: int | None) -> None:
     A request that refreshes several widgets checks a token for each; each widget's fresh URLs
     keep its own token's issue time, as they would in a refresh of its own."""
     state_of(request).token_issued = issued
+
+
+def may_see_names(request: HttpRequest | None, config: Config) -> bool:
+    rule = config.show_names_to
+    if rule is None:
+        return True
+    if request is None or settings.SESSION_COOKIE_NAME not in request.COOKIES:
+        # Anonymous for every session-based login; the rule is asked about an AnonymousUser,
+        # which reads no session (a rule of the site's own may admit anonymous visitors).
+        from django.contrib.auth.models import AnonymousUser
+
+        return bool(rule(AnonymousUser()))
+    user = getattr(request, "user", None)
+    return user is not None and bool(rule(user))
+
+
+def shows_names_to(user: AnyUser, config: Config) -> bool:
+    """Whether ``SHOW_NAMES_TO`` lets ``user`` see names, for a view that authenticated them
+    itself (an API's token, which the JSON view cannot know)."""
+    rule = config.show_names_to
+    return rule is None or bool(rule(user))
+
+
+def shows_names_to_everyone(config: Config) -> bool:
+    """Whether every viewer gets the same names, so that an answer with names may be shared."""
+    return config.show_names_to is None

@@ -33,7 +33,7 @@ from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
 from whos_online.live.widget import presence_query, stay_interval, widget_query
 from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.visibility import may_see_names
+from whos_online.reading.access import may_see_names
 from whos_online.recording import rooms
 from whos_online.recording.state import state_of
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
