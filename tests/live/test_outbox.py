@@ -1,4 +1,4 @@
-"""What one live stream has to send next (``whos_online.live.outbox``): the newest state only,
+"""What one live stream has to send next (``whos_online.live.streaming``): the newest state only,
 ``stale`` and ``end`` as flags, the heartbeat and the end that the hub's tick brings, and the
 cancellation of a stream whose send does not complete. Times are given (``now=``), never waited
 for. (The stream itself, through Django's ASGI handler: ``tests/test_stream_bounds.py``.)"""
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from whos_online.live.outbox import END, END_GRACE, HEARTBEAT, SEND_BOUND, STALE, Outbox
+from whos_online.live.streaming import END, END_GRACE, HEARTBEAT, SEND_BOUND, STALE, Outbox
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -1,37 +1,9 @@
-"""The live stream: a page's live widgets pushed to it as they change (Server-Sent Events, ASGI).
+"""The live stream: a page's live widgets pushed to it as they change (Server-Sent Events, under
+ASGI), and what one stream has to send next (``Outbox``: the newest state only, never a backlog).
 
-``stream`` takes what ``views.widgets`` takes (``?widget=<query>&widget=<query>…``, each the query
-string of one widget's URL), under the same rules: a room only with its token (or what
-``ROOM_ACCESS`` says), names only to whom ``SHOW_NAMES_TO`` allows, hidden users never named. Its
-answer is a ``text/event-stream`` of:
-
-- the current state first: the same JSON document as ``widgets`` (a page that reconnects gets
-  the state of the moment, never a replay of what it missed);
-- the document again whenever one of its rooms (or the site's list, if it shows it) changed, as
-  the process's one subscription learns (``live.subscription``), rendered from one read for
-  all the streams concerned, and only when it differs from the last one sent;
-- a comment after ``outbox.HEARTBEAT`` seconds of silence, so that proxies keep the connection
-  and a closed one is noticed;
-- ``event: stale`` while the subscription is down: the page polls meanwhile;
-- ``event: end``, and the end of the stream, once a room token it was opened with runs out, or
-  ``ROOM_TOKEN_MAX_AGE`` seconds after it opened in any case: the page renews its tokens where
-  needed and opens a new stream, whose rules are checked again. The page does the same when it
-  renews its tokens itself, shortly before they run out. The same when the process is asked
-  to stop (SIGTERM).
-
-A stream holds at most the newest state its page has not received (``live.outbox``): a client
-that stops reading costs its process that and the server's buffer, and its stream ends once a
-send has waited ``outbox.SEND_BOUND`` seconds, or at its end time in any case. A process opens
-a capped number of streams, in all and per client (``live.stream_caps``); past a cap, and
-while the process stops, the view answers 503 with ``Retry-After``, and the page polls.
-``HEAD`` is answered 405: a stream without a body would never end.
-
-Once it has sent its first state, a stream lets go of the thread Django's ASGI handler gave its
-request, and of that thread's database connections (``live.request_thread``): an open page
-holds neither.
-
-Under WSGI a worker cannot hold a connection open: the view answers 204 No Content (which tells
-``EventSource`` not to reconnect), and so it does with ``LIVE_UPDATES`` off; the widgets poll.
+Its first event is the widgets' state now; the next ones come as the subscription learns that
+their rooms changed, and it ends at its end time (a room token running out) or when the process
+stops. Under WSGI, or with ``LIVE_UPDATES`` off, it answers 204 and the page polls.
 """
 
 from __future__ import annotations
@@ -50,7 +22,6 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import request_thread, stream_caps, subscription
-from whos_online.live.outbox import END, Outbox
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
@@ -73,6 +44,7 @@ if TYPE_CHECKING:
     from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
     from whos_online.views import Accepted
+
 
 #: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
 RETRY_MS: Final = 2000
@@ -281,3 +253,130 @@ async def _events(
                 return
     finally:
         finish()
+
+
+#: Seconds of silence after which a stream sends a comment, so that proxies keep the connection
+#: and a closed one is noticed.
+HEARTBEAT: Final = 15.0
+#: Seconds a server may take to send one event before the stream ends. A server's ``send``
+#: waits only once its own buffer is full (uvicorn's: 64 KiB above the kernel's socket buffer),
+#: so a client that still reads, however slowly, takes what is waiting well within this; one
+#: that took nothing for this long is gone or stuck.
+SEND_BOUND: Final = 30.0
+#: Seconds a stream that should end (its end time, or the process stopping) may take to send
+#: its end before it is cancelled.
+END_GRACE: Final = 2.0
+
+STALE: Final = "event: stale\ndata: \n\n"
+END: Final = "event: end\ndata: \n\n"
+STILL_HERE: Final = ": still here\n\n"
+
+
+class Outbox:
+    """The next events of one stream (see the module's docstring)."""
+
+    def __init__(self, ends_at: float, *, now: float | None = None) -> None:
+        #: When (Unix time) the stream ends.
+        self.ends_at = ends_at
+        self._state: str | None = None
+        self._stale = False
+        self._heartbeat = False
+        #: When it was told to end (its end time, a stop), until it has sent its end.
+        self._ending_since: float | None = None
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[object] | None = None
+        #: When the last event was handed to the server, while its send has not returned.
+        self._sending_since: float | None = None
+        self._quiet_since = time.time() if now is None else now
+
+    # What the hub hands it
+
+    def offer(self, state: str) -> None:
+        """A newer state: it replaces one not sent yet, and says Redis can be read again."""
+        if self._ending_since is None:
+            self._state, self._stale = state, False
+            self._ready.set()
+
+    def stale(self) -> None:
+        """Say, after the state waiting (if any), that what the page shows may be out of date."""
+        if self._ending_since is None:
+            self._stale = True
+            self._ready.set()
+
+    def end(self, now: float | None = None) -> None:
+        """End the stream: its end, and nothing after; what was waiting is dropped (the page
+        opens a new stream, whose first state is the current one)."""
+        if self._ending_since is None:
+            self._ending_since = time.time() if now is None else now
+            self._state, self._stale, self._heartbeat = None, False, False
+            self._ready.set()
+
+    # What the stream's generator does
+
+    def begin(self, event: str) -> str:
+        """Note the task that consumes the stream; ``event``, its first, handed out."""
+        self._task = asyncio.current_task()
+        return self._handing_out(event)
+
+    async def next(self) -> str:
+        """The next event to send, once there is one: ``END`` is the last."""
+        now = time.time()
+        self._sending_since, self._quiet_since = None, now  # the previous one has gone
+        while not self._due():
+            self._ready.clear()
+            await self._ready.wait()
+        return self._handing_out(self._take())
+
+    def _due(self) -> bool:
+        return (
+            self._ending_since is not None
+            or self._state is not None
+            or self._stale
+            or self._heartbeat
+        )
+
+    def _take(self) -> str:
+        if self._ending_since is not None:
+            return END
+        if self._state is not None:
+            state, self._state = self._state, None
+            return state
+        if self._stale:
+            self._stale = False
+            return STALE
+        self._heartbeat = False
+        return STILL_HERE
+
+    def _handing_out(self, event: str) -> str:
+        self._sending_since = time.time()
+        return event
+
+    # The hub's tick
+
+    def tick(self, now: float | None = None) -> bool:
+        """Heartbeats, the end at the end time, and the cancellation of a stream whose send or
+        end takes too long; False once the task that consumed the stream has ended."""
+        if self._task is not None and self._task.done():
+            return False
+        now = time.time() if now is None else now
+        if now >= self.ends_at:
+            self.end(now)
+        if self._overdue(now):
+            self.cancel()
+        elif self._sending_since is None and now - self._quiet_since >= HEARTBEAT:
+            self._heartbeat = True
+            self._ready.set()
+        return True
+
+    def _overdue(self, now: float) -> bool:
+        sending = self._sending_since
+        if sending is not None and now - sending >= SEND_BOUND:
+            return True
+        ending = self._ending_since
+        return ending is not None and now - ending >= END_GRACE
+
+    def cancel(self) -> None:
+        """Cancel the task that consumes the stream: the ASGI handler takes it for a client gone
+        and ends the response."""
+        if self._task is not None:
+            self._task.cancel()
