@@ -31,7 +31,7 @@ cancellation of a stream whose send does not complete, or that does not end when
 
 SIGTERM (``flushing.stopping``, through ``process.asked_to_stop``) has every hub of the process
 end its streams (``shut_down``): each is sent its end and its response ends, those that cannot
-send it are cancelled after ``outbox.END_GRACE`` seconds, the subscription stops, and the view
+send it are cancelled after ``streaming.END_GRACE`` seconds, the subscription stops, and the view
 refuses new streams. An ASGI server waits for the responses under way before it exits, so this
 is what lets it exit. uvicorn, run as one process, takes SIGTERM for itself after the site was
 loaded: the first hub of the process installs the handler again, over uvicorn's.
@@ -121,7 +121,7 @@ class Listener(Protocol):
         """Have it send its end, and end."""
 
     def tick(self, now: float | None = None) -> bool:
-        """Its heartbeat, its end or its cancellation, when due (``outbox.Outbox.tick``);
+        """Its heartbeat, its end or its cancellation, when due (``streaming.Outbox.tick``);
         False once it has ended."""
 
 
