@@ -22,7 +22,7 @@ from tests.support.helpers import client_of, configure, log_in_quietly
 from tests.test_stream import room_widget, run, site_widget, stream_url
 from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
-from whos_online.live import stream_caps, streaming, subscription
+from whos_online.live import resources, streaming, subscription
 from whos_online.live.streaming import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def test_a_send_that_does_not_complete_within_the_bound_ends_the_stream(live):
         seen: list[object] = [stream.handled]
         hub.tick(sent_at + SEND_BOUND)
         seen += [await stream.handled_within(10), set(hub.listeners)]
-        seen.append(stream_caps.caps().open_streams())
+        seen.append(resources.caps().open_streams())
         await stream.close()
         return seen
 
@@ -242,7 +242,7 @@ def test_past_the_process_cap_the_view_answers_503_and_logs_once(live, settings,
         seen.append(again.status)
         for stream in [*opened[1:], *refused, again]:
             await stream.close()
-        seen.append(stream_caps.caps().open_streams())
+        seen.append(resources.caps().open_streams())
         return seen
 
     with caplog.at_level(logging.WARNING, logger="whos_online"):
@@ -297,8 +297,8 @@ def test_a_session_has_a_cap_of_its_own_and_an_address_without_one_another(
 
 def test_an_episode_of_refusals_is_logged_once_until_a_quiet_minute(settings, caplog):
     configure(settings, MAX_STREAMS=1)
-    caps = stream_caps.caps()
-    client = stream_caps.Client(stream_caps.Cap.ADDRESS, "198.51.100.1")
+    caps = resources.caps()
+    client = resources.Client(resources.Cap.ADDRESS, "198.51.100.1")
     config = get_config()
     now = 1_700_000_000.0
     assert caps.admit(config, client, now) is not None
@@ -306,7 +306,7 @@ def test_an_episode_of_refusals_is_logged_once_until_a_quiet_minute(settings, ca
     with caplog.at_level(logging.WARNING, logger="whos_online"):
         refused = [
             caps.admit(config, client, now + offset)
-            for offset in (1, 30, 80, 130, 130 + stream_caps.EPISODE_QUIET)
+            for offset in (1, 30, 80, 130, 130 + resources.EPISODE_QUIET)
         ]
 
     assert refused == [None] * 5
@@ -315,7 +315,7 @@ def test_an_episode_of_refusals_is_logged_once_until_a_quiet_minute(settings, ca
 
 def test_the_default_cap_is_half_the_open_files(monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda which: (160, 4096))
-    assert stream_caps.default_max_streams() == 80
+    assert resources.default_max_streams() == 80
 
 
 # HEAD
@@ -326,6 +326,6 @@ def test_head_opens_no_stream(live):
         stream = await Stream(stream_url(room_widget()), method="HEAD").open()
         await stream.body()
         await stream.close()
-        return stream.status, stream.headers.get("allow", ""), stream_caps.caps().open_streams()
+        return stream.status, stream.headers.get("allow", ""), resources.caps().open_streams()
 
     assert run(scenario) == (405, "GET", 0)

@@ -199,7 +199,7 @@ class Config:
     live_updates: bool = rules.setting("LIVE_UPDATES", True, "whos_online.E036", rules.boolean)
     json_max_age: int = rules.setting("JSON_MAX_AGE", 10, "whos_online.E024", rules.whole(0))
     #: Live streams one process opens at most; None: half its soft limit of open files
-    #: (``live.stream_caps``).
+    #: (``live.resources``).
     max_streams: int | None = rules.setting(
         "MAX_STREAMS",
         None,

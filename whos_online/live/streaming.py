@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.live import request_thread, stream_caps, subscription
+from whos_online.live import request_thread, resources, subscription
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
@@ -176,8 +176,8 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
     if process.is_stopping():
         return _unavailable("This process is stopping.")
-    client = await stream_caps.client_of(request, config)
-    ticket = stream_caps.caps().admit(config, client)
+    client = await resources.client_of(request, config)
+    ticket = resources.caps().admit(config, client)
     if ticket is None:
         return _unavailable("Too many live streams are open; the page polls meanwhile.")
     try:
@@ -226,7 +226,7 @@ stream._non_atomic_requests = _EveryDatabase()  # type: ignore [attr-defined]
 
 
 async def _events(
-    hub: subscription.Hub, opened: Stream, seen: int, ticket: stream_caps.Ticket
+    hub: subscription.Hub, opened: Stream, seen: int, ticket: resources.Ticket
 ) -> AsyncIterator[str]:
     def finish(*_task: object) -> None:
         hub.discard(opened)

@@ -168,7 +168,7 @@ def caps() -> Caps:
     return _caps.get()
 
 
-@receiver(config_changed, dispatch_uid="whos_online.live.stream_caps.reset")
+@receiver(config_changed, dispatch_uid="whos_online.live.resources.reset")
 def reset(**kwargs: object) -> None:
     """Count anew (settings changed: tests); the streams still open give back their places to
     the counts they were taken from."""
