@@ -1,4 +1,4 @@
-"""A live stream's request lets go of its thread (``whos_online.live.request_thread``) only
+"""A live stream's request lets go of its thread (``whos_online.live.resources``) only
 when that thread is the request's own: in a thread-sensitive context of its own, as Django's ASGI
 handler gives each request, and never one that a sync caller above, or the context's caller,
 owns. (The stream itself: ``tests/test_stream.py``.)"""
@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django import db as django_db
 
-from whos_online.live import request_thread
+from whos_online.live import resources
 
 
 def on_own_thread(monkeypatch: pytest.MonkeyPatch, close_all: object) -> tuple[bool, str, bool]:
@@ -25,7 +25,7 @@ def on_own_thread(monkeypatch: pytest.MonkeyPatch, close_all: object) -> tuple[b
     async def scenario() -> tuple[bool, threading.Thread]:
         async with ThreadSensitiveContext():
             thread = await sync_to_async(threading.current_thread)()
-            return request_thread.let_go(), thread
+            return resources.let_go(), thread
 
     let_go, thread = asyncio.run(scenario())
     thread.join(5)
@@ -63,7 +63,7 @@ def test_under_a_sync_caller_the_thread_is_left_alone():
     waiting for this very call: taking it would make the connections' close wait for ever."""
 
     async def let_go() -> bool:
-        return request_thread.let_go()
+        return resources.let_go()
 
     async def scenario() -> bool:
         async with ThreadSensitiveContext():
@@ -73,7 +73,7 @@ def test_under_a_sync_caller_the_thread_is_left_alone():
 
 
 @pytest.mark.skipif(
-    not request_thread._CALLERS_MAY_OWN_EXECUTORS, reason="asgiref gives no context an executor"
+    not resources._CALLERS_MAY_OWN_EXECUTORS, reason="asgiref gives no context an executor"
 )
 def test_an_executor_the_context_s_caller_owns_is_left_alone():
     executor = ThreadPoolExecutor(max_workers=1)
@@ -81,7 +81,7 @@ def test_an_executor_the_context_s_caller_owns_is_left_alone():
     async def scenario() -> bool:
         async with ThreadSensitiveContext(executor=executor):  # type: ignore [call-arg, unused-ignore]
             await sync_to_async(threading.current_thread)()
-            return request_thread.let_go()
+            return resources.let_go()
 
     try:
         assert asyncio.run(scenario()) is False
@@ -92,6 +92,6 @@ def test_an_executor_the_context_s_caller_owns_is_left_alone():
 
 def test_outside_any_request_there_is_nothing_to_let_go():
     async def scenario() -> bool:
-        return request_thread.let_go()
+        return resources.let_go()
 
     assert asyncio.run(scenario()) is False

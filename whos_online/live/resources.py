@@ -1,32 +1,27 @@
-"""How many live streams a process opens: in all, per session, and per address without one.
+"""What an open stream holds of its process, and no more: one of the streams the process opens
+(``MAX_STREAMS`` in all, ``MAX_STREAMS_PER_CLIENT`` per session, ``MAX_STREAMS_PER_ADDRESS`` per
+address without one), and, once it has sent its first state, neither its request's thread nor
+that thread's database connections (``let_go``).
 
-An open stream holds a connection, so a file descriptor of its process; at the process's limit of
-open files the server accepts no connection at all, pages included. So a process opens at most
-``MAX_STREAMS`` streams (by default half its soft limit of open files, ``RLIMIT_NOFILE``, which
-leaves the other half to pages, Redis, the database and files), at most
-``MAX_STREAMS_PER_CLIENT`` to one session, and, to requests without a session, at most
-``MAX_STREAMS_PER_ADDRESS`` to one client address (an IPv6 one by its ``GUEST_IPV6_PREFIX``
-network, as guests are counted). A request with a session counts against its session only: many
-people behind one address (an office's NAT) who have sessions never share a cap, and those who
-have none share the larger allowance of the address. A session cookie counts as a session once
-the session is loaded and found (Django takes any well-formed key from a cookie).
-
-A refused stream is answered 503 (the view), and its page polls. The log says so once per
-episode and kind of cap: a warning at the first refusal, then nothing until ``EPISODE_QUIET``
-seconds have passed without one, which ends the episode.
+An open stream holds a connection, so a file descriptor: at the process's limit of open files the
+server would accept no connection at all, pages included. A refused stream is answered 503, its
+page polls, and the log says so once per episode of refusals.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from django.conf import settings
+from django.db import connections
 from django.dispatch import receiver
 
 from whos_online.config.process import PerProcess
@@ -38,6 +33,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+
 
 logger = logging.getLogger("whos_online")
 
@@ -173,3 +169,50 @@ def reset(**kwargs: object) -> None:
     """Count anew (settings changed: tests); the streams still open give back their places to
     the counts they were taken from."""
     _caps.replace()
+
+
+#: Whether asgiref lets the caller of a context give it an executor of its own (3.13 on), which
+#: must then be left alone.
+_CALLERS_MAY_OWN_EXECUTORS: Final = (
+    "executor" in inspect.signature(ThreadSensitiveContext.__init__).parameters
+)
+
+
+def let_go() -> bool:
+    """Close the database connections of the calling request's own thread and end that thread;
+    whether it did (False: the request has no thread of its own, as when a sync caller above
+    runs its sync code, or it could not be found). The connections are closed on that thread,
+    as its last work, without waiting for it: a client gone meanwhile cancels nothing, and a
+    connection that fails to close is logged, never the stream's end."""
+    if getattr(AsyncToSync.executors, "current", None) is not None:
+        return False  # a sync caller above runs this request's sync code, on its own thread
+    context = _current_context()
+    executors: Any = getattr(SyncToAsync, "context_to_thread_executor", None)
+    if context is None or executors is None:
+        return False
+    if getattr(context, "_executor", None) is not None or (
+        _CALLERS_MAY_OWN_EXECUTORS and not hasattr(context, "_executor")
+    ):
+        # An executor the caller made and shuts down itself, or an asgiref that does not say.
+        return False
+    executor = executors.pop(context, None)
+    if executor is None:
+        return False
+    executor.submit(_close_connections)
+    executor.shutdown(wait=False)
+    return True
+
+
+def _close_connections() -> None:
+    try:
+        connections.close_all()
+    except Exception:
+        logger.exception("Closing the database connections of a live stream's thread failed.")
+
+
+def _current_context() -> object | None:
+    variable: Any = getattr(SyncToAsync, "thread_sensitive_context", None)
+    if variable is None or not hasattr(variable, "get"):
+        return None
+    found: object | None = variable.get(None)
+    return found

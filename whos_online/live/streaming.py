@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
-from whos_online.live import request_thread, resources, subscription
+from whos_online.live import resources, subscription
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
@@ -245,7 +245,7 @@ async def _events(
         if not opened.rooms:
             yield END  # nothing to follow
             return
-        request_thread.let_go()
+        resources.let_go()
         while True:
             event = await opened.outbox.next()
             yield event
