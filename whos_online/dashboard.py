@@ -1,4 +1,5 @@
-"""What the staff dashboard shows, read from Redis in a bounded number of steps.
+"""The staff dashboard: its views, for active staff users only, and what it shows, read from
+Redis in a bounded number of steps.
 
 A dashboard costs a few round trips: the snapshot (counts, names, peak, visitors), the names of
 the counters kept at the chosen precision, the samples of every chart, the rooms most recently
@@ -10,18 +11,27 @@ while Redis cannot be read the dashboard shows zeros, empty charts and a warning
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Final, NamedTuple
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+from django.urls import reverse
 from django.utils import dateformat
 from django.utils import timezone as django_timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_safe
 
 from whos_online import store
 from whos_online.backend import connection
+from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
+from whos_online.decorators import not_recorded
 from whos_online.flushing import batches
 from whos_online.reading import charts, snapshots
 from whos_online.store import counters
@@ -37,11 +47,15 @@ from whos_online.store.results import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from django.http import HttpRequest
     from django.utils.functional import _StrPromise
     from django.utils.safestring import SafeString
 
     from whos_online.backend.connection import Client
     from whos_online.config.settings import Config
+
+    View = Callable[..., HttpResponse]
+
 
 #: Users listed by name; the rest are "N more".
 NAMES_SHOWN: Final = 100
@@ -279,3 +293,85 @@ def _chart(
             starts, values, title=title, label=label, empty=str(_("No samples yet"))
         ),
     )
+
+
+def staff_only(*, redirect_anonymous: bool) -> Callable[[View], View]:
+    """Let active staff users in; send anonymous visitors to ``LOGIN_URL`` or refuse them.
+
+    The dashboard's refreshes are refused rather than redirected: a tab left open after its
+    session ended would otherwise fetch the login page, a page view like any other, forever.
+    A refusal is a page saying why (``forbidden``), not ``PermissionDenied``: someone who is
+    simply not staff is no error worth a traceback in the site's log.
+    """
+
+    def decorator(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                if redirect_anonymous:
+                    return redirect_to_login(request.get_full_path())
+                return forbidden(request)
+            if not is_staff(request.user):
+                return forbidden(request)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def forbidden(request: HttpRequest) -> HttpResponse:
+    """The 403 page of the dashboard: it needs staff access; back to the site, or log in."""
+    user = request.user
+    return render(
+        request,
+        "whos_online/dashboard_forbidden.html",
+        {
+            "username": user.get_username() if user.is_authenticated else "",
+            "login_url": redirect_to_login(reverse("whos_online:dashboard"))["Location"],
+        },
+        status=403,
+    )
+
+
+def _render_dashboard(request: HttpRequest, template: str) -> HttpResponse:
+    config = get_config()
+    try:
+        precision = parse_precision(request.GET.get("precision"), config)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    now = django_timezone.now()
+    shown = collect(precision, now=now.timestamp())
+    return render(
+        request,
+        template,
+        {
+            "dashboard": shown,
+            "precisions": [
+                (choice, precision_label(choice), choice == precision)
+                for choice in config.counter_precisions
+            ],
+            "precision_label": precision_label(precision),
+            "refresh_url": f"{reverse('whos_online:dashboard_refresh')}?precision={precision}",
+            "refresh_interval": config.refresh_interval,
+            "now": now,
+            "a_minute_ago": now - timedelta(minutes=1),
+        },
+    )
+
+
+@never_cache
+@require_safe
+@staff_only(redirect_anonymous=True)
+def dashboard_page(request: HttpRequest) -> HttpResponse:
+    """Online now, the peak, today's visitors and a chart of each counter at one precision."""
+    return _render_dashboard(request, "whos_online/dashboard.html")
+
+
+@not_recorded
+@never_cache
+@require_safe
+@staff_only(redirect_anonymous=False)
+def dashboard_refresh(request: HttpRequest) -> HttpResponse:
+    """The dashboard below its header, which the page fetches every ``REFRESH_INTERVAL``."""
+    return _render_dashboard(request, "whos_online/dashboard_body.html")

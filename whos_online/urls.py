@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from whos_online import staff_views, views
+from whos_online import dashboard, views
 from whos_online.live import streaming
 
 app_name = "whos_online"
 
 urlpatterns = [
-    path("", staff_views.dashboard_page, name="dashboard"),
-    path("refresh/", staff_views.dashboard_refresh, name="dashboard_refresh"),
+    path("", dashboard.dashboard_page, name="dashboard"),
+    path("refresh/", dashboard.dashboard_refresh, name="dashboard_refresh"),
     path("counts.json", views.counts, name="counts"),
     path("widget/", views.widget, name="widget"),
     path("widgets/", views.widgets, name="widgets"),
