@@ -58,7 +58,7 @@ from bench.report import Section, Target, targets_table
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.scripts import ScriptCall
 
@@ -457,7 +457,7 @@ def measure(
     """Fill a fresh redis-server, then measure the batches and the flushes on it."""
     from django.test import override_settings
 
-    from whos_online.backend import connection
+    from whos_online.backend import clients
     from whos_online.config import settings as conf
 
     load = os.getloadavg()[0]
@@ -469,7 +469,7 @@ def measure(
         admin = redis.Redis.from_url(server.url)
         node = capacity.Watched(admin, server.process.pid, "one Redis")
         config = conf.get_config()
-        client = connection.request_client()
+        client = clients.request_client()
         progress(f"filling one Redis with {stats.number(people)} people online…")
         capacity.fill(lambda _: admin, config, people, time.time())
         who = people_to_visit(config, people, visits, seed=1)

@@ -71,7 +71,7 @@ from bench.report import Target, targets_table
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.items import Visit
 
@@ -333,7 +333,7 @@ def one_redis(people: int, visits: int, reads: int, repeats: int, batch: int) ->
     ``people`` online; and its version."""
     from django.test import override_settings
 
-    from whos_online.backend import connection
+    from whos_online.backend import clients
     from whos_online.config import settings as conf
 
     rng = random.Random(1)  # noqa: S311 (picks visitors, not secrets)
@@ -345,7 +345,7 @@ def one_redis(people: int, visits: int, reads: int, repeats: int, batch: int) ->
         admin = redis.Redis.from_url(server.url)
         node = Watched(admin, server.process.pid, "one Redis")
         config = conf.get_config()
-        client = connection.request_client()
+        client = clients.request_client()
         progress(f"filling one Redis with {stats.number(people)} people online…")
         fill(lambda _: admin, config, people, time.time())
         users = people_of(config, chosen(rng, people, visits, users=True))
@@ -394,7 +394,7 @@ def cluster(people: int, visits: int, reads: int, repeats: int, batch: int) -> C
     from django.test import override_settings
 
     from tests.support.topologies import ClusterServers
-    from whos_online.backend import connection, keyspace
+    from whos_online.backend import clients, keyspace
     from whos_online.config import settings as conf
 
     rng = random.Random(2)  # noqa: S311 (picks visitors, not secrets)
@@ -404,7 +404,7 @@ def cluster(people: int, visits: int, reads: int, repeats: int, batch: int) -> C
         settings = {"REDIS_URL": nodes.url, "REDIS_CLUSTER": True, "SHARDS": CLUSTER_SHARDS}
         with override_settings(WHOS_ONLINE=settings):
             config = conf.get_config()
-            client = connection.request_client()
+            client = clients.request_client()
             shards_on: defaultdict[int, int] = defaultdict(int)
             for shard in keyspace.layout(config):
                 shards_on[nodes.node_of_key(shard.key("users")).port] += 1

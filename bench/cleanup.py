@@ -34,7 +34,7 @@ from django.test import override_settings
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
 from whos_online import store
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config import settings as conf
 from whos_online.store import cleanup, counters
 

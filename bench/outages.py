@@ -444,7 +444,7 @@ def report(
     *,
     repeats: int,
 ) -> None:
-    from whos_online.backend.connection import REQUEST_TIMEOUT
+    from whos_online.backend.clients import REQUEST_TIMEOUT
     from whos_online.config.settings import DEFAULTS
 
     # Each situation is compared with the first healthy one of its setup that reaches Redis the

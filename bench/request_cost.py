@@ -32,7 +32,7 @@ from bench import servers, stats
 from bench.naive import NaiveZaddMiddleware
 from bench.report import Section
 from whos_online import store
-from whos_online.backend import connection
+from whos_online.backend import clients
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _worker(requests: list[HttpRequest]) -> dict[str, list[float]]:
     naive = NaiveZaddMiddleware(view)
     timer = _CallTimer()
     real_client = naive.client
-    timed_execute = timer.timed(connection.execute)
+    timed_execute = timer.timed(clients.execute)
 
     def serve(middleware: Callable[[HttpRequest], Any]) -> None:
         for request in requests:

@@ -22,8 +22,8 @@ from tests.support.helpers import (
 )
 from tests.support.live_gate import LiveServerGate
 from tests.support.redis_server import RedisServer, free_port
-from whos_online.backend import breakers, connection
-from whos_online.backend.connection import admin_client
+from whos_online.backend import breakers, clients, connection
+from whos_online.backend.clients import admin_client
 from whos_online.config import settings as conf
 from whos_online.signals import users_went_offline
 from whos_online.store import lua
@@ -211,7 +211,7 @@ class Outage:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.monkeypatch = monkeypatch
-        self.live = connection.request_client
+        self.live = clients.request_client
         self.dead = redis.Redis.from_url(
             f"redis://127.0.0.1:{free_port()}/0",
             socket_connect_timeout=0.5,

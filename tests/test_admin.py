@@ -14,7 +14,7 @@ import whos_online
 from tests.support.helpers import configure, log_in_quietly
 from whos_online import api, store
 from whos_online.admin import OnlineUserAdminMixin
-from whos_online.backend import connection
+from whos_online.backend import clients
 from whos_online.config.settings import get_config
 
 CHANGELIST = "/admin/auth/user/"
@@ -110,7 +110,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
 
 def test_an_empty_page_reads_nothing(backend, redis_calls):
     # ZMSCORE with no member is an error, not an empty reply.
-    assert store.presence.users_presence(connection.request_client(), get_config(), []) == []
+    assert store.presence.users_presence(clients.request_client(), get_config(), []) == []
     assert redis_calls.trips == []
 
 

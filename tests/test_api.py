@@ -16,7 +16,7 @@ import whos_online
 from tests.support.helpers import client_of, configure, log_in_quietly
 from whos_online import api
 from whos_online.api import OnlineCounts, OnlineUser
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots
 from whos_online.recording import guests as identity

@@ -90,7 +90,7 @@ def test_after_a_redis_restart_the_next_flush_gets_a_live_connection(settings, c
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.support.redis_server import RedisServer
-    from whos_online.backend.connection import request_client
+    from whos_online.backend.clients import request_client
 
     server = RedisServer()
     server.start()

@@ -792,7 +792,7 @@ def test_w007_a_server_that_never_answers_costs_the_request_timeout(settings):
     import socket
     import time
 
-    from whos_online.backend.connection import REQUEST_TIMEOUT
+    from whos_online.backend.clients import REQUEST_TIMEOUT
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
 
@@ -82,12 +82,12 @@ def remove_test_keys(*, prefixes: Sequence[str], **kwargs: object) -> None:
     """Receives ``process.test_run_ended``: removes the keys of a test process's prefixes from
     its Redis (as the settings name it as it ends). A Redis that cannot be reached leaves them,
     and the log says how to remove them by hand."""
-    from whos_online.backend import connection, keyspace
+    from whos_online.backend import clients, keyspace
 
     for prefix in prefixes:
         try:
-            removed = keyspace.remove_prefix(connection.request_client(), prefix)
-        except connection.REDIS_ERRORS as error:
+            removed = keyspace.remove_prefix(clients.request_client(), prefix)
+        except clients.REDIS_ERRORS as error:
             logger.warning(
                 "whos_online could not remove the keys of this test process (%s): %s. "
                 "Remove them with: redis-cli --scan --pattern '%s' | xargs redis-cli unlink",

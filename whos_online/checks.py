@@ -196,18 +196,18 @@ def check_redis_reachable(**kwargs: Any) -> list[CheckMessage]:
     recording nothing, with one warning in the log per outage. That is right for an outage, and
     wrong for a deployment that can never reach its Redis, which only this check reports.
     """
-    from whos_online.backend import connection
+    from whos_online.backend import clients
     from whos_online.config.settings import get_config
 
     if any(message.is_serious() for message in validate(user_settings())):
         return []
     try:
-        connection.request_client().ping()
-    except connection.REDIS_ERRORS as error:
+        clients.request_client().ping()
+    except clients.REDIS_ERRORS as error:
         return [
             Warning(
                 f"whos_online cannot reach Redis at {get_config().redis_target} within "
-                f"{connection.REQUEST_TIMEOUT:g} s ({type(error).__name__}: {error}): pages "
+                f"{clients.REQUEST_TIMEOUT:g} s ({type(error).__name__}: {error}): pages "
                 "will show nobody online and record nobody.",
                 hint="Check WHOS_ONLINE['REDIS_URL'], or the LOCATION and OPTIONS of the cache "
                 "WHOS_ONLINE['REDIS_ALIAS'] names (host, port, password, TLS), and that Redis "

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
     from django.utils.safestring import SafeString
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
     View = Callable[..., HttpResponse]

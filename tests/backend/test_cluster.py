@@ -17,7 +17,7 @@ import whos_online
 from tests.support.helpers import configure, render, text, widget_text
 from tests.support.topologies import ClusterServers
 from whos_online.backend import keyspace
-from whos_online.backend.connection import admin_client, request_client
+from whos_online.backend.clients import admin_client, request_client
 from whos_online.config.settings import get_config
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Scripts sent straight over a pooled connection (``connection.execute``), what a failure in
+"""Scripts sent straight over a pooled connection (``clients.execute``), what a failure in
 the middle of one leaves behind, and calls made past the breakers (``past_breakers``)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 import redis
 
 import whos_online
-from whos_online.backend import breakers, connection
+from whos_online.backend import breakers, clients, connection
 from whos_online.backend.sentinels import FollowingSentinel
 from whos_online.config.settings import get_config
 
 if TYPE_CHECKING:
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
 
@@ -24,12 +24,12 @@ def _no_client_path(*args: object, **kwargs: object) -> None:
 
 
 def test_a_recorded_visit_goes_straight_over_a_pooled_connection(backend, r, monkeypatch):
-    monkeypatch.setattr(connection.request_client(), "execute_command", _no_client_path)
+    monkeypatch.setattr(clients.request_client(), "execute_command", _no_client_path)
 
     whos_online.record_guest("192.0.2.1")
 
     assert r.zcard("{whos_online}:guests") == 1
-    client = connection.request_client()
+    client = clients.request_client()
     assert isinstance(client, redis.Redis)
     assert client.connection_pool._in_use_connections == set()
 
@@ -37,13 +37,13 @@ def test_a_recorded_visit_goes_straight_over_a_pooled_connection(backend, r, mon
 @pytest.mark.parametrize("packer", ["hiredis", "redis-py"])
 def test_a_visit_with_unicode_and_numbers_reaches_redis_intact(backend, r, monkeypatch, packer):
     if packer == "redis-py":
-        monkeypatch.setattr(connection, "_pack_command", None)
-    elif connection._pack_command is None:
+        monkeypatch.setattr(clients, "_pack_command", None)
+    elif clients._pack_command is None:
         pytest.skip("hiredis is not installed")
-    client = connection.request_client()
+    client = clients.request_client()
 
-    assert connection.execute(client, "ZADD", "{whos_online}:x", 1.5, "Zoë") == 1
-    assert connection.execute(client, "HSET", "{whos_online}:h", "n", 7) == 1
+    assert clients.execute(client, "ZADD", "{whos_online}:x", 1.5, "Zoë") == 1
+    assert clients.execute(client, "HSET", "{whos_online}:h", "n", 7) == 1
 
     assert r.zscore("{whos_online}:x", "Zoë") == 1.5
     assert r.hget("{whos_online}:h", "n") == b"7"
@@ -52,7 +52,7 @@ def test_a_visit_with_unicode_and_numbers_reaches_redis_intact(backend, r, monke
 def test_a_script_the_server_lost_is_sent_whole(backend, r, monkeypatch):
     whos_online.record_guest("192.0.2.1")
     r.script_flush()
-    monkeypatch.setattr(connection.request_client(), "execute_command", _no_client_path)
+    monkeypatch.setattr(clients.request_client(), "execute_command", _no_client_path)
 
     whos_online.record_guest("192.0.2.2")
 
@@ -61,7 +61,7 @@ def test_a_script_the_server_lost_is_sent_whole(backend, r, monkeypatch):
 
 def test_a_connection_broken_mid_call_is_dropped_and_the_call_fails_open(backend, r, monkeypatch):
     whos_online.record_guest("192.0.2.1")
-    client = connection.request_client()
+    client = clients.request_client()
     assert isinstance(client, redis.Redis)
     pool = client.connection_pool
     (idle,) = pool._available_connections
@@ -92,20 +92,20 @@ def test_a_client_it_did_not_make_runs_commands_as_usual(backend, monkeypatch):
 
     monkeypatch.setattr(made, "execute_command", execute_command)
 
-    assert connection.execute(made, "PING") == 1
+    assert clients.execute(made, "PING") == 1
     assert seen == [("PING",)]
 
 
 @pytest.mark.parametrize("pool_class", [redis.ConnectionPool, redis.BlockingConnectionPool])
 def test_only_redis_pys_own_pools_are_sent_over_directly(pool_class):
     client = redis.Redis(connection_pool=pool_class())
-    assert connection._made_here(client) is (pool_class is redis.ConnectionPool)
+    assert clients._made_here(client) is (pool_class is redis.ConnectionPool)
 
 
 def test_a_sentinel_managed_master_is_sent_over_directly():
     sentinel = FollowingSentinel([("127.0.0.1", 1)], socket_timeout=0.1)
     master = sentinel.master_for("mymaster")  # type: ignore [no-untyped-call]
-    assert connection._made_here(master)
+    assert clients._made_here(master)
 
 
 def test_past_the_breakers_a_call_goes_while_one_is_open_and_tells_it(backend, breaker_clock):

@@ -41,7 +41,7 @@ from tests.support.redis_faults import (
     fill_until_oom,
 )
 from tests.support.redis_server import RedisServer
-from whos_online.backend import breakers, connection
+from whos_online.backend import breakers, clients, connection
 from whos_online.config import settings as conf
 from whos_online.config.settings import get_config
 from whos_online.recording import throttle
@@ -345,7 +345,7 @@ def touches(monkeypatch) -> Touches:
     original_send: Any = AbstractConnection.send_packed_command
 
     def is_request_client(conn: Any) -> bool:
-        return bool(conn.socket_timeout == connection.REQUEST_TIMEOUT)
+        return bool(conn.socket_timeout == clients.REQUEST_TIMEOUT)
 
     def spy_connect(self: Any) -> Any:
         if is_request_client(self):
@@ -605,11 +605,11 @@ def test_a_frozen_redis_costs_two_timeouts_then_none_for_the_backoff(frozen, tou
 
 def test_every_fault_costs_one_attempt_then_none(fault, touches):
     Client(REMOTE_ADDR="192.0.2.1").get("/")
-    client = connection.request_client()
+    client = clients.request_client()
     assert isinstance(client, redis.Redis)
     request_pool = client.connection_pool.connection_kwargs
-    assert request_pool["socket_timeout"] == connection.REQUEST_TIMEOUT
-    assert request_pool["socket_connect_timeout"] == connection.REQUEST_TIMEOUT
+    assert request_pool["socket_timeout"] == clients.REQUEST_TIMEOUT
+    assert request_pool["socket_connect_timeout"] == clients.REQUEST_TIMEOUT
     # Retry.get_retries() only exists from redis-py 6; _retries holds the count in 5.0 to 8.x.
     assert request_pool["retry"]._retries == 0
     fault.inject()
@@ -633,7 +633,7 @@ def test_every_fault_costs_one_attempt_then_none(fault, touches):
 def test_a_slow_redis_within_the_timeout_still_records(settings, alice, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
     with serving(settings, Slow()) as slow:
-        slow.proxy.delay = connection.REQUEST_TIMEOUT / 5
+        slow.proxy.delay = clients.REQUEST_TIMEOUT / 5
         seed(alice)
 
         response = Client(REMOTE_ADDR="203.0.113.7").get("/")
@@ -651,7 +651,7 @@ def test_one_slow_reply_under_load_is_no_outage(settings, caplog):
     with serving(settings, Slow()) as slow:
         configure(settings, LIVE_UPDATES=False)  # no publish from the thread takes the slow reply
         assert whos_online.record_guest("192.0.2.1") is True
-        slow.proxy.hold_replies(1, connection.REQUEST_TIMEOUT * 4)
+        slow.proxy.hold_replies(1, clients.REQUEST_TIMEOUT * 4)
 
         assert whos_online.record_guest("203.0.113.7") is False  # timed out
         assert whos_online.record_guest("203.0.113.8") is True
@@ -668,7 +668,7 @@ def test_a_flush_that_timed_out_once_leaves_the_next_flush_to_go(settings, caplo
     with serving(settings, Slow()) as slow:
         configure(settings, FLUSH_INTERVAL=0.05, COUNT_HITS=False, LIVE_UPDATES=False)
         assert whos_online.record_guest("192.0.2.1") is True
-        slow.proxy.hold_replies(1, connection.REQUEST_TIMEOUT * 4)
+        slow.proxy.hold_replies(1, clients.REQUEST_TIMEOUT * 4)
         failures = breakers.failures()
 
         assert Client(REMOTE_ADDR="203.0.113.7").get("/plain/").status_code == 200
@@ -827,7 +827,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
     caplog.set_level(logging.INFO, logger="whos_online")
     with serving(settings, Killed()) as killed:
 
-        def answered_just_before_the_kill(client: connection.Client, config: Any) -> bool:
+        def answered_just_before_the_kill(client: clients.Client, config: Any) -> bool:
             result = bool(client.ping())
             killed.inject()
             other = threading.Thread(target=Client(REMOTE_ADDR="203.0.113.7").get, args=("/",))
@@ -845,7 +845,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
 
 
 def test_cleanup_fails_loudly_on_every_fault(fault, monkeypatch, capsys):
-    monkeypatch.setattr(connection, "ADMIN_TIMEOUT", 0.3)
+    monkeypatch.setattr(clients, "ADMIN_TIMEOUT", 0.3)
     conf.reset()
     call_command("whos_online_cleanup", verbosity=0)  # works while Redis is healthy
 

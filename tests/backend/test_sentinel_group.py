@@ -18,7 +18,7 @@ import whos_online
 from tests.support.helpers import JOIN_TIMEOUT, configure, render, widget_text
 from tests.support.topologies import SentinelGroup, sentinel_cache
 from whos_online.backend import connection, sentinels
-from whos_online.backend.connection import REQUEST_TIMEOUT, request_client
+from whos_online.backend.clients import REQUEST_TIMEOUT, request_client
 from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import pytest
 from tests.support.fake_sentinel import FakeSentinel
 from tests.support.helpers import JOIN_TIMEOUT
 from whos_online.backend import sentinels
-from whos_online.backend.connection import REQUEST_TIMEOUT
+from whos_online.backend.clients import REQUEST_TIMEOUT
 from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
 
 if TYPE_CHECKING:

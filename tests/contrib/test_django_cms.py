@@ -130,7 +130,7 @@ import whos_online
 from whos_online.checks import check_room_urls
 from whos_online.config.settings import get_config
 from whos_online.store import snapshot
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 
 call_command("migrate", verbosity=0)
 home = create_page("Home", "page.html", "en")

@@ -24,8 +24,8 @@ import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
 from whos_online import apps
 from whos_online.api import OnlineCounts
-from whos_online.backend import breakers, connection, keyspace
-from whos_online.backend.connection import admin_client
+from whos_online.backend import breakers, clients, connection, keyspace
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, stopping
 from whos_online.flushing import flusher as flushing
@@ -140,13 +140,13 @@ def test_a_settings_change_stops_the_thread_before_it_closes_the_clients(
     assert thread is not None
     assert thread.is_alive()
     alive_at_close: list[bool] = []
-    close = connection.close
+    close = clients.close
 
     def noting_close(client: Any) -> None:
         alive_at_close.append(thread.is_alive())
         close(client)
 
-    monkeypatch.setattr(connection, "close", noting_close)
+    monkeypatch.setattr(clients, "close", noting_close)
 
     configure(settings, FLUSH_INTERVAL=5)
 
@@ -887,7 +887,7 @@ django.setup()  # whos_online's handler goes over the server's
 from whos_online.config import process
 from whos_online.flushing import flusher as flushing, queue as visit_queue
 from whos_online.recording import visits as recording
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
 if sys.argv[1] == "replaced":

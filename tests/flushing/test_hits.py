@@ -21,8 +21,8 @@ from tests.conftest import SCRIPTS
 from tests.support.delaying_proxy import DelayingProxy
 from tests.support.helpers import GOOGLEBOT, configure
 from whos_online import api
-from whos_online.backend import connection
-from whos_online.backend.connection import admin_client
+from whos_online.backend import clients
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches
 from whos_online.flushing import flusher as flushing
@@ -510,7 +510,7 @@ def stalled(real_redis_url, settings, breaker_clock) -> Iterator[DelayingProxy]:
 def test_a_flush_that_timed_out_is_not_counted_twice(stalled, breaker_clock, real_redis_url):
     for _ in range(100):
         recording.count_hit(T0)
-    stalled.delay = 4 * connection.REQUEST_TIMEOUT
+    stalled.delay = 4 * clients.REQUEST_TIMEOUT
 
     assert recording.flush_hits() is False  # timed out; Redis added the batch meanwhile
     redis.Redis.from_url(real_redis_url).ping()  # the stalled reply has surely been dealt with
@@ -527,7 +527,7 @@ def test_hits_riding_on_a_visit_that_timed_out_are_not_counted_twice(
 ):
     for _ in range(100):
         recording.count_hit(T0)
-    stalled.delay = 4 * connection.REQUEST_TIMEOUT
+    stalled.delay = 4 * clients.REQUEST_TIMEOUT
 
     assert whos_online.record_guest("198.51.100.40") is False  # carried out by Redis anyway
     stalled.delay = 0.0

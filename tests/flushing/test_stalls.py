@@ -30,7 +30,7 @@ from whos_online.recording import throttle
 from whos_online.recording import visits as recording
 
 if TYPE_CHECKING:
-    from whos_online.backend.connection import Client as RedisClient
+    from whos_online.backend.clients import Client as RedisClient
     from whos_online.config.settings import Config
 
 

@@ -25,8 +25,8 @@ from django.test import AsyncClient, Client
 import whos_online
 from tests.support import wsgi_server
 from tests.support.helpers import configure, members
-from whos_online.backend import connection as connection_module
-from whos_online.backend.connection import admin_client
+from whos_online.backend import clients
+from whos_online.backend.clients import admin_client
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, stopping
@@ -209,10 +209,10 @@ def test_once_written_at_exit_the_process_holds_no_client_and_a_second_hook_make
     flushing.current().put(recording.member_visit("guests", "m", time.time()))
 
     stopping.flush_at_exit()
-    assert connection_module._clients.peek() is None
+    assert clients._clients.peek() is None
     flushing.write_at_exit()
 
-    assert connection_module._clients.peek() is None
+    assert clients._clients.peek() is None
     assert hits_counted() == 1
 
 

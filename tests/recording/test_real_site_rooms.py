@@ -21,7 +21,7 @@ import whos_online
 from tests.support.helpers import client_of, configure, render, widget_text
 from whos_online import store
 from whos_online.api import OnlineCounts
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.checks import check_room_urls, check_settings
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots, viewer

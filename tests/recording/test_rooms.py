@@ -20,7 +20,7 @@ from tests.support.helpers import configure, flood_rooms, render, widget_text
 from whos_online import apps, store
 from whos_online.api import OnlineCounts
 from whos_online.backend import keyspace
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing

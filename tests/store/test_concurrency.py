@@ -20,7 +20,7 @@ from django.core.management import call_command
 import whos_online
 from tests.support.helpers import JOIN_TIMEOUT, configure, members, run_threads
 from whos_online import store
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.signals import users_went_offline
 

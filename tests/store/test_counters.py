@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import whos_online
 from tests.support.helpers import configure, single_redis
 from tests.support.redis_server import free_port
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.store import counters
 

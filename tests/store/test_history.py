@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tests.support.helpers import configure, render, run_threads, widget_text
 from whos_online import api, apps, store
 from whos_online.api import Peak
-from whos_online.backend.connection import admin_client
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches
 from whos_online.reading import snapshots

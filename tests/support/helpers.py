@@ -53,7 +53,7 @@ def configure(settings: Any, **values: object) -> None:
 
 def single_redis() -> redis.Redis:
     """The admin client, on the one Redis (fakeredis or real) that most tests run against."""
-    from whos_online.backend.connection import admin_client
+    from whos_online.backend.clients import admin_client
 
     client = admin_client()
     assert not isinstance(client, RedisCluster)

@@ -65,7 +65,7 @@ def child() -> None:
 
 def main(method: str) -> None:
     import whos_online
-    from whos_online.backend.connection import admin_client
+    from whos_online.backend.clients import admin_client
 
     admin_client().flushdb()
     context = cast("Context", multiprocessing.get_context(method))

@@ -67,7 +67,7 @@ def run(context: Context, form: str, children: int, pages: int) -> None:
 
 def main(method: str, children: int, pages: int) -> None:
     import whos_online
-    from whos_online.backend.connection import admin_client
+    from whos_online.backend.clients import admin_client
 
     context = cast("Context", multiprocessing.get_context(method))
     if method == "forkserver":

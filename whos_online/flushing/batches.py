@@ -33,7 +33,7 @@ from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.flushing.queue import Item
     from whos_online.store.scripts import ScriptCall

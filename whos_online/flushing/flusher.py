@@ -55,7 +55,7 @@ from whos_online.store import counters, epochs
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.scripts import ScriptCall
 

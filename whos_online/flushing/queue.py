@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from whos_online.backend import keyspace
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
 

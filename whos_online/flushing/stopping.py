@@ -62,7 +62,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from whos_online.backend import connection
+from whos_online.backend import clients
 from whos_online.config import process
 from whos_online.flushing import flusher
 
@@ -72,9 +72,9 @@ if TYPE_CHECKING:
 
 def flush_at_exit() -> None:
     """Write what the process holds as it exits (see ``flusher.Flusher.close``), then close its
-    Redis clients while the interpreter is still whole (``connection.release``)."""
+    Redis clients while the interpreter is still whole (``clients.release``)."""
     flusher.write_at_exit()
-    connection.release()
+    clients.release()
 
 
 def install_signal_handler() -> None:

@@ -51,7 +51,7 @@ from django.dispatch import receiver
 
 from whos_online.backend import breakers, clients
 from whos_online.backend.breakers import CircuitBreaker
-from whos_online.backend.connection import REDIS_ERRORS
+from whos_online.backend.clients import REDIS_ERRORS
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config

@@ -30,7 +30,7 @@ from whos_online.store.keys import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
     OnGone = Callable[[str, list[str]], object]

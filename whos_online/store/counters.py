@@ -28,7 +28,7 @@ from whos_online.store import lua, scripts
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
 #: Longest counter name accepted; names become part of Redis keys.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 from whos_online.backend import keyspace
 
 if TYPE_CHECKING:
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
 
 

@@ -40,7 +40,7 @@ from whos_online.store.scripts import ScriptCall, run
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.items import Link, Visit
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from whos_online.backend.connection import execute, is_cluster
+from whos_online.backend.clients import execute, is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ def _run_one(client: Client, call: ScriptCall) -> Any:
     Not redis-py's ``Script``: its call costs about 9 µs more than the EVALSHA itself, which is
     on every recorded visit. And not its reload on a cluster, which sends SCRIPT LOAD to every
     primary, so that a master that is down would make every node that has not run the script yet
-    fail too. Sent by ``connection.execute``, which spares one Redis redis-py's per-call work.
+    fail too. Sent by ``clients.execute``, which spares one Redis redis-py's per-call work.
     """
     numkeys = len(call.keys)
     try:

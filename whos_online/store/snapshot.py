@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.keys import Person
 

@@ -12,7 +12,7 @@ from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
 from whos_online import api, signals, store
-from whos_online.backend.connection import REDIS_ERRORS, admin_client
+from whos_online.backend.clients import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
 from whos_online.store import cleanup, counters
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from redis.lock import Lock
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
 
 #: Seconds the cleanup lock lives unless the run extends it, which it does between steps: a run
 #: that dies without releasing it (SIGKILL, a lost machine) holds it this long at most.
