@@ -314,7 +314,7 @@ class Visitors:
 
 
 def close_breakers() -> None:
-    from whos_online.backend.breakers import breaker, refusals
+    from whos_online.backend.connection import breaker, refusals
 
     breaker.reset()
     refusals.reset()
@@ -381,7 +381,7 @@ def measure_recovery(
     back-off that was still to run when Redis came back)."""
     from django.test import override_settings
 
-    from whos_online.backend.breakers import breaker, refusals
+    from whos_online.backend.connection import breaker, refusals
     from whos_online.config.settings import get_config
 
     current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)

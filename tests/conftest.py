@@ -22,7 +22,7 @@ from tests.support.helpers import (
 )
 from tests.support.live_gate import LiveServerGate
 from tests.support.redis_server import RedisServer, free_port
-from whos_online.backend import breakers, clients, connection
+from whos_online.backend import clients, connection
 from whos_online.backend.clients import admin_client
 from whos_online.config import settings as conf
 from whos_online.signals import users_went_offline
@@ -141,7 +141,7 @@ def hiding_bob(settings) -> None:
 def breaker_clock(monkeypatch) -> BreakerClock:
     """Back-off periods of the circuit breaker pass when the test says, without sleeping."""
     clock = BreakerClock()
-    monkeypatch.setattr(breakers, "time", SimpleNamespace(monotonic=clock))
+    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=clock))
     monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=clock))
     return clock
 
@@ -227,7 +227,7 @@ class Outage:
         self.monkeypatch.setattr(connection, "request_client", self.live)
         later = time.monotonic() + conf.get_config().failure_backoff + 1
         clock = SimpleNamespace(monotonic=lambda: later)
-        self.monkeypatch.setattr(breakers, "time", clock)
+        self.monkeypatch.setattr(connection, "time", clock)
         self.monkeypatch.setattr(connection, "time", clock)
 
 

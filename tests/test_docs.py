@@ -20,7 +20,7 @@ from django.dispatch import Signal
 
 import whos_online
 from whos_online import signals
-from whos_online.backend.breakers import CircuitBreaker
+from whos_online.backend.connection import CircuitBreaker
 from whos_online.config.settings import DEFAULTS
 from whos_online.templatetags.whos_online import register
 

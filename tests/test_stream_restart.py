@@ -20,7 +20,7 @@ from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure
 from tests.support.redis_server import RedisServer
 from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
-from whos_online.backend import breakers
+from whos_online.backend import connection
 from whos_online.config.settings import get_config
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def test_a_reader_is_shown_again_once_the_subscription_is_back_whatever_the_back
         server.process.wait(timeout=10)
         await next_named(stream, "stale")
         await sync_to_async(guest.get)("/topics/1/")  # its read fails: the breaker opens
-        opened = not breakers.breaker.allows(get_config().redis_target)
+        opened = not connection.breaker.allows(get_config().redis_target)
         server.start()  # on the same port, empty
         _name, back = await next_named(stream, "message")
         score = redis.Redis.from_url(server.url).zscore(

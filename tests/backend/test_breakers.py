@@ -9,7 +9,7 @@ import logging
 import pytest
 import redis
 
-from whos_online.backend.breakers import CircuitBreaker, timed_out
+from whos_online.backend.connection import CircuitBreaker, timed_out
 
 TARGET = "redis://127.0.0.1:1/0"
 OTHER = "cache alias 'default'"

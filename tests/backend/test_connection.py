@@ -9,7 +9,7 @@ import pytest
 import redis
 
 import whos_online
-from whos_online.backend import breakers, clients, connection
+from whos_online.backend import clients, connection
 from whos_online.backend.sentinels import FollowingSentinel
 from whos_online.config.settings import get_config
 
@@ -118,11 +118,11 @@ def test_past_the_breakers_a_call_goes_while_one_is_open_and_tells_it(backend, b
 
     config = get_config()
     for _ in range(3):  # an outage, whatever the breaker's rule
-        breakers.breaker.failed(config.redis_target, ConnectionError("refused"), 10)
+        connection.breaker.failed(config.redis_target, ConnectionError("refused"), 10)
     assert connection.call(False, ping) is False  # the breaker keeps Redis off
     with connection.past_breakers():
         assert connection.breakers_passed()
         assert connection.call(False, ping) is True
     assert not connection.breakers_passed()
     assert calls == ["ping"]
-    assert not breakers.known_to_fail(config, None, writes=True)  # the reply closed it
+    assert not connection.known_to_fail(config, None, writes=True)  # the reply closed it

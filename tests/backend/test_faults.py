@@ -5,9 +5,9 @@ real: stopped (nothing listening), killed with SIGKILL while the app holds open 
 with SIGSTOP, slow (every reply held back a second by a proxy in front of it), full (``maxmemory``
 with ``noeviction``, filled until writes get ``OOM``) or demoted to a read-only replica of another
 server. No Redis call is mocked; the circuit breaker's clock
-(``whos_online.backend.breakers.time.monotonic``) is replaced so that back-off periods pass without
-sleeping, and the request client's connections are watched (not changed) to count calls. How long
-requests take during each outage is measured by ``bench/outages.py``, not asserted here.
+(``whos_online.backend.connection.time.monotonic``) is replaced so that back-off periods pass
+without sleeping, and the request client's connections are watched (not changed) to count calls.
+How long requests take during each outage is measured by ``bench/outages.py``, not asserted here.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from tests.support.redis_faults import (
     fill_until_oom,
 )
 from tests.support.redis_server import RedisServer
-from whos_online.backend import breakers, clients, connection
+from whos_online.backend import clients, connection
 from whos_online.config import settings as conf
 from whos_online.config.settings import get_config
 from whos_online.recording import throttle
@@ -656,7 +656,7 @@ def test_one_slow_reply_under_load_is_no_outage(settings, caplog):
         assert whos_online.record_guest("203.0.113.7") is False  # timed out
         assert whos_online.record_guest("203.0.113.8") is True
 
-        assert breakers.breaker.allows(get_config().redis_target)
+        assert connection.breaker.allows(get_config().redis_target)
         assert warnings_and_infos(caplog) == []
 
 
@@ -669,10 +669,10 @@ def test_a_flush_that_timed_out_once_leaves_the_next_flush_to_go(settings, caplo
         configure(settings, FLUSH_INTERVAL=0.05, COUNT_HITS=False, LIVE_UPDATES=False)
         assert whos_online.record_guest("192.0.2.1") is True
         slow.proxy.hold_replies(1, clients.REQUEST_TIMEOUT * 4)
-        failures = breakers.failures()
+        failures = connection.failures()
 
         assert Client(REMOTE_ADDR="203.0.113.7").get("/plain/").status_code == 200
-        assert until(lambda: breakers.failures() > failures)  # the thread's write timed out
+        assert until(lambda: connection.failures() > failures)  # the thread's write timed out
         later = Client(REMOTE_ADDR="203.0.113.8").get("/plain/")
 
         assert COOKIE in later.cookies
@@ -838,7 +838,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
         assert connection.call(False, answered_just_before_the_kill) is True
 
     assert warnings_and_infos(caplog) == ["WARNING"]
-    assert not breakers.breaker.allows(get_config().redis_target)
+    assert not connection.breaker.allows(get_config().redis_target)
 
 
 # The cleanup command

@@ -24,7 +24,7 @@ import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
 from whos_online import apps
 from whos_online.api import OnlineCounts
-from whos_online.backend import breakers, clients, connection, keyspace
+from whos_online.backend import clients, connection, keyspace
 from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches, stopping
@@ -313,7 +313,9 @@ def test_jobs_after_a_failed_one_wait_behind_it_in_order(backend, queued, monkey
         assert after.add(Job(write("fifth"))) is False  # three wait already: dropped
         assert after.add(Job(write("sixth"))) is False
     assert len([record for record in caplog.records if "logouts" in record.getMessage()]) == 1
-    monkeypatch.setattr(breakers, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + 99))
+    monkeypatch.setattr(
+        connection, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + 99)
+    )
 
     assert after.run() == frozenset()
     assert done == ["first", "second", "third", "fourth"]
@@ -444,7 +446,7 @@ def test_no_throttle_cookie_after_the_back_off_until_a_write_succeeds(
         Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
         assert whos_online.flush() is False  # the failure that opens the breaker
     else:
-        breakers.refusals.failed(config.redis_target, redis.ResponseError("OOM full"), 10)
+        connection.refusals.failed(config.redis_target, redis.ResponseError("OOM full"), 10)
         Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
     breaker_clock.advance(config.failure_backoff + 1)  # a write may be tried again
 
@@ -523,10 +525,8 @@ def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
 ):
     from redis.exceptions import ResponseError
 
-    from whos_online.backend import breakers
-
     config = get_config()
-    breakers.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
+    connection.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
     flushing.current().put(recording.member_visit("guests", "m", time.time()))
     encoded = counting_encodings(monkeypatch)
 

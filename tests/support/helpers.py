@@ -173,7 +173,7 @@ def run_threads(targets: list[Callable[[], T]]) -> list[T]:
 
 
 class BreakerClock:
-    """The circuit breaker's monotonic clock (``whos_online.backend.breakers.time``), moved by
+    """The circuit breaker's monotonic clock (``whos_online.backend.connection.time``), moved by
     hand."""
 
     def __init__(self, now: float = 1_000.0) -> None:

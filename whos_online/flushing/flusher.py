@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from django.dispatch import receiver
 
 from whos_online import store
-from whos_online.backend import breakers, connection, keyspace
+from whos_online.backend import connection, keyspace
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
@@ -208,9 +208,9 @@ class Flusher:
             refused = [
                 shard.tag
                 for shard in shards
-                if not breakers.Attempt(config, shard, writes=True).allowed
+                if not connection.Attempt(config, shard, writes=True).allowed
             ]
-        elif not breakers.Attempt(config, None, writes=True).allowed:
+        elif not connection.Attempt(config, None, writes=True).allowed:
             refused = [shard.tag for shard in shards]
         else:
             return frozenset()
@@ -227,7 +227,7 @@ class Flusher:
         (one slow reply is no outage), the next flush, ``FLUSH_INTERVAL`` from now, tries
         again."""
         shards = {shard.tag: shard for shard in keyspace.layout(config)}
-        if any(breakers.known_to_fail(config, shards.get(tag), writes=True) for tag in failed):
+        if any(connection.known_to_fail(config, shards.get(tag), writes=True) for tag in failed):
             self._back_off(config)
         else:
             self.thread.back_off(config.flush_interval)
@@ -265,7 +265,7 @@ class Flusher:
                     (reply for reply in written or () if isinstance(reply, Exception)), None
                 )
                 if error is not None:
-                    breakers.Attempt(config, None, writes=True).failed(error)
+                    connection.Attempt(config, None, writes=True).failed(error)
                     written = None
                 self._settle(prepared, batches.split(prepared, written))
             return default if found is None else found[1]

@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Final, Protocol
 from asgiref.sync import sync_to_async
 from django.dispatch import receiver
 
-from whos_online.backend import breakers, clients
-from whos_online.backend.breakers import CircuitBreaker
+from whos_online.backend import clients, connection
 from whos_online.backend.clients import REDIS_ERRORS
+from whos_online.backend.connection import CircuitBreaker
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed, get_config
@@ -219,7 +219,7 @@ class Hub:
                 client: redis.asyncio.Redis | None = None
                 try:
                     client = clients.subscriber(config, failures)
-                    requests = breakers.breaker.generation(config.redis_target)
+                    requests = connection.breaker.generation(config.redis_target)
                     async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                         await pubsub.subscribe(changes_channel(config))
                         self._up(config, requests)
@@ -273,7 +273,7 @@ class Hub:
         self.live, self.down = True, False
         breaker.succeeded(target, breaker.generation(target))
         if not config.redis_cluster:  # a node's answer says nothing of the others' slots
-            breakers.breaker.succeeded(target, requests)
+            connection.breaker.succeeded(target, requests)
         self.changed(None)  # what changed while it was down
 
     def _down(self, target: str, error: BaseException, backoff: float) -> None:

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import store
-from whos_online.backend import breakers
+from whos_online.backend import connection
 from whos_online.flushing import flusher
 from whos_online.recording import guests
 from whos_online.store import users
@@ -126,7 +126,7 @@ def queue(config: Config, link: Link) -> bool:
     if flusher.writes_at_once(config):
         return True
     shard = store.keys.member_shard(config, link.kind, link.member)
-    return not breakers.known_to_fail(config, shard, writes=True)
+    return not connection.known_to_fail(config, shard, writes=True)
 
 
 def send(config: Config, link: Link) -> bool:

@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online import store
-from whos_online.backend import breakers
+from whos_online.backend import connection
 from whos_online.config import process
 from whos_online.config.settings import Config, get_config
 from whos_online.flushing import batches, flusher
@@ -107,7 +107,7 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
     if flusher.writes_at_once(config):
         return True
     shard = store.keys.member_shard(config, visit.joined, visit.member)
-    if breakers.known_to_fail(config, shard, writes=True):
+    if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
     return True

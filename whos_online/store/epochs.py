@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
 
-from whos_online.backend import breakers, keyspace
+from whos_online.backend import connection, keyspace
 from whos_online.config.settings import config_changed
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def generation() -> int:
     """A number that changes whenever what this process stored may have been lost: a Redis call
     failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
     current generation only (``throttle.RecentVisitors``)."""
-    return breakers.failures() + epochs.changes
+    return connection.failures() + epochs.changes
 
 
 @receiver(config_changed, dispatch_uid="whos_online.store.epochs.reset")
