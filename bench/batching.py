@@ -134,8 +134,8 @@ def floor(
 ) -> dict[str, capacity.Pair]:
     """Per visit, (Lua µs, process CPU µs) of each of ``FLOOR_SCRIPTS`` in calls of
     ``TARGET_BATCH`` visits of ``who`` (the one Redis's own sets)."""
-    from whos_online import store
     from whos_online.backend import keyspace
+    from whos_online.store.keys import score
 
     shard = keyspace.layout(config)[0]
     keys = [shard.key("users"), shard.key("guests"), shard.key("visitors:floor")]
@@ -148,7 +148,7 @@ def floor(
             now = time.time()
             args: list[str | int] = []
             for person in who[index * TARGET_BATCH : (index + 1) * TARGET_BATCH]:
-                args += [1 if person.user else 2, store.keys.score(now), person.member]
+                args += [1 if person.user else 2, score(now), person.member]
             admin.evalsha(sha, len(keys), *keys, *args)
 
         usage = capacity.measure([node], call, calls)
@@ -161,12 +161,12 @@ def naive(
 ) -> Callable[[int], None]:
     """An action whose ``index``-th call is one plain ZADD of the ``index``-th person, in the
     set of their kind, as the naive middleware writes."""
-    from whos_online import store
+    from whos_online.store.keys import member_shard
 
     def write(index: int) -> None:
         person = who[index]
         kind = "users" if person.user else "guests"
-        key = store.keys.member_shard(config, kind, person.member).key(kind)
+        key = member_shard(config, kind, person.member).key(kind)
         client.zadd(key, {person.member: time.time()})
 
     return write

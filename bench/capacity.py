@@ -158,8 +158,8 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
     """Put ``people`` online, seen over the last five minutes, each in the set of their shard:
     users by primary key ``n``, guests by the day's pseudonym of ``address(n)``. Each set is
     filled through ``client_of(key)``, a client of the server that holds it."""
-    from whos_online import store
     from whos_online.recording import guests as identity
+    from whos_online.store import keys
 
     sets: defaultdict[str, dict[str, float]] = defaultdict(dict)
     for n in range(people):
@@ -168,9 +168,7 @@ def fill(client_of: Callable[[str], redis.Redis], config: Config, people: int, n
             if is_user(n)
             else ("guests", identity.guest_id(address(n), config, now))
         )
-        sets[store.keys.member_shard(config, kind, member).key(kind)][member] = (
-            now - 300 * n / people
-        )
+        sets[keys.member_shard(config, kind, member).key(kind)][member] = now - 300 * n / people
     for key, members in sets.items():
         sorted_sets.fill(client_of(key), key, members.items())
 
@@ -228,8 +226,8 @@ def in_calls(
     """An action for ``measure``: its ``index``-th call records the ``index``-th ``size``
     people of ``who`` at once, as a flush does (a call per shard, in one round trip where the
     client allows), and returns the calls it made."""
-    from whos_online import store
     from whos_online.config.settings import DEFAULTS
+    from whos_online.store.record import record
 
     interval = DEFAULTS["FLUSH_INTERVAL"]
 
@@ -242,15 +240,15 @@ def in_calls(
             visit_of(person, now - interval * (len(batch) - 1 - number) / len(batch), turn)
             for number, person in enumerate(batch)
         ]
-        return len(store.record.record(client, config, visits))
+        return len(record(client, config, visits))
 
     return write
 
 
 def read(client: Client, config: Config) -> None:
-    from whos_online import store
+    from whos_online.store import snapshot
 
-    found = store.snapshot.snapshot(client, config, limit=NAMES, now=time.time())
+    found = snapshot.snapshot(client, config, limit=NAMES, now=time.time())
     if len(found.listed) != NAMES:
         raise RuntimeError(f"the snapshot listed {len(found.listed)} names, not {NAMES}")
 
@@ -283,10 +281,10 @@ class Costs:
 
 def shard_key(config: Config, person: Person) -> str:
     """The key of the set ``person`` is in, in their shard."""
-    from whos_online import store
+    from whos_online.store import keys
 
     kind = "users" if person.user else "guests"
-    return store.keys.member_shard(config, kind, person.member).key(kind)
+    return keys.member_shard(config, kind, person.member).key(kind)
 
 
 def warm_up(client: Client, config: Config, who: Sequence[Person]) -> None:

@@ -33,10 +33,9 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import store
 from whos_online.backend.clients import admin_client
 from whos_online.config import settings as conf
-from whos_online.store import cleanup, counters
+from whos_online.store import cleanup, counters, keys
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -88,12 +87,10 @@ def fill_stale(client: redis.Redis, config: Config, now: float) -> None:
     for kind, prefix in (("users", ""), ("guests", "guest")):
         sorted_sets.fill(
             client,
-            store.keys.key(config, kind),
+            keys.key(config, kind),
             ((f"{prefix}{n}", stale_at + n / 1000) for n in range(STALE // 2)),
         )
-        client.zadd(
-            store.keys.key(config, kind), {f"{prefix}online{n}": now for n in range(ONLINE)}
-        )
+        client.zadd(keys.key(config, kind), {f"{prefix}online{n}": now for n in range(ONLINE)})
 
 
 def fill_counters(client: redis.Redis, config: Config, now: float) -> None:
@@ -125,8 +122,7 @@ def run() -> Section:
         def naive() -> object:
             cutoff = f"({now - config.window}"
             return [
-                client.zremrangebyscore(store.keys.key(config, k), "-inf", cutoff)
-                for k in store.keys.KINDS
+                client.zremrangebyscore(keys.key(config, k), "-inf", cutoff) for k in keys.KINDS
             ]
 
         operations: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
@@ -160,7 +156,7 @@ def run() -> Section:
         "idle": "nothing (the probe's own noise: the baseline)",
         "naive": f"the naive prune: one ZREMRANGEBYSCORE per set, {stats.number(STALE)} stale",
         "prune": f"`prune_with` (the command's prune), {stats.number(STALE)} stale, "
-        f"chunks of {store.cleanup.PRUNE_CHUNK_SIZE}",
+        f"chunks of {cleanup.PRUNE_CHUNK_SIZE}",
         "counters": f"`counters.clean`, {len(COUNTERS)} counters × "
         f"{len(config.counter_precisions)} precisions × {2 * config.counter_samples} slices",
     }
@@ -227,7 +223,7 @@ def longest_command(client: redis.Redis) -> float:
 def _check(name: str, result: object, client: redis.Redis, config: Config) -> list[str]:
     """Confirms each operation did its whole job, so that a fast time is not a partial one."""
     if name in {"naive", "prune"}:
-        left = sum(int(client.zcard(store.keys.key(config, kind))) for kind in store.keys.KINDS)
+        left = sum(int(client.zcard(keys.key(config, kind))) for kind in keys.KINDS)
         if left != 2 * ONLINE:
             return [f"{name}: {left} members left, expected the {2 * ONLINE} online ones."]
     if name == "counters":

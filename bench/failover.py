@@ -50,10 +50,10 @@ def configure(group: SentinelGroup) -> None:
 def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, int, int]:
     """Returns (visits attempted, reported written, written but missing on the new master)."""
     import whos_online
-    from whos_online import store
     from whos_online.backend import connection, sentinels
     from whos_online.config import settings as conf
     from whos_online.config.settings import get_config
+    from whos_online.store import keys
 
     conf.reset()
     if not listen:
@@ -81,7 +81,7 @@ def run(group: SentinelGroup, *, listen: bool, ask_again: bool) -> tuple[int, in
     group.wait_until_replicating(timeout=40)
     config = get_config()
     stored = group.current_master().client()
-    members = {str(member) for member in stored.zrange(store.keys.key(config, "guests"), 0, -1)}
+    members = {str(member) for member in stored.zrange(keys.key(config, "guests"), 0, -1)}
     from whos_online.recording.guests import guest_id
 
     missing = sum(guest_id(address, config, time.time()) not in members for address in written)

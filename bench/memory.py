@@ -25,10 +25,11 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import store
 from whos_online.config import settings as conf
 from whos_online.recording import guests as identity
-from whos_online.store import counters, users
+from whos_online.store import counters, items, users
+from whos_online.store.keys import key
+from whos_online.store.record import record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -61,17 +62,17 @@ def _sorted_set_bytes(
 
 def _user_details_bytes(client: redis.Redis, config: Config, now: float) -> float:
     client.flushall()
-    online = store.keys.key(config, "users")
+    online = key(config, "users")
 
-    def record(pk: int) -> None:
+    def record_user(pk: int) -> None:
         details = users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        visit = store.items.Visit(kind="users", member=details.pk, now=now, user=details)
-        store.record.record(client, config, [visit])
+        visit = items.Visit(kind="users", member=details.pk, now=now, user=details)
+        record(client, config, [visit])
 
-    record(0)  # creates the keys every visit shares: the peak, the counters
+    record_user(0)  # creates the keys every visit shares: the peak, the counters
     before, online_before = _used(client), int(client.memory_usage(online, samples=0) or 0)
     for pk in range(1, USERS_WITH_DETAILS + 1):
-        record(pk)
+        record_user(pk)
     online_grown = int(client.memory_usage(online, samples=0) or 0) - online_before
     return (_used(client) - before - online_grown) / USERS_WITH_DETAILS
 
@@ -84,10 +85,10 @@ def replay_a_week(client: redis.Redis, config: Config) -> tuple[int, int]:
     times = [start + minute * 60 for minute in range(WEEK // 60 - 3)]
     times += [end - 180 + second for second in range(181)]
     for index, now in enumerate(times):
-        visit = store.items.Visit(
+        visit = items.Visit(
             kind="guests", member=f"g{index % WEEK_GUESTS}", now=now, visitor=f"v{index % 5000}"
         )
-        store.record.record(client, config, [visit])
+        record(client, config, [visit])
         if index % 60 == 0:  # the cleanup command, hourly in simulated time
             counters.clean(client, config, now=now)
     counters.clean(client, config, now=end)
@@ -114,7 +115,7 @@ def run() -> Section:
             ),
         ]
         measured = [
-            (label, _sorted_set_bytes(client, store.keys.key(config, "guests"), member, now))
+            (label, _sorted_set_bytes(client, key(config, "guests"), member, now))
             for label, member in sets
         ]
         details = _user_details_bytes(client, config, now)

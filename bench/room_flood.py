@@ -59,13 +59,14 @@ def fill(client: redis.Redis, url: str, rooms: int, now: float) -> str:
     from django.conf import settings
     from django.test import override_settings
 
-    from whos_online import api, store
+    from whos_online import api
     from whos_online.backend import keyspace
     from whos_online.config import settings as conf
+    from whos_online.store import keys
 
     with override_settings(WHOS_ONLINE={**settings.WHOS_ONLINE, "REDIS_URL": url}):
         config = conf.get_config()
-        index = keyspace.layout(config)[0].key(store.keys.ROOMS_INDEX)
+        index = keyspace.layout(config)[0].key(keys.ROOMS_INDEX)
         api.update_counter("downloads", now=now - 1000)
     stale = now - config.window - 3600
     pipe = client.pipeline(transaction=False)

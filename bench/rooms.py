@@ -28,11 +28,11 @@ from django.test import RequestFactory, override_settings
 import whos_online
 from bench import servers, sorted_sets, stats
 from bench.report import Section
-from whos_online import store
 from whos_online.backend import keyspace
 from whos_online.config import settings as conf
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import rooms, throttle
+from whos_online.store import keys, snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -143,26 +143,24 @@ def _room_reads(client: redis.Redis, config: Config) -> list[list[str]]:
     now = time.time()
     base = keyspace.layout(config)[0]
     for size in ROOM_SIZES:
-        key = store.keys.room_key(base, f"room-{size}", "guests")
+        key = keys.room_key(base, f"room-{size}", "guests")
         sorted_sets.fill(client, key, ((f"g{size}-{n}", now - n / 1000) for n in range(size)))
     pipe = client.pipeline(transaction=False)
     for number in range(ROOMS - len(ROOM_SIZES)):
-        pipe.zadd(store.keys.room_key(base, f"topic:{number}", "users"), {str(number): now})
-        pipe.zadd(base.key(store.keys.ROOMS_INDEX), {f"topic:{number}": now})
+        pipe.zadd(keys.room_key(base, f"topic:{number}", "users"), {str(number): now})
+        pipe.zadd(base.key(keys.ROOMS_INDEX), {f"topic:{number}": now})
         if number % 5_000 == 4_999:
             pipe.execute()
     pipe.execute()
     rows = []
     for size in ROOM_SIZES:
         room = f"room-{size}"
-        store.snapshot.snapshot(
-            client, config, limit=50, now=now, room=room
-        )  # the script is loaded
+        snapshot.snapshot(client, config, limit=50, now=now, room=room)  # the script is loaded
         calls, usec = _evalsha_usec(client)
         took = []
         for _ in range(READS):
             started = time.perf_counter()
-            store.snapshot.snapshot(client, config, limit=50, now=now, room=room)
+            snapshot.snapshot(client, config, limit=50, now=now, room=room)
             took.append(time.perf_counter() - started)
         more_calls, more_usec = _evalsha_usec(client)
         per_call = (more_usec - usec) / max(more_calls - calls, 1)

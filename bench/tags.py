@@ -25,9 +25,9 @@ from django.test import override_settings
 
 from bench import servers, sorted_sets, stats
 from bench.report import Section, Target
-from whos_online import store
 from whos_online.backend import keyspace
 from whos_online.config import settings as conf
+from whos_online.store import keys
 
 if TYPE_CHECKING:
     from whos_online.config.settings import Config
@@ -59,13 +59,13 @@ def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
     for kind, count, member in (("users", users, str), ("guests", size - users, _guest)):
         sorted_sets.fill(
             client,
-            store.keys.key(config, kind),
+            keys.key(config, kind),
             ((member(n), now - 100 + 100 * n / max(count, 1)) for n in range(count)),
         )
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
         pipe.hset(
-            store.keys.user_key(keyspace.layout(config)[0], str(n)),
+            keys.user_key(keyspace.layout(config)[0], str(n)),
             mapping={"name": f"user {n}", "url": f"/people/{n}/", "seen": now},
         )
     pipe.execute()

@@ -12,10 +12,11 @@ from django.test import Client
 
 import whos_online
 from tests.support.helpers import configure, log_in_quietly
-from whos_online import api, store
+from whos_online import api
 from whos_online.admin import OnlineUserAdminMixin
 from whos_online.backend import clients
 from whos_online.config.settings import get_config
+from whos_online.store import keys, presence
 
 CHANGELIST = "/admin/auth/user/"
 
@@ -94,7 +95,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
     users = [alice, bob, *(model.objects.create_user(f"u{n}") for n in range(10))]
     for user in users[:-1]:  # the last one never visited
         whos_online.record_user(user)
-    shards = {store.keys.user_shard(get_config(), str(user.pk)).tag for user in users}
+    shards = {keys.user_shard(get_config(), str(user.pk)).tag for user in users}
     redis_calls.clear()
 
     found = api.presence(users)
@@ -110,7 +111,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
 
 def test_an_empty_page_reads_nothing(backend, redis_calls):
     # ZMSCORE with no member is an error, not an empty reply.
-    assert store.presence.users_presence(clients.request_client(), get_config(), []) == []
+    assert presence.users_presence(clients.request_client(), get_config(), []) == []
     assert redis_calls.trips == []
 
 

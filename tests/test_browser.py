@@ -503,11 +503,11 @@ def test_a_reader_stays_in_the_room_while_the_page_is_open_and_leaves_with_it(
 
 
 def counts_in(room: str, *, at: float) -> whos_online.OnlineCounts:
-    from whos_online import store
     from whos_online.backend.clients import admin_client
     from whos_online.config.settings import get_config
+    from whos_online.store import snapshot
 
-    return store.snapshot.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
+    return snapshot.snapshot(admin_client(), get_config(), limit=0, now=at, room=room).counts
 
 
 def eventually(condition: Callable[[], bool]) -> None:

@@ -13,10 +13,11 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.support.helpers import configure, members, text
-from whos_online import api, store
+from whos_online import api
 from whos_online.config.settings import get_config
 from whos_online.recording.guests import guest_id
 from whos_online.signals import users_went_offline
+from whos_online.store import cleanup
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -163,7 +164,7 @@ def test_deleting_a_user_erases_presence_and_record(r, client, alice, bob):
 
 
 def test_prune_reports_stale_users_once_per_chunk(r, db, monkeypatch, went_offline):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 2)
     t0 = time.time() - 100_000
     stale = make_users("u1", "u2", "u3", "u4", "u5")
     for offset, user in enumerate(stale):
@@ -183,7 +184,7 @@ def test_prune_reports_stale_users_once_per_chunk(r, db, monkeypatch, went_offli
 def test_prune_of_an_exact_multiple_of_the_chunk_sends_no_empty_list(
     backend, db, monkeypatch, went_offline
 ):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 2)
     t0 = time.time() - 100_000
     stale = make_users("u1", "u2", "u3", "u4")
     for offset, user in enumerate(stale):

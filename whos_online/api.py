@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from whos_online import signals, store
+from whos_online import signals
 from whos_online.backend import connection
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
@@ -25,8 +25,9 @@ from whos_online.reading.access import room_token
 from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
-from whos_online.store import cleanup, counters
-from whos_online.store.keys import user_person_key
+from whos_online.store import cleanup, counters, scripts, snapshot
+from whos_online.store.keys import layouts_known, user_person_key
+from whos_online.store.presence import ask_online_user_pks, ask_users_presence, remove_user
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -152,7 +153,7 @@ def _read_after_own_visits(
     sees its own visits: in the same round trip on one Redis (``Flusher.flush_with``; on a
     cluster, the flush goes first). ``default`` if Redis failed."""
     return flusher.current().flush_with(
-        lambda client, config, calls: store.scripts.run_then(
+        lambda client, config, calls: scripts.run_then(
             client, calls, lambda pipe: ask(pipe, config)
         ),
         default,
@@ -175,7 +176,7 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
         return {}
     now = time.time()
     found = _read_after_own_visits(
-        None, lambda pipe, config: store.presence.ask_users_presence(pipe, config, texts)
+        None, lambda pipe, config: ask_users_presence(pipe, config, texts)
     )
     if found is None:
         return dict.fromkeys(keys, UNKNOWN_PRESENCE)
@@ -197,7 +198,7 @@ def online_user_pks(limit: int) -> list[object] | None:
     now = time.time()
     found = _read_after_own_visits(
         None,
-        lambda pipe, config: store.presence.ask_online_user_pks(pipe, config, now=now, limit=limit),
+        lambda pipe, config: ask_online_user_pks(pipe, config, now=now, limit=limit),
     )
     return None if found is None else pk_values(found)
 
@@ -212,7 +213,7 @@ def _presence(
     def ask(
         pipe: Pipeline | ClusterPipeline, config: Config
     ) -> Callable[[list[Any]], tuple[float | None, float | None]]:
-        answer = store.presence.ask_users_presence(pipe, config, [pk])
+        answer = ask_users_presence(pipe, config, [pk])
         return lambda replies: answer(replies)[0]
 
     return ask
@@ -275,8 +276,8 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
         # Every layout the site's processes have written in (each registers its own) and the
         # cleanup has seen: a user recorded before SHARDS changed has their last-seen record in
         # the old one until it expires.
-        for shards in store.keys.layouts_known(client, config):
-            store.presence.remove_user(client, config, pk, now=now, erase=True, shards=shards)
+        for shards in layouts_known(client, config):
+            remove_user(client, config, pk, now=now, erase=True, shards=shards)
         return True
 
     snapshots.invalidate()
@@ -359,7 +360,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
-    return as_peak(*_read_after_own_visits(unknown, store.snapshot.ask_peak))
+    return as_peak(*_read_after_own_visits(unknown, snapshot.ask_peak))
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
@@ -378,10 +379,10 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
         flusher.current().flush()
         return connection.call(
-            0, lambda client, config: store.snapshot.unique_visitors(client, config, wanted)
+            0, lambda client, config: snapshot.unique_visitors(client, config, wanted)
         )
     return _read_after_own_visits(
-        0, lambda pipe, config: store.snapshot.ask_unique_visitors(pipe, config, wanted)
+        0, lambda pipe, config: snapshot.ask_unique_visitors(pipe, config, wanted)
     )
 
 

@@ -16,7 +16,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out
 from django.core.checks import Tags, register
 from django.db.models.signals import post_delete
 
-from whos_online import api, store
+from whos_online import api
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.queue import Job
@@ -24,7 +24,7 @@ from whos_online.reading import snapshots
 from whos_online.recording import visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import users
+from whos_online.store import keys, presence, users
 from whos_online.store.keys import former_guest_keys, user_person_key
 
 if TYPE_CHECKING:
@@ -152,8 +152,8 @@ def remove_logout(
     if guest is None:
         flusher.current().add_job(
             Job(
-                lambda client, config: store.presence.remove_user(client, config, pk, now=now),
-                store.keys.user_shard(config, pk),
+                lambda client, config: presence.remove_user(client, config, pk, now=now),
+                keys.user_shard(config, pk),
             )
         )
     if config.shards != 1 or flusher.current().may_hold_other_layouts():
@@ -178,5 +178,5 @@ def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) ->
     changed it, whose processes each register the layout they write in): a switch back would
     otherwise show them online again. The caller skips it on a site that never changed it, as
     the process's flushes tell."""
-    for shards in store.keys.layouts_known(client, config)[1:]:
-        store.presence.remove_user(client, config, pk, now=now, shards=shards)
+    for shards in keys.layouts_known(client, config)[1:]:
+        presence.remove_user(client, config, pk, now=now, shards=shards)

@@ -86,15 +86,16 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
     does not run. Says nothing when Redis cannot be read or the settings are wrong."""
     from django.utils.timesince import timesince
 
-    from whos_online import dashboard, store
+    from whos_online import dashboard
     from whos_online.backend import connection
     from whos_online.config.settings import get_config
+    from whos_online.store import presence
     from whos_online.store.results import as_datetime
 
     if any(message.is_serious() for message in validate(user_settings())):
         return []
     now = time.time()
-    oldest = connection.call(None, store.presence.oldest_seen)
+    oldest = connection.call(None, presence.oldest_seen)
     late_since = dashboard.cleanup_late_since(oldest, get_config(), now=now)
     if late_since is None:
         return []

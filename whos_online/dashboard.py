@@ -27,14 +27,13 @@ from django.utils.translation import ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from whos_online import store
 from whos_online.backend import connection
 from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import batches
 from whos_online.reading import charts, snapshots
-from whos_online.store import counters
+from whos_online.store import counters, presence
 from whos_online.store.results import (
     EMPTY_SNAPSHOT,
     OnlineCounts,
@@ -43,6 +42,7 @@ from whos_online.store.results import (
     Snapshot,
     as_datetime,
 )
+from whos_online.store.snapshot import recent_rooms, room_titles
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -234,10 +234,10 @@ def collect(precision: int, *, now: float) -> Dashboard:
         left_out = total - standard_kept - len(own)
         wanted = [*standard, *own]
         samples = counters.samples(client, config, wanted, precision, starts)
-        rooms = store.snapshot.recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
+        rooms = recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
         shown = [room for room, _counts in busiest_rooms(rooms)]
-        titles = store.snapshot.room_titles(client, config, shown)
-        return wanted, left_out, samples, store.presence.oldest_seen(client, config), rooms, titles
+        titles = room_titles(client, config, shown)
+        return wanted, left_out, samples, presence.oldest_seen(client, config), rooms, titles
 
     # While Redis cannot be read, the standard charts are drawn empty.
     unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None, {}, {})

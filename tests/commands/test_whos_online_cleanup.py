@@ -14,10 +14,10 @@ from redis.lock import Lock
 
 import whos_online
 from tests.support.helpers import configure, flood_rooms
-from whos_online import api, store
+from whos_online import api
 from whos_online.management.commands import whos_online_cleanup
 from whos_online.signals import users_went_offline
-from whos_online.store import counters
+from whos_online.store import cleanup, counters
 
 WINDOW = 600
 LOCK = "{whos_online}:cleanup-lock"
@@ -222,7 +222,7 @@ def test_lock_and_keys_follow_the_prefix(backend, settings, r):
 
 
 def test_prunes_in_chunks(backend, r, monkeypatch, redis_calls, offline_ids):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 3)
     run()  # loads the scripts into a fresh server
     r.zadd("{whos_online}:guests", {f"g{i}": stale() for i in range(10)} | {"fresh": time.time()})
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 8)})
@@ -349,7 +349,7 @@ def stopped_midway(signal_name: str) -> str:
 def test_a_stop_signal_ends_the_run_between_chunks_reporting_every_removed_user(
     backend, r, monkeypatch, offline_ids, stop
 ):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 3)
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 11)})
     lock_ttls: list[int] = []
 
@@ -444,7 +444,7 @@ def lock_extensions(r, monkeypatch) -> list[int]:
 
 
 def test_the_lock_is_extended_between_chunks(backend, r, monkeypatch, lock_extensions):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 2)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 2)
     r.zadd("{whos_online}:users", {str(pk): stale() for pk in range(1, 7)})
 
     run()
@@ -482,7 +482,7 @@ def flood_run_output(out: str) -> list[str]:
 def test_a_flood_of_empty_rooms_is_cleaned_in_one_run_with_the_counters(
     backend, r, monkeypatch, lock_extensions
 ):
-    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 50)
+    monkeypatch.setattr(cleanup, "ROOMS_PAGE_SIZE", 50)
     flood_rooms(r, FLOOD, at=stale())
     whos_online.record_guest("192.0.2.1", room="topic:1")
     api.update_counter("downloads", now=time.time() - 1000)  # stale at precisions 1 and 5 s
@@ -509,18 +509,18 @@ def test_a_flood_of_empty_rooms_is_cleaned_in_one_run_with_the_counters(
 
 
 def test_a_stop_signal_ends_a_flooded_run_between_two_pages(backend, r, monkeypatch):
-    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 50)
+    monkeypatch.setattr(cleanup, "ROOMS_PAGE_SIZE", 50)
     flood_rooms(r, FLOOD, at=stale())
-    pages: list[store.cleanup.RoomsPage] = []
-    prune_page = store.cleanup.prune_rooms_page
+    pages: list[cleanup.RoomsPage] = []
+    prune_page = cleanup.prune_rooms_page
 
-    def signal_during_the_third_page(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+    def signal_during_the_third_page(*args: Any, **kwargs: Any) -> cleanup.RoomsPage:
         pages.append(prune_page(*args, **kwargs))
         if len(pages) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         return pages[-1]
 
-    monkeypatch.setattr(store.cleanup, "prune_rooms_page", signal_during_the_third_page)
+    monkeypatch.setattr(cleanup, "prune_rooms_page", signal_during_the_third_page)
 
     out, err = run()
 

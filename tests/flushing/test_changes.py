@@ -12,10 +12,11 @@ import pytest
 
 import whos_online
 from tests.support.helpers import GUEST_IP, client_of, configure, guest, single_redis
-from whos_online import api, store
+from whos_online import api
 from whos_online.config.settings import get_config
 from whos_online.flushing import changes, flusher
 from whos_online.signals import came_online, entered_room, left_room, went_offline
+from whos_online.store import keys, scripts
 from whos_online.store.presence import LEAVE_GRACE
 
 if TYPE_CHECKING:
@@ -125,15 +126,15 @@ def test_a_hidden_user_is_told_as_hidden(backend, heard, hiding_bob, bob):
 
 def test_a_write_that_failed_is_told_once_it_is_written(backend, heard, settings, monkeypatch):
     configure(settings, FLUSH_INTERVAL=10, FAILURE_BACKOFF=0)
-    run = store.scripts.run
+    run = scripts.run
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("down")
 
-    monkeypatch.setattr(store.scripts, "run", refused)
+    monkeypatch.setattr(scripts, "run", refused)
     whos_online.record_guest("198.51.100.1", room="topic:1")
     assert whos_online.flush() is False
-    monkeypatch.setattr(store.scripts, "run", run)
+    monkeypatch.setattr(scripts, "run", run)
     assert whos_online.flush() is True
     assert whos_online.flush() is True  # nothing more
 
@@ -182,7 +183,7 @@ def channel(backend, settings) -> Iterator[Callable[[], list[dict[str, Any]]]]:
     """The messages published on the changes channel (with LIVE_UPDATES on)."""
     configure(settings, LIVE_UPDATES=True)
     pubsub = single_redis().pubsub(ignore_subscribe_messages=True)  # type: ignore [no-untyped-call]
-    pubsub.subscribe(store.keys.changes_channel(get_config()))
+    pubsub.subscribe(keys.changes_channel(get_config()))
 
     def received(wait: float = 0.5) -> list[dict[str, Any]]:
         found = []
@@ -239,7 +240,7 @@ def test_a_closed_page_s_room_is_published_again_once_its_reader_no_longer_count
 def test_nothing_is_published_without_live_updates(backend, heard):
     pubsub = single_redis().pubsub(ignore_subscribe_messages=True)  # type: ignore [no-untyped-call]
     with pubsub:
-        pubsub.subscribe(store.keys.changes_channel(get_config()))
+        pubsub.subscribe(keys.changes_channel(get_config()))
         whos_online.record_guest("198.51.100.1", room="topic:1")
         heard.wait_for(2)
         time.sleep(0.2)

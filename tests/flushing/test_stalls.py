@@ -19,7 +19,6 @@ from django.test import AsyncClient, Client
 
 import whos_online
 from tests.support.helpers import BreakerClock, configure, members
-from whos_online import store
 from whos_online.backend import connection
 from whos_online.config import process
 from whos_online.config.settings import get_config
@@ -28,6 +27,7 @@ from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import Job
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
+from whos_online.store import scripts
 
 if TYPE_CHECKING:
     from whos_online.backend.clients import Client as RedisClient
@@ -67,13 +67,13 @@ def clock(monkeypatch, breaker_clock: BreakerClock) -> BreakerClock:
 @pytest.fixture
 def stall(clock, monkeypatch) -> Stall:
     stalled = Stall(clock)
-    run = store.scripts.run
+    run = scripts.run
 
     def write(client: RedisClient, calls: Any) -> Any:
         stalled.write()
         return run(client, calls)
 
-    monkeypatch.setattr(store.scripts, "run", write)
+    monkeypatch.setattr(scripts, "run", write)
     return stalled
 
 

@@ -485,9 +485,9 @@ from django.conf import settings
 settings.WHOS_ONLINE = {"REDIS_URL": sys.argv[1], "COUNT_HITS": True, "FLUSH_INTERVAL": 10}
 django.setup()
 
-from whos_online import store
 from whos_online.flushing import batches, flusher as flushing
 from whos_online.recording import visits as recording
+from whos_online.store import scripts
 
 print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
 flushing.Flusher.schedule = lambda self, delay: None  # no thread: only the handler writes
@@ -497,13 +497,13 @@ print(batches.buffer().token, flush=True)
 if sys.argv[2] == "while-exiting":
     # The signal comes while the process writes as it exits (a pool's worker that ended just
     # as the pool terminated it): it lets the write finish, and the process end as it would.
-    run = store.scripts.run
+    run = scripts.run
 
     def signalled(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return run(*args, **kwargs)
 
-    store.scripts.run = signalled
+    scripts.run = signalled
     flushing.write_at_exit()
     print("exited", flush=True)
 else:

@@ -17,7 +17,7 @@ from django.urls import include, path
 
 import whos_online
 from tests.support.helpers import configure, flood_rooms, render, widget_text
-from whos_online import apps, store
+from whos_online import apps
 from whos_online.api import OnlineCounts
 from whos_online.backend import keyspace
 from whos_online.backend.clients import admin_client
@@ -26,7 +26,8 @@ from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing
 from whos_online.recording import rooms, throttle
 from whos_online.recording import visits as recording
-from whos_online.store import cleanup, epochs
+from whos_online.store import cleanup, epochs, snapshot
+from whos_online.store.cleanup import RoomsPage, prune_chunk, prune_rooms_page
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
@@ -74,7 +75,7 @@ def counts(room: str | None = None) -> OnlineCounts:
 
 def counts_at(room: str, now: float) -> OnlineCounts:
     """A room's counts as the reader sees them at ``now`` (from its snapshot script)."""
-    found = store.snapshot.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
+    found = snapshot.snapshot(admin_client(), get_config(), limit=0, now=now, room=room)
     return found.counts
 
 
@@ -243,7 +244,7 @@ def test_a_user_visible_again_before_the_rooms_are_pruned_is_in_one_room(
     configure(settings, HIDE_USER="tests.recording.test_rooms.hide_everyone")
     long_ago = time.time() - get_config().window - 60
     whos_online.record_user(alice, room=TOPIC_1, now=long_ago)
-    store.cleanup.prune_chunk(admin_client(), get_config(), "hidden", now=time.time())
+    prune_chunk(admin_client(), get_config(), "hidden", now=time.time())
     assert r.exists("{whos_online}:hidden") == 0
     configure(settings, HIDE_USER=None)
     whos_online.record_user(alice, room=TOPIC_1)
@@ -300,7 +301,7 @@ def test_the_cleanup_empties_rooms_and_leaves_no_key_of_them(backend, r):
 
 
 def test_rooms_are_pruned_in_chunks(backend, r, monkeypatch):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 3)
     now = 1_800_000_000.0
     for number in range(7):
         whos_online.record_guest(f"192.0.2.{number}", room=TOPIC_1, now=now - 700)
@@ -322,7 +323,7 @@ def index_of_rooms(r) -> list[str]:
 
 
 def test_a_flood_of_empty_rooms_is_pruned_a_page_per_call(backend, r, monkeypatch, redis_calls):
-    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 100)
+    monkeypatch.setattr(cleanup, "ROOMS_PAGE_SIZE", 100)
     now = 1_800_000_000.0
     whos_online.record_guest("192.0.2.1", room=TOPIC_1, now=now)
     flood_rooms(r, 2000, at=now - 700)
@@ -339,19 +340,19 @@ def test_a_flood_of_empty_rooms_is_pruned_a_page_per_call(backend, r, monkeypatc
 
 
 def test_a_page_stops_at_its_budget_of_members_and_the_next_call_goes_on(backend, r, monkeypatch):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 3)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 3)
     now = 1_800_000_000.0
     for number in range(20):
         whos_online.record_guest(f"192.0.2.{number}", room=f"topic:{number % 5}", now=now - 700)
     whos_online.record_guest("192.0.2.99", room=TOPIC_1, now=now)
-    calls: list[store.cleanup.RoomsPage] = []
-    prune_page = store.cleanup.prune_rooms_page
+    calls: list[RoomsPage] = []
+    prune_page = prune_rooms_page
 
-    def counted(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+    def counted(*args: Any, **kwargs: Any) -> RoomsPage:
         calls.append(prune_page(*args, **kwargs))
         return calls[-1]
 
-    monkeypatch.setattr(store.cleanup, "prune_rooms_page", counted)
+    monkeypatch.setattr(cleanup, "prune_rooms_page", counted)
 
     assert cleanup.prune_rooms(admin_client(), get_config(), now=now) == (20, 4)
 
@@ -383,15 +384,15 @@ def test_the_where_hash_keeps_a_person_another_room_holds(backend, r):
 
 
 def test_someone_back_between_two_pages_stays(backend, r, monkeypatch):
-    monkeypatch.setattr(store.cleanup, "ROOMS_PAGE_SIZE", 10)
+    monkeypatch.setattr(cleanup, "ROOMS_PAGE_SIZE", 10)
     now = 1_800_000_000.0
     # More rooms than Redis keeps in its compact encoding, which ZSCAN reads whole.
     for number in range(300):
         address = f"192.0.{number // 250}.{number % 250}"
         whos_online.record_guest(address, room=f"flood:{number}", now=now - 700)
-    prune_page = store.cleanup.prune_rooms_page
+    prune_page = prune_rooms_page
 
-    def and_everyone_back(*args: Any, **kwargs: Any) -> store.cleanup.RoomsPage:
+    def and_everyone_back(*args: Any, **kwargs: Any) -> RoomsPage:
         page = prune_page(*args, **kwargs)
         if args[3] == "0":  # after the first page, the guests left are seen again
             for number in range(300):
@@ -400,7 +401,7 @@ def test_someone_back_between_two_pages_stays(backend, r, monkeypatch):
                     whos_online.record_guest(address, room=f"flood:{number}", now=now)
         return page
 
-    monkeypatch.setattr(store.cleanup, "prune_rooms_page", and_everyone_back)
+    monkeypatch.setattr(cleanup, "prune_rooms_page", and_everyone_back)
 
     removed, emptied = cleanup.prune_rooms(admin_client(), get_config(), now=now)
 

@@ -19,10 +19,11 @@ from django.core.management import call_command
 
 import whos_online
 from tests.support.helpers import JOIN_TIMEOUT, configure, members, run_threads
-from whos_online import store
 from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.signals import users_went_offline
+from whos_online.store import cleanup
+from whos_online.store.cleanup import PRUNE_CHUNK_SIZE, prune_chunk
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +36,7 @@ LOCKED = "Another whos_online_cleanup holds the lock; this run did nothing.\n"
 pytestmark = pytest.mark.parametrize("backend", ["real"], indirect=True)
 
 
-def cleanup() -> tuple[str, str]:
+def run_cleanup() -> tuple[str, str]:
     out, err = StringIO(), StringIO()
     call_command("whos_online_cleanup", stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
@@ -61,14 +62,14 @@ def test_a_second_cleanup_reports_the_lock_and_does_nothing(r, offline_ids):
 
     users_went_offline.connect(pause_the_first_run, weak=False, dispatch_uid="tests.pause")
     outcome: dict[str, tuple[str, str]] = {}
-    first = threading.Thread(target=lambda: outcome.update(first=cleanup()), name="first")
+    first = threading.Thread(target=lambda: outcome.update(first=run_cleanup()), name="first")
     try:
         first.start()
         assert inside.wait(JOIN_TIMEOUT)
         token = r.get(LOCK)
         assert token is not None
 
-        others = run_threads([cleanup] * 4)
+        others = run_threads([run_cleanup] * 4)
 
         # Nothing moved while the first run was paused: the others pruned no guest.
         assert set(members(r, "guests")) == {"g1", "g2", "g3", "fresh"}
@@ -89,14 +90,14 @@ def test_a_second_cleanup_reports_the_lock_and_does_nothing(r, offline_ids):
 
 
 def test_many_cleanups_at_once_remove_each_stale_member_exactly_once(r, offline_ids, monkeypatch):
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 50)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 50)
     stale, now = time.time() - WINDOW - 100, time.time()
     r.zadd("{whos_online}:users", {str(pk): stale for pk in range(1, 1001)})
     r.zadd("{whos_online}:users", {str(pk): now for pk in range(1001, 1101)})
     r.zadd("{whos_online}:guests", {f"g{n}": stale for n in range(3000)})
     r.zadd("{whos_online}:guests", {f"fresh{n}": now for n in range(100)})
 
-    results = run_threads([cleanup] * 6)
+    results = run_threads([run_cleanup] * 6)
 
     outputs = [out for out, _ in results]
     errors = [err for _, err in results]
@@ -174,9 +175,9 @@ class Race:
             last_round = self._finished.is_set()
             emptied = True
             for kind in ("guests", "users"):
-                chunk = store.cleanup.prune_chunk(client, config, kind, now=time.time())
+                chunk = prune_chunk(client, config, kind, now=time.time())
                 self.removed[kind] += chunk
-                emptied = emptied and len(chunk) < store.cleanup.PRUNE_CHUNK_SIZE
+                emptied = emptied and len(chunk) < PRUNE_CHUNK_SIZE
                 if chunk and 0 < self.writes_done < self.total_writes:
                     self.overlapping_chunks += 1
             if last_round and emptied:
@@ -186,7 +187,7 @@ class Race:
 def test_cleanup_racing_live_writes_never_removes_a_fresh_member(r, settings, monkeypatch):
     # Raw addresses as members keep a refreshed guest's member the same across midnight.
     configure(settings, GUEST_IDENTITY="ip")
-    monkeypatch.setattr(store.cleanup, "PRUNE_CHUNK_SIZE", 25)
+    monkeypatch.setattr(cleanup, "PRUNE_CHUNK_SIZE", 25)
     race = Race()
     long_ago = time.time() - WINDOW - 100
     r.zadd("{whos_online}:guests", dict.fromkeys(race.stale_guests, long_ago))

@@ -19,13 +19,14 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from tests.support.helpers import configure, render, run_threads, widget_text
-from whos_online import api, apps, store
+from whos_online import api, apps
 from whos_online.api import Peak
 from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches
 from whos_online.reading import snapshots
 from whos_online.recording import guests as identity
+from whos_online.store import items, record
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -134,7 +135,7 @@ def test_members_past_the_window_are_not_counted(backend):
     ],
 )
 def test_early_stop_only_where_every_coarser_precision_is_a_multiple(precisions, expected):
-    assert store.record._may_stop(precisions) == expected
+    assert record._may_stop(precisions) == expected
 
 
 def test_a_coarser_slice_that_is_no_multiple_is_written_despite_a_full_finer_one(backend, alice):
@@ -542,8 +543,8 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
         visitor = identity.visitor_id(f"g:{member}", NOW)
-        visits.append(store.items.Visit(kind="guests", member=member, now=NOW, visitor=visitor))
-    store.record.record(admin_client(), config, visits)
+        visits.append(items.Visit(kind="guests", member=member, now=NOW, visitor=visitor))
+    record.record(admin_client(), config, visits)
 
     estimate = api.unique_visitors(TODAY)
     assert abs(estimate - total) <= total * 0.02, estimate

@@ -12,12 +12,12 @@ from django.test import RequestFactory
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
-from whos_online import apps, store
+from whos_online import apps
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
 from whos_online.recording import visits as recording
-from whos_online.store import cleanup, users
+from whos_online.store import cleanup, presence, record, users
 
 if TYPE_CHECKING:
     from whos_online.store.items import Visit
@@ -31,7 +31,7 @@ def queued(settings) -> None:
 
 def written_by_another_process(r, *visits: Visit) -> None:
     """What another process's flush does: its batch reaches Redis first."""
-    store.record.record(r, get_config(), list(visits))
+    record.record(r, get_config(), list(visits))
 
 
 def room_score(r, room: str, member: str) -> float | None:
@@ -187,7 +187,7 @@ def test_a_leaving_word_keeps_its_reader_in_the_room_a_few_seconds(r, queued):
 
     assert whos_online.flush() is True
 
-    grace = store.presence.LEAVE_GRACE
+    grace = presence.LEAVE_GRACE
     assert room_score(r, "a", "m") == pytest.approx(now - get_config().window + grace, abs=0.001)
 
 

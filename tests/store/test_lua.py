@@ -7,8 +7,7 @@ from importlib.resources import files
 
 import pytest
 
-from whos_online import store
-from whos_online.store import lua
+from whos_online.store import lua, record
 
 SCRIPT_NAMES = sorted(
     path.name.removesuffix(".lua") for path in files(lua).iterdir() if path.name.endswith(".lua")
@@ -53,13 +52,11 @@ def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
     named = re.findall(r"^    ARGV\[(\d+)\]\s+(\w+):", header, re.MULTILINE)
     entry = re.findall(r"^ {16}(\w+)(?:, (\w+))? {2,}", header, re.MULTILINE)
 
-    assert [name for _, name in named] == list(store.record.HEADER_ARGUMENTS)
-    assert [int(index) for index, _ in named] == list(
-        range(1, len(store.record.HEADER_ARGUMENTS) + 1)
-    )
-    assert [name for pair in entry for name in pair if name] == list(store.record.ENTRY_ARGUMENTS)
-    assert f"\nlocal FIELDS = {store.record.ENTRY_FIELDS}\n" in source
-    assert f"\nlocal first = {len(store.record.HEADER_ARGUMENTS) + 1}\n" in source
+    assert [name for _, name in named] == list(record.HEADER_ARGUMENTS)
+    assert [int(index) for index, _ in named] == list(range(1, len(record.HEADER_ARGUMENTS) + 1))
+    assert [name for pair in entry for name in pair if name] == list(record.ENTRY_ARGUMENTS)
+    assert f"\nlocal FIELDS = {record.ENTRY_FIELDS}\n" in source
+    assert f"\nlocal first = {len(record.HEADER_ARGUMENTS) + 1}\n" in source
 
 
 def test_the_record_script_replies_with_what_python_reads_back():
@@ -68,10 +65,10 @@ def test_the_record_script_replies_with_what_python_reads_back():
     fields = re.findall(r"^    (\w+) {2,}", output, re.MULTILINE)
     change = re.findall(r"^ {17}(\w+) {2,}", output, re.MULTILINE)
 
-    assert fields == list(store.record.REPLY_FIELDS)
-    assert f"{{{', '.join(store.record.REPLY_FIELDS)}}}" in output
-    assert change == list(store.record.CHANGE_FIELDS)
-    assert f"\nreturn {{{', '.join(store.record.REPLY_FIELDS)}}}\n" in source
+    assert fields == list(record.REPLY_FIELDS)
+    assert f"{{{', '.join(record.REPLY_FIELDS)}}}" in output
+    assert change == list(record.CHANGE_FIELDS)
+    assert f"\nreturn {{{', '.join(record.REPLY_FIELDS)}}}\n" in source
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

@@ -1,7 +1,7 @@
 """What one flush sends: the queue's visits and the page hits, made into script calls shard by
 shard, and the replies handed back group by group.
 
-Each shard's entries go in one call of its record script (``store.record.batch_calls``), which
+Each shard's entries go in one call of its record script (``record.batch_calls``), which
 loops over them. The base shard's call, the one whose slot holds the site-wide keys, also carries
 the page hits and the layout the process registers: never a call of its own.
 
@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from django.dispatch import receiver
 
-from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import config_changed
-from whos_online.store import epochs
+from whos_online.store import epochs, record, scripts
 from whos_online.store.items import Link, Visit
 from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry, link_entry
 
@@ -115,7 +114,7 @@ def prepare(
         batch=(batch.token, batch.number) if batch is not None else None,
     )
     for tag, group in groups.items():
-        group.calls = store.record.batch_calls(
+        group.calls = record.batch_calls(
             config,
             group.shard,
             group.entries,
@@ -132,7 +131,7 @@ def write_group(group: Group) -> list[Any] | None:
     calls = group.calls
 
     def write(client: Client, _config: Config) -> list[Any]:
-        return store.scripts.run(client, calls)
+        return scripts.run(client, calls)
 
     return connection.call(None, write, shard=group.shard, writes=True)
 

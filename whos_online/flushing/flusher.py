@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.dispatch import receiver
 
-from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.config import process
 from whos_online.config.process import PerProcess
@@ -50,7 +49,7 @@ from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import batches, changes, schedule
 from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
-from whos_online.store import counters, epochs
+from whos_online.store import counters, epochs, record, scripts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -285,7 +284,7 @@ class Flusher:
         if not config.redis_cluster:
             calls = prepared.calls
             replies = connection.call(
-                None, lambda client, _config: store.scripts.run(client, calls), writes=True
+                None, lambda client, _config: scripts.run(client, calls), writes=True
             )
             return self._settle(prepared, batches.split(prepared, replies))
         results = [batches.write_group(group) for group in prepared.groups]
@@ -303,7 +302,7 @@ class Flusher:
             if replies is None:
                 failed.add(group.shard.tag)
                 continue
-            parsed = [store.record.parse_reply(raw) for raw in replies]
+            parsed = [record.parse_reply(raw) for raw in replies]
             for reply in parsed:
                 epochs.epochs.learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:
@@ -351,7 +350,7 @@ class Flusher:
         """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
         queued or waiting to be sent again, and what comes back of them from a write under way
         that fails: so that nothing of theirs the process held is written later (an erasure, a
-        logout). Persons as the queue names them (``store.record.person``: ``u:<pk>``,
+        logout). Persons as the queue names them (``record.person``: ``u:<pk>``,
         ``guests:<member>``, ``bots:<member>``). A write under way that succeeds still lands."""
         for who in persons:
             self.queue.forget(who)

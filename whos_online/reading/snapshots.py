@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Final
 
 from django.dispatch import receiver
 
-from whos_online import store
 from whos_online.backend import connection, keyspace
 from whos_online.config.settings import config_changed, get_config
 from whos_online.flushing import flusher
 from whos_online.recording.state import state_of
-from whos_online.store import epochs
+from whos_online.store import epochs, scripts, snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -182,7 +181,7 @@ def read_many(
     else:
         # The process's own queue is written first, in the same round trip: it sees its visits.
         read_now = flusher.current().flush_with(
-            lambda client, config, before: store.snapshot.snapshots_after(
+            lambda client, config, before: snapshot.snapshots_after(
                 client, config, before, limit=limit, now=now, rooms=missing, readers=sought
             ),
             [None] * len(missing),
@@ -202,21 +201,21 @@ def _read_by_shard(
     config: Config, limit: int | None, now: float, room: str, readers: Sequence[Person]
 ) -> Snapshot | None:
     """One call per shard, each behind the breaker of its shard: a shard that fails counts as
-    empty. A shard that ``store.snapshot.unfinished`` names is asked again for ``limit`` names."""
+    empty. A shard that ``snapshot.unfinished`` names is asked again for ``limit`` names."""
     shards = keyspace.layout(config)
-    asked = store.snapshot.shard_limit(limit, len(shards))
+    asked = snapshot.shard_limit(limit, len(shards))
     parts: dict[int, Snapshot] = {}
     for index, shard in enumerate(shards):
         found = _read_shard(config, shard, asked, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
     indexes = list(parts)
-    for position in store.snapshot.unfinished([parts[index] for index in indexes], limit, asked):
+    for position in snapshot.unfinished([parts[index] for index in indexes], limit, asked):
         index = indexes[position]
         found = _read_shard(config, shards[index], limit, now, room=room, readers=readers)
         if found is not None:
             parts[index] = found
-    return store.snapshot.combine(list(parts.values()), limit) if parts else None
+    return snapshot.combine(list(parts.values()), limit) if parts else None
 
 
 def _read_shard(
@@ -228,11 +227,7 @@ def _read_shard(
     room: str,
     readers: Sequence[Person],
 ) -> Snapshot | None:
-    mine = store.snapshot.readers_of(config, shard, readers)
-    calls = [
-        store.snapshot.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)
-    ]
-    raw = connection.call(
-        None, lambda client, _config: store.scripts.run(client, calls)[0], shard=shard
-    )
-    return None if raw is None else store.snapshot.parse_snapshot(raw, limit, shard, mine)
+    mine = snapshot.readers_of(config, shard, readers)
+    calls = [snapshot.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)]
+    raw = connection.call(None, lambda client, _config: scripts.run(client, calls)[0], shard=shard)
+    return None if raw is None else snapshot.parse_snapshot(raw, limit, shard, mine)

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from whos_online import store
 from whos_online.backend import connection
 from whos_online.flushing import flusher
 from whos_online.recording import guests
-from whos_online.store import users
+from whos_online.store import keys, users
 from whos_online.store.items import Link
 from whos_online.store.keys import user_person_key
 
@@ -125,7 +124,7 @@ def queue(config: Config, link: Link) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = store.keys.member_shard(config, link.kind, link.member)
+    shard = keys.member_shard(config, link.kind, link.member)
     return not connection.known_to_fail(config, shard, writes=True)
 
 
@@ -135,7 +134,7 @@ def send(config: Config, link: Link) -> bool:
     stored."""
     queued = queue(config, link)
     failed = flusher.after_recording(config)
-    return queued and store.keys.member_shard(config, link.kind, link.member).tag not in failed
+    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed
 
 
 async def asend(config: Config, link: Link) -> bool:
@@ -146,4 +145,4 @@ async def asend(config: Config, link: Link) -> bool:
         flusher.current().schedule(config.flush_interval)
         return queued
     failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
-    return queued and store.keys.member_shard(config, link.kind, link.member).tag not in failed
+    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed

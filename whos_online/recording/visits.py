@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from whos_online import store
 from whos_online.backend import connection
 from whos_online.config import process
 from whos_online.config.settings import Config, get_config
@@ -29,7 +28,7 @@ from whos_online.flushing import batches, flusher
 from whos_online.recording import guests, rooms, throttle
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import epochs, users
+from whos_online.store import epochs, keys, users
 from whos_online.store.items import GO, STAY, STAYS_PUT, Placement, Visit
 from whos_online.store.keys import former_guest_keys, user_person_key
 from whos_online.store.results import as_timestamp
@@ -106,7 +105,7 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = store.keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.joined, visit.member)
     if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
@@ -131,10 +130,7 @@ def record_soon(config: Config, visit: Visit) -> None:
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif (
-        store.keys.member_shard(config, visit.joined, visit.member).tag
-        not in flusher.current().flush()
-    ):
+    elif keys.member_shard(config, visit.joined, visit.member).tag not in flusher.current().flush():
         remember(config, visit)
 
 
@@ -143,7 +139,7 @@ def _written(config: Config, visit: Visit) -> bool:
     it was written."""
     if not queue(config, visit):
         return False
-    if store.keys.member_shard(config, visit.joined, visit.member).tag in flusher.current().flush():
+    if keys.member_shard(config, visit.joined, visit.member).tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True
@@ -307,7 +303,7 @@ def _recorded(
     queued: bool,
     failed: frozenset[str],
 ) -> Recorded:
-    shard = store.keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.joined, visit.member)
     if not queued or shard.tag in failed:
         return Recorded(FAILED, found.at, found.room_tag)
     if flusher.writes_at_once(config):
@@ -370,8 +366,8 @@ def _spared(
 
 def _shard_of(visitor: Visitor, config: Config) -> keyspace.Shard:
     if visitor.user is not None:
-        return store.keys.user_shard(config, visitor.member)
-    return store.keys.member_shard(config, visitor.kind, visitor.member)
+        return keys.user_shard(config, visitor.member)
+    return keys.member_shard(config, visitor.kind, visitor.member)
 
 
 def _memory_spares(remembered: str, placement: Placement, tag: str, config: Config) -> bool:

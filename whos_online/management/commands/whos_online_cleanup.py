@@ -11,10 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
-from whos_online import api, signals, store
+from whos_online import api, signals
 from whos_online.backend.clients import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
-from whos_online.store import cleanup, counters
+from whos_online.store import cleanup, counters, keys, snapshot
+from whos_online.store.cleanup import count_stale
 
 if TYPE_CHECKING:
     from argparse import ArgumentParser
@@ -143,13 +144,13 @@ class Command(BaseCommand):
         client = admin_client()
         try:
             if dry_run:
-                self.report(store.cleanup.count_stale(client, config, now=now), now, "Would remove")
+                self.report(count_stale(client, config, now=now), now, "Would remove")
                 people, emptied = cleanup.count_rooms(client, config, now=now)
                 self.report_rooms(people, emptied, dry_run=True)
                 self.clean_counters(client, config, now=now, dry_run=True)
                 return
             lock = client.lock(
-                store.keys.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
+                keys.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
             )
             if not lock.acquire():
                 self.stderr.write(
@@ -267,9 +268,9 @@ class Command(BaseCommand):
         config = get_config()
         client = admin_client()
         try:
-            people, at = store.snapshot.read_peak(client, config)
+            people, at = snapshot.read_peak(client, config)
             if not dry_run:
-                store.snapshot.reset_peak(client, config)
+                snapshot.reset_peak(client, config)
         except REDIS_ERRORS as error:
             msg = f"Cannot reset the peak: Redis at {config.redis_target} failed: {error}"
             raise CommandError(msg) from error
