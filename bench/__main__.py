@@ -94,8 +94,10 @@ def _parser(modules: dict[str, Any]) -> argparse.ArgumentParser:
         hints = typing.get_type_hints(module.Options)
         for option in dataclasses.fields(module.Options):
             kind = _option_type(hints[option.name])
-            defaults.setdefault(option.name, {"type": kind, "defaults": []})
-            defaults[option.name]["defaults"].append(f"{part} {option.default}")
+            found = defaults.setdefault(option.name, {"type": kind, "defaults": []})
+            found["defaults"].append(f"{part} {option.default}")
+            if found["type"] is not kind:  # parts differ: each reads the text its own way
+                found["type"] = str
     for name, found in sorted(defaults.items()):
         flag, shown = "--" + name.replace("_", "-"), "; ".join(found["defaults"])
         if found["type"] is bool:
@@ -123,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     targets = []
     for part, module in modules.items():
         names = {option.name for option in dataclasses.fields(module.Options)}
+        hints = typing.get_type_hints(module.Options)
         chosen = {
-            name: value for name, value in given.items() if name in names and value is not None
+            name: _option_type(hints[name])(value)
+            for name, value in given.items()
+            if name in names and value is not None
         }
         options = dataclasses.replace(
             module.QUICK if given["quick"] else module.Options(), **chosen
