@@ -9,6 +9,7 @@ is not a matrix.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -130,16 +131,15 @@ def example(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing.
 
-    A first argument that names a module of ``bench/`` runs that one on its own with the rest:
-    ``scripts/dev.py bench capacity --repeats 3`` is ``python -m bench.capacity --repeats 3``.
+    Arguments go to ``python -m bench``: ``scripts/dev.py bench capacity --repeats 3`` runs the
+    capacity part alone, ``scripts/dev.py bench --quick`` every default part, small.
     """
-    module, arguments = "bench", list(session.posargs)
-    if arguments and not arguments[0].startswith("-"):
-        module, arguments = f"bench.{arguments[0]}", arguments[1:]
-    if module == "bench" and shutil.which("wrk") is None:
+    parts = list(itertools.takewhile(lambda word: not word.startswith("-"), session.posargs))
+    wants_wrk = not parts or bool({"throughput", "streams_requests"} & set(parts))
+    if wants_wrk and shutil.which("wrk") is None:
         _install_wrk(session)
     install(session, "bench", "test")
-    session.run("python", "-m", module, *arguments)
+    session.run("python", "-m", "bench", *session.posargs)
 
 
 def _install_wrk(session: nox.Session) -> None:

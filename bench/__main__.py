@@ -1,45 +1,70 @@
-"""Run the benchmarks and print their tables as markdown: ``python -m bench`` (from the
-repository root, in the environment ``scripts/dev.py bench`` makes).
+"""``python -m bench [PART …] [--quick] [options]``: run benches and print their tables as
+markdown, each under the command that printed it and the date.
 
-Every part starts its own throw-away servers on loopback and stops them. ``--only`` runs some
-parts; ``--repeats`` and ``--seconds`` shorten the throughput part for a quick look.
+With no part named the default set runs (``--only a,b`` names parts too). ``--quick`` runs each
+part small, to see that it works in seconds: its figures mean little. An option applies to every
+part run that has it (``--repeats``, ``--against CHECKOUT``…); ``python -m bench PART --help``
+lists a part's own. Each part is a module of ``bench`` with ``Options`` (a dataclass: the
+defaults), ``QUICK`` and ``run(options) -> Section``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
+import itertools
 import os
-import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from datetime import datetime, timezone
-from importlib import metadata
+import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
-from bench.report import targets_table
+from bench.harness.report import machine, progress, targets_table, today
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from bench.report import Section
-
-PARTS: Final = (
+DEFAULT: Final = (
     "throughput",
-    "redis-work",
-    "request-cost",
-    "process-cpu",
+    "redis_work",
+    "request_cost",
+    "process_cpu",
     "tags",
     "cleanup",
-    "room-flood",
+    "room_flood",
     "memory",
     "rooms",
 )
-#: Parts that run only when ``--only`` names them: a few minutes each, on a million people.
-ON_REQUEST: Final = ("batching",)
+#: Parts run only when named: minutes each, or of another kind (failures, streams).
+ON_REQUEST: Final = (
+    "batching",
+    "capacity",
+    "outages",
+    "outage_queue",
+    "restart_empty",
+    "failover",
+    "streams",
+    "streams_requests",
+    "streams_outage",
+    "streams_stalled",
+)
+#: Parts that load the site with wrk.
+WITH_WRK: Final = ("throughput", "streams_requests")
+
+
+def _parts(argv: list[str]) -> list[str]:
+    """The parts named first on the command line or by ``--only``; the default set else."""
+    named = list(itertools.takewhile(lambda word: not word.startswith("-"), argv))
+    for index, word in enumerate(argv):
+        if word == "--only" and index + 1 < len(argv):
+            named += argv[index + 1].split(",")
+        elif word.startswith("--only="):
+            named += word.removeprefix("--only=").split(",")
+    found = [name.strip().replace("-", "_") for name in named if name.strip()]
+    unknown = sorted(set(found) - {*DEFAULT, *ON_REQUEST})
+    if unknown:
+        raise SystemExit(f"bench: unknown parts {unknown}; choose from {DEFAULT + ON_REQUEST}")
+    return found or list(DEFAULT)
 
 
 def _setup_django() -> None:
@@ -48,137 +73,75 @@ def _setup_django() -> None:
     from django.core.management import call_command
 
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.site"
-    os.environ["WHOS_ONLINE_BENCH_VARIANT"] = "throttled"
+    os.environ.setdefault("WHOS_ONLINE_BENCH_VARIANT", "throttled")
+    # Where a part's settings are gone, a flush still due finds a Redis that never answers.
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:9/0")
     django.setup()
     call_command("migrate", verbosity=0)
 
 
-def _version(distribution: str) -> str:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+def _option_type(hint: Any) -> Any:
+    return Path if Path in typing.get_args(hint) else hint
 
 
-def _first_line(command: list[str]) -> str:
-    found = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = (found.stdout or found.stderr).strip().splitlines()
-    return lines[0] if lines else "unknown"
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def machine() -> str:
-    from tests.support.redis_server import server_binary
-
-    redis_server = _first_line([server_binary(), "--version"]).split(" v=")[-1].split()[0]
-    return (
-        f"{datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores ({_cpu()}), "
-        f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
-        f"Django {_version('django')}, redis-py {_version('redis')} with hiredis "
-        f"{_version('hiredis')}, redis-server {redis_server}, gunicorn {_version('gunicorn')}, "
-        f"{_first_line(['wrk', '--version']).split(' [')[0]}"
-    )
+def _parser(modules: dict[str, Any]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("parts", nargs="*", help=f"of {', '.join(DEFAULT + ON_REQUEST)}")
+    parser.add_argument("--only", help="parts, comma-separated")
+    parser.add_argument("--quick", action="store_true", help="each part small: does it work?")
+    defaults: dict[str, dict[str, Any]] = {}
+    for part, module in modules.items():
+        hints = typing.get_type_hints(module.Options)
+        for option in dataclasses.fields(module.Options):
+            kind = _option_type(hints[option.name])
+            found = defaults.setdefault(option.name, {"type": kind, "defaults": []})
+            found["defaults"].append(f"{part} {option.default}")
+            if found["type"] is not kind:  # parts differ: each reads the text its own way
+                found["type"] = str
+    for name, found in sorted(defaults.items()):
+        flag, shown = "--" + name.replace("_", "-"), "; ".join(found["defaults"])
+        if found["type"] is bool:
+            parser.add_argument(flag, dest=name, action="store_true", default=None, help=shown)
+        else:
+            parser.add_argument(flag, dest=name, type=found["type"], help=f"default: {shown}")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument(
-        "--only", default=",".join(PARTS), help=f"comma-separated of {PARTS + ON_REQUEST}"
-    )
-    parser.add_argument("--repeats", type=int, default=12, help="throughput repetitions")
-    parser.add_argument(
-        "--seconds", type=int, default=1, help="seconds of load per throughput cell (wrk: whole)"
-    )
-    parser.add_argument(
-        "--variants",
-        help="comma-separated throughput variants to measure besides bare Django "
-        "(throttled, recording, recording_hits, naive, online_users, online_status; default: all)",
-    )
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also serve the whos_online variants from this other checkout of the project, "
-        "interleaved, and compare (e.g. a `git worktree` of the commit before a change): the "
-        "throughput and process-cpu parts",
-    )
-    parser.add_argument(
-        "--asgi",
-        action="store_true",
-        help="serve the throughput sites as ASGI with uvicorn instead of WSGI with gunicorn",
-    )
-    options = parser.parse_args(argv)
-    wanted = [part.strip() for part in options.only.split(",") if part.strip()]
-    unknown = sorted(set(wanted) - set(PARTS) - set(ON_REQUEST))
-    if unknown:
-        parser.error(f"unknown parts {unknown}; choose from {PARTS + ON_REQUEST}")
-    if "throughput" in wanted and shutil.which("wrk") is None:
-        print(
-            "bench: wrk is not installed; it is Debian's package wrk (apt-get install wrk), "
-            "which `python3 scripts/dev.py bench` installs when run as root.",
-            file=sys.stderr,
-        )
+    argv = sys.argv[1:] if argv is None else argv
+    parts = _parts(argv)
+    if set(parts) & set(WITH_WRK) and shutil.which("wrk") is None:
+        progress("wrk is not installed: it is Debian's package wrk (apt-get install wrk)")
         return 1
-    started = time.monotonic()
     _setup_django()
-    from bench import (
-        batching,
-        cleanup,
-        memory,
-        process_cpu,
-        redis_work,
-        request_cost,
-        room_flood,
-        rooms,
-        tags,
-        throughput,
-    )
-
-    with tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir:
-        runs: dict[str, Callable[[], Section]] = {
-            "throughput": lambda: throughput.run(
-                options.seconds,
-                options.repeats,
-                Path(workdir),
-                only=options.variants.split(",") if options.variants else None,
-                against=options.against,
-                asgi=options.asgi,
-            ),
-            "batching": batching.run,
-            "redis-work": redis_work.run,
-            "request-cost": request_cost.run,
-            "process-cpu": lambda: process_cpu.run(options.against),
-            "tags": tags.run,
-            "cleanup": cleanup.run,
-            "room-flood": room_flood.run,
-            "memory": memory.run,
-            "rooms": rooms.run,
+    modules = {part: importlib.import_module(f"bench.{part}") for part in parts}
+    parser = _parser(modules)
+    given = vars(parser.parse_args(argv))
+    if given["parts"] != list(itertools.takewhile(lambda word: not word.startswith("-"), argv)):
+        parser.error("name the parts first, before the options")
+    command = " ".join(["python3 scripts/dev.py bench", *argv])
+    started = time.monotonic()
+    print(f"Measured on {today()}, {machine()}.\n")
+    targets = []
+    for part, module in modules.items():
+        names = {option.name for option in dataclasses.fields(module.Options)}
+        hints = typing.get_type_hints(module.Options)
+        chosen = {
+            name: _option_type(hints[name])(value)
+            for name, value in given.items()
+            if name in names and value is not None
         }
-        sections = []
-        for part in wanted:
-            part_started = time.monotonic()
-            print(f"bench: {part}…", file=sys.stderr, flush=True)
-            sections.append(runs[part]())
-            print(
-                f"bench: {part} took {time.monotonic() - part_started:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-    print(f"Measured on {machine()}.\n")
-    for section in sections:
-        print(section.markdown() + "\n")
-    targets = [target for section in sections for target in section.targets]
+        options = dataclasses.replace(
+            module.QUICK if given["quick"] else module.Options(), **chosen
+        )
+        progress(f"{part}…")
+        part_started = time.monotonic()
+        section = module.run(options)
+        progress(f"{part} took {time.monotonic() - part_started:.0f} s")
+        print(section.markdown(command) + "\n", flush=True)
+        targets += section.targets
     if targets:
-        print(targets_table(targets))
+        print(targets_table(targets) + "\n")
     print(f"The whole run took {time.monotonic() - started:.0f} s.")
     return 0
 

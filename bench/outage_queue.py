@@ -1,160 +1,164 @@
-"""What an outage costs a process that goes on serving: the throttle cookies it hands out, and the
-memory its queue of visits takes.
+"""What an outage costs a process that goes on serving: the throttle cookies it hands out, and
+the memory its queue of visits takes.
 
-Run from the repository root: ``python3 scripts/dev.py bench outage_queue`` (``--against
-CHECKOUT`` measures another checkout of the project the same way, say a ``git worktree`` of an
-older commit).
-
-Each measurement runs in a Python process of its own, on the test site (``tests.settings``) with
-nothing listening on the Redis port and the default ``FLUSH_INTERVAL``; every request is a page
-from a new guest, handed to Django's WSGI handler as a server would:
-
-* cookies: ``--requests`` requests in a row, with ``FAILURE_BACKOFF`` 2, counting those answered
-  with a throttle cookie, and when the first and the last of them came. While Redis is known to
-  be down none is handed out: only the requests recorded before the process's first flush failed
-  get one.
-* memory: as many requests as the queue holds (``QUEUE_SIZE``, 20 000), each leaving its visit
-  in the queue once a flush has failed (with a back-off of an hour, so that no flush takes the
-  queue while it is measured): what the process holds more afterwards, by
-  ``tracemalloc`` (after a collection; the queue, and the caches of guests' pseudonyms, which are
-  bounded), what of it goes when the queue is emptied, and the growth of the process's resident
-  set (``VmRSS``, which also keeps what the requests' garbage took at its highest), per visit.
+Each measure runs in a Python process of its own on the test site (``tests.settings``), nothing
+listening on the Redis port, each request a page of a new guest through Django's WSGI handler:
+requests in a row with ``FAILURE_BACKOFF`` 2, counting those answered with a throttle cookie; and
+as many requests as the queue holds once a flush has failed (a back-off of an hour, so that no
+flush takes it), with the memory the process holds more (``tracemalloc``), the queue's part, and
+the growth of its resident set, per visit.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
+import gc
+import io
+import json
+import logging
 import os
+import socket
 import subprocess
 import sys
-from pathlib import Path
+import time
+import tracemalloc
+from dataclasses import dataclass
+from pathlib import Path  # noqa: TC003 (the options' types are read at run time)
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-
-#: Run in the measuring process, from the root of the checkout measured; only the public surface
-#: of whos_online is used, so that an older checkout runs it too.
-CHILD = """
-import gc, socket, sys, time, tracemalloc
-import django
-from django.conf import settings
-
-with socket.socket() as sock:  # a port where nothing listens once it is closed
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-mode, requests = sys.argv[1], int(sys.argv[2])
-settings.WHOS_ONLINE = {
-    "REDIS_URL": f"redis://127.0.0.1:{port}/0",
-    # Measuring the queue, no flush must take it meanwhile: one failure, then none for an hour.
-    "FAILURE_BACKOFF": 2 if mode == "cookies" else 3600,
-    "SNAPSHOT_MAX_AGE": 0,
-}
-django.setup()
-import whos_online
-import io
-import logging
-logging.disable(logging.CRITICAL)  # the outage's warnings
-from django.core.handlers.wsgi import WSGIHandler
-
-# Called as a WSGI server calls it: Django's test client keeps a little of each request for ever,
-# which would be counted too.
-application = WSGIHandler()
+from bench.harness import servers
+from bench.harness.clients import address
+from bench.harness.report import Section, table
 
 
-def page(number):  # a page to a new guest: whether it was answered with a throttle cookie
-    address = f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"
+@dataclass(frozen=True)
+class Options:
+    #: Requests of the cookies' run, and visits queued in the memory's.
+    requests: int = 30_000
+    queued: int = 20_000
+    #: Another checkout measured the same way.
+    against: Path | None = None
+
+
+QUICK = Options(requests=2_000, queued=1_000)
+
+
+def child(mode: str, requests: int, checkout: str) -> dict[str, Any]:
+    """The measure, in the child process: whos_online from ``checkout``, Redis down."""
+    sys.path.insert(0, checkout)
+    import django
+    from django.conf import settings
+
+    with socket.socket() as sock:  # a port where nothing listens once it is closed
+        sock.bind(("127.0.0.1", 0))
+        url = f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+    backoff = 2 if mode == "cookies" else 3600  # the memory's: one failure, then no flush
+    settings.WHOS_ONLINE = {"REDIS_URL": url, "FAILURE_BACKOFF": backoff, "SNAPSHOT_MAX_AGE": 0}
+    django.setup()
+    logging.disable(logging.CRITICAL)  # the outage's warnings
+    return cookies(requests) if mode == "cookies" else memory(requests)
+
+
+def page(number: int) -> bool:
+    """A page to a new guest, called as a server calls Django (its test client keeps a little
+    of each request): whether it was answered with a throttle cookie."""
+    from bench.internals import COOKIE_NAME
+
     environ = {
-        "REQUEST_METHOD": "GET", "PATH_INFO": "/plain/", "REMOTE_ADDR": address,
+        "REQUEST_METHOD": "GET", "PATH_INFO": "/plain/", "REMOTE_ADDR": address(number),
         "SERVER_NAME": "testserver", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
-        "wsgi.input": io.BytesIO(b""), "wsgi.errors": sys.stderr,
-    }
-    headers = []
-    body = application(environ, lambda status, sent, *rest: headers.extend(sent))
-    b"".join(body)
-    body.close()
-    cookies = [value.strip() for name, value in headers if name == "Set-Cookie"]
-    return any(cookie.startswith("whos_online=") for cookie in cookies)
+        "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr,
+    }  # fmt: skip
+    headers: list[tuple[str, str]] = []
+    start = lambda status, sent, *rest: headers.extend(sent)  # noqa: E731
+    application()(environ, start).close()
+    cookies = [value for name, value in headers if name == "Set-Cookie"]
+    return any(value.startswith(f"{COOKIE_NAME}=") for value in cookies)
 
 
-def rss():
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+@functools.cache
+def application() -> Any:
+    """Django's WSGI handler, made once as a server makes it."""
+    from django.core.handlers.wsgi import WSGIHandler
+
+    return WSGIHandler()
 
 
-if mode == "cookies":
-    started, times = time.monotonic(), []
-    for number in range(requests):
-        if page(number):
-            times.append(time.monotonic() - started)
-    print(len(times), times[0] if times else 0.0, times[-1] if times else 0.0)
-else:
-    try:
-        from whos_online.flushing.flusher import flusher
-    except ImportError:  # before the package was laid out in subpackages: one flusher
-        from whos_online.flushing import flusher as made
-        flusher = lambda: made
+def cookies(requests: int) -> dict[str, Any]:
+    """Which requests in a row were answered with a throttle cookie, and when."""
+    started = time.monotonic()
+    times = [time.monotonic() - started for number in range(requests) if page(number)]
+    return {"cookies": len(times), "first": (times or [0])[0], "last": (times or [0])[-1]}
+
+
+def memory(requests: int) -> dict[str, Any]:
+    """What ``requests`` visits queued after a failed flush hold: in all (``tracemalloc``),
+    in the queue alone, and in the resident set."""
+    import whos_online
+    from bench import internals as whos
+
     page(0)  # what the first request loads and keeps, before measuring
     assert not whos_online.flush()  # the failure: the breaker is open from now on
     gc.collect()
     tracemalloc.start()
-    before, rss_before = tracemalloc.get_traced_memory()[0], rss()
+    before, rss = tracemalloc.get_traced_memory()[0], servers.rss(os.getpid())
     for number in range(1, requests + 1):
         page(number)
     gc.collect()
-    held, grown = tracemalloc.get_traced_memory()[0] - before, rss() - rss_before
-    queued = len(flusher().queue)
-    flusher().queue.take()  # what the queue alone held goes with it
+    held, grown = tracemalloc.get_traced_memory()[0] - before, servers.rss(os.getpid()) - rss
+    queued = len(whos.flusher.current().queue.take())  # what the queue alone held goes with it
     gc.collect()
-    print(queued, held, held - (tracemalloc.get_traced_memory()[0] - before), grown)
-"""
+    queue = held - (tracemalloc.get_traced_memory()[0] - before)
+    return {"queued": queued, "held": held, "queue": queue, "grown": grown}
 
 
-def measure(checkout: Path, mode: str, requests: int) -> list[float]:
+def measure(checkout: Path, mode: str, requests: int) -> dict[str, Any]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(checkout),
+        "PYTHONPATH": str(servers.ROOT),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, str(requests)],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=True,
+    command = [sys.executable, "-m", "bench.outage_queue", mode, str(requests), str(checkout)]
+    done = subprocess.run(
+        command, cwd=checkout, env=env, capture_output=True, text=True, timeout=3600, check=True
     )
-    return [float(value) for value in result.stdout.split()]
+    return dict(json.loads(done.stdout))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=30_000, help="of the cookies' run")
-    parser.add_argument("--queued", type=int, default=20_000, help="visits of the memory's run")
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also measure this other checkout of the project",
+def row(name: str, checkout: Path, options: Options) -> list[object]:
+    got = measure(checkout, "cookies", options.requests)
+    times = f", the first {got['first']:.3f} s in, the last {got['last']:.3f} s in"
+    mem = measure(checkout, "memory", options.queued)
+    held = [
+        f"{mem[k] / 2**20:.1f} MiB ({mem[k] / mem['queued']:.0f} B a visit)"
+        for k in ("held", "queue", "grown")
+    ]
+    return [
+        name,
+        f"{got['cookies']} of {options.requests}{times if got['cookies'] else ''}",
+        mem["queued"],
+        *held,
+    ]
+
+
+def run(options: Options) -> Section:
+    rows = [
+        row(name, checkout, options)
+        for name, checkout in servers.checkouts(options.against).items()
+    ]
+    return Section(
+        "An outage, to a process that goes on serving",
+        f"Redis down; {options.requests} requests in a row from new guests (`FAILURE_BACKOFF` 2), "
+        f"then {options.queued} visits queued by as many requests after a failed flush.",
+        [
+            table(
+                "checkout | requests answered with a throttle cookie | visits queued | the "
+                "process holds more (tracemalloc) | of which the queue | resident set grown",
+                rows,
+            )
+        ],
     )
-    arguments = parser.parse_args(argv)
-    checkouts = {"this checkout": ROOT}
-    if arguments.against is not None:
-        checkouts[str(arguments.against)] = arguments.against.resolve()
-    for name, checkout in checkouts.items():
-        cookies, first, last = measure(checkout, "cookies", arguments.requests)
-        print(
-            f"{name}: {cookies:.0f} of {arguments.requests} requests got a throttle cookie"
-            + (f", the first {first:.3f} s in, the last {last:.3f} s in" if cookies else "")
-        )
-        queued, held, queue, grown = measure(checkout, "memory", arguments.queued)
-        print(
-            f"{name}: {queued:.0f} visits queued by as many requests: the process holds "
-            f"{held / 2**20:.1f} MiB more ({held / queued:.0f} B a visit, tracemalloc), the "
-            f"queue itself {queue / 2**20:.1f} MiB ({queue / queued:.0f} B a visit); resident "
-            f"set {grown / 2**20:+.1f} MiB ({grown / queued:.0f} B a visit)"
-        )
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    print(json.dumps(child(sys.argv[1], int(sys.argv[2]), sys.argv[3])))

@@ -1,645 +1,396 @@
 """What a Redis outage costs a page, and how soon recording resumes once Redis is back.
 
-Starts a throw-away redis-server (and a second one to be its primary in the read-only case),
-configures a small Django site with the whos_online middleware, a page that renders
-``{% whos_online %}`` and one that does not, and times ``django.test.Client`` requests while
-Redis is:
-
-* healthy;
-* not listening (the server was shut down);
-* frozen (SIGSTOP: the kernel accepts connections, nothing answers);
-* slow: a proxy in front of it holds every reply back 1 s (beyond the request timeout), or 50 ms
-  (within it); the same proxy without delay is measured too, as the baseline of those two;
-* out of memory (``maxmemory`` with ``noeviction``, filled until writes get OOM errors);
-* a read-only replica (``REPLICAOF`` another server; writes get READONLY errors);
-* unable to snapshot (``MISCONF``: the directory it saves to is gone; only where ``CONFIG SET
-  dir`` is allowed, as on Redis 6.2: later versions protect it).
-
-Each situation is measured in four setups (``SETUPS``): the page with the tag, or the page
-without it (a request that only records), each with the default ``FLUSH_INTERVAL`` (the visit
-queued, written by the process's flusher thread) and with 0 (written before the response).
-Every request comes from a new visitor, so that every one of them is recorded (the path that
-talks to Redis; throttled requests never do). Each repetition runs every situation of every
-setup once, in a rotating order: a warm-up request on a healthy Redis (the pool holds a live
-connection, as on a busy site), then the fault, then the first request of the outage and the
-following ones, 40 ms apart so that they go on while the flusher waits on the broken Redis,
-all within the back-off. Per situation it reports the share of HTTP 200 answers, the median and
-p99 time added to a request, the warnings logged, and the page hits (``COUNT_HITS`` is on) that
-reached Redis against the requests served, once Redis is back and the buffer written. Then it
-measures recovery with ``FLUSH_INTERVAL`` 0, where a throttle cookie is only set once the write
-succeeded: the fault, one failing request, Redis back, and requests every few milliseconds until
-one is recorded. Recovery is measured with a short FAILURE_BACKOFF so as to fit the run time,
-and once with the default 10 s as a check. The targets' table ends the run. Run from the
-repository root (``--repeats`` for fewer outages per situation):
-
-    python3 scripts/dev.py bench outages
+Pages of the bench site, in this process through Django's test client, each from a new visitor
+(so each is recorded), while Redis is healthy, not listening, frozen (SIGSTOP), slow behind a
+proxy (replies 1 s late, or 50 ms), out of memory, a read-only replica, or failing its snapshots
+(MISCONF, where ``CONFIG SET dir`` is allowed); a page with ``{% whos_online %}`` or one without,
+each with the default ``FLUSH_INTERVAL`` and with 0. Per situation: pages served, time added,
+warnings, page hits kept; then the time from Redis back to the first recorded visit.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import statistics
-import sys
 import tempfile
 import time
-import types
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import django
 import redis
-from django.conf import settings
+from django.test import Client, override_settings
 
-from bench import servers, stats
-from bench.report import Target, targets_table
+from bench import internals as whos
+from bench.harness import servers
+from bench.harness.clients import address
+from bench.harness.report import Section, Target, fixed, ms, table
+from bench.harness.rounds import interleaved, percentile, spread
 from tests.support import redis_faults
 from tests.support.delaying_proxy import DelayingProxy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from django.http import HttpRequest, HttpResponse
-
-    from tests.support.redis_server import RedisServer
-
-#: Repetitions of every situation, interleaved.
-REPEATS = 10
-#: Requests timed after the first one of each outage, all within the back-off, this many seconds
-#: apart: together longer than a flush's wait and a timeout, so that the requests of an outage
-#: go on while the flusher thread waits on the broken Redis.
-FOLLOWING = 10
-FOLLOWING_EVERY = 0.04
-#: FAILURE_BACKOFF for the recovery measurements, and how many of them per fault.
-RECOVERY_BACKOFF = 1.0
-RECOVERY_REPEATS = 3
-#: Pause between the requests that wait for recording to resume.
-POLL = 0.005
-URLCONF = "bench_outages_urls"
-#: A key set before each episode: gone or older after it if the server restarted.
-MARKER = "bench:outages:marker"
-#: The situations where Redis does not answer (the others answer reads but refuse writes).
-UNREACHABLE = ("nothing listening", "frozen (SIGSTOP)", "slow: replies 1 s late")
-
-
-class LogCounter(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.levels: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.levels.append(record.levelname)
-
-
-def configure(url: str) -> LogCounter:
-    from django.urls import path
-
-    urls = types.ModuleType(URLCONF)
-    sys.modules[URLCONF] = urls
-    settings.configure(
-        SECRET_KEY="bench-only",  # noqa: S106 (a throw-away site)
-        DEBUG=False,
-        ALLOWED_HOSTS=["*"],
-        USE_TZ=True,
-        INSTALLED_APPS=[
-            "django.contrib.auth",
-            "django.contrib.contenttypes",
-            "django.contrib.sessions",
-            "whos_online",
-        ],
-        MIDDLEWARE=[
-            "django.contrib.sessions.middleware.SessionMiddleware",
-            "django.contrib.auth.middleware.AuthenticationMiddleware",
-            "whos_online.middleware.WhosOnlineMiddleware",
-        ],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        ROOT_URLCONF=URLCONF,
-        TEMPLATES=[
-            {
-                "BACKEND": "django.template.backends.django.DjangoTemplates",
-                "APP_DIRS": True,
-                "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
-            }
-        ],
-        WHOS_ONLINE={"REDIS_URL": url, "COUNT_HITS": True},
-    )
-    django.setup()
-    urls.urlpatterns = [  # type: ignore [attr-defined]
-        path("", page),
-        path("plain/", plain_page),
-    ]
-    counter = LogCounter()
-    logger = logging.getLogger("whos_online")
-    logger.addHandler(counter)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    return counter
-
-
-def page(request: HttpRequest) -> HttpResponse:
-    from django.http import HttpResponse
-    from django.template import engines
-
-    template = engines["django"].from_string(
-        "{% load whos_online %}<main>page</main>{% whos_online %}"
-    )
-    return HttpResponse(template.render({}, request))
-
-
-def plain_page(request: HttpRequest) -> HttpResponse:
-    """A page that reads nothing from Redis: its request only records."""
-    from django.http import HttpResponse
-
-    return HttpResponse("<main>page</main>")
+#: Requests after the first of an outage, this far apart: they go on while the flusher waits.
+FOLLOWING: Final = 10
+EVERY: Final = 0.04
+#: Setups: (label, path, FLUSH_INTERVAL; None for the default).
+SETUPS: Final = (
+    ("page with {% whos_online %}, defaults", "/tag/", None),
+    ("page with {% whos_online %}, FLUSH_INTERVAL 0", "/tag/", 0.0),
+    ("recorded request (no tag), defaults", "/", None),
+    ("recorded request (no tag), FLUSH_INTERVAL 0", "/", 0.0),
+)
+#: The targets: the recorded requests' p99 at most this many ms more, every page served.
+MOST_MS: Final = 2.0
+TARGET_SITUATIONS: Final = ("frozen (SIGSTOP)", "sluggish: replies 50 ms late")
 
 
 @dataclass(frozen=True)
-class Setup:
-    """What the site's pages do: read Redis (a page with the tag) or only record, and when
-    they write (``FLUSH_INTERVAL``; None for the default)."""
-
-    label: str
-    path: str
-    flush_interval: float | None = None
+class Options:
+    #: Outages per situation and setup; of the recovery measures; at the default back-off.
+    repeats: int = 10
+    recoveries: int = 3
+    checks: int = 1
 
 
-SETUPS = (
-    Setup("page with {% whos_online %}, defaults", "/"),
-    Setup("page with {% whos_online %}, FLUSH_INTERVAL 0", "/", 0.0),
-    Setup("recorded request (no tag), defaults", "/plain/"),
-    Setup("recorded request (no tag), FLUSH_INTERVAL 0", "/plain/", 0.0),
-)
-#: The recorded requests of the targets: at most this many ms added to their p99, all served.
-TARGET_P99_MS = 2.0
-TARGET_SITUATIONS = ("frozen (SIGSTOP)", "sluggish: replies 50 ms late")
+QUICK = Options(repeats=1, recoveries=1, checks=0)
 
 
-@dataclass
+@dataclass(eq=False)
 class Situation:
     name: str
-    inject: Callable[[], None]
-    heal: Callable[[], None]
-    #: The Redis URL the site uses in this situation: the server's, or the proxy's in front of it.
-    url: str = ""
-    #: Whether Redis fails in this situation (so the breaker opens and recovery can be timed).
+    inject: Callable[[], object]
+    heal: Callable[[], object]
+    setup: tuple[str, str, float | None]
+    url: str
     outage: bool = True
     #: Seconds for replies held back by the proxy to arrive, before the hits are counted.
     settle: float = 0.0
-    setup: Setup = SETUPS[0]
-    first: list[float] = field(default_factory=list)
-    following: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
     statuses: list[int] = field(default_factory=list)
     warnings: int = 0
-    #: Requests served during its episodes, and the page hits of them that Redis counted.
+    #: Requests served during its episodes, and their page hits that Redis counted.
     served: int = 0
     counted: int = 0
 
-    @property
-    def times(self) -> list[float]:
-        return self.first + self.following
 
+class Site:
+    """The redis-server, a primary for it to follow, the proxy, and the pages' client."""
 
-def nothing() -> None:
-    """Neither breaks nor heals: the healthy situations."""
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.server = stack.enter_context(servers.redis_server())
+        self.primary = stack.enter_context(servers.redis_server())
+        self.proxy = DelayingProxy(self.server.port)
+        stack.callback(self.proxy.close)
+        self.direct = redis.Redis.from_url(self.server.url, socket_timeout=5)
+        self.client, self.visitors, self.levels = Client(), iter(range(1 << 24)), list[str]()
+        handler = LevelsKept(self.levels)
+        logger = logging.getLogger("whos_online")
+        logger.addHandler(handler)
+        stack.callback(logger.removeHandler, handler)
+        stack.enter_context(mock_attribute(logger, "propagate", False))
+        logger.setLevel(logging.INFO)
 
+    def visit(self, path: str, statuses: list[int] | None = None) -> tuple[float, bool]:
+        """Seconds a new visitor's page took, and whether it was recorded (it got a cookie)."""
+        self.client.cookies.clear()
+        started = time.perf_counter()
+        response = self.client.get(path, REMOTE_ADDR=address(next(self.visitors), "198.18"))
+        took = time.perf_counter() - started
+        if statuses is not None:
+            statuses.append(response.status_code)
+        elif response.status_code != 200:
+            raise RuntimeError(f"the page answered {response.status_code}")
+        return took, whos.COOKIE_NAME in response.cookies
 
-class Faults:
-    """Breaks and heals one redis-server at a fixed URL, as the tests do, in the ways that take
-    more than a call of the server's own stop/start or freeze/resume."""
+    @contextlib.contextmanager
+    def using(
+        self, url: str, interval: float | None, backoff: float | None = None
+    ) -> Iterator[None]:
+        settings = {"REDIS_URL": url, "COUNT_HITS": True, "TRUSTED_PROXY_COUNT": 0}
+        settings |= {} if interval is None else {"FLUSH_INTERVAL": interval}
+        with override_settings(
+            WHOS_ONLINE=settings | ({} if backoff is None else {"FAILURE_BACKOFF": backoff})
+        ):
+            whos.close_breakers()
+            yield
 
-    def __init__(self, server: RedisServer, primary: RedisServer, proxy: DelayingProxy) -> None:
-        self.primary = primary
-        self.proxy = proxy
-        self.directory = server.directory
-        self.direct = redis.Redis.from_url(server.url, socket_timeout=5)
+    def hits(self, written: bool = True) -> int:
+        """Page hits in Redis, once the process has written what it holds."""
+        if written and not whos.visits.flush_hits():
+            raise RuntimeError("the buffered hits could not be written to a healthy Redis")
+        return sum(
+            count for _, count in whos.counters.get(self.direct, whos.get_config(), "hits", 86400)
+        )
+
+    def situations(self, setup: tuple[str, str, float | None]) -> list[Situation]:
+        direct, proxied, nothing = self.server.url, self.proxy.url, lambda: None
+        found = [
+            Situation("healthy", nothing, nothing, setup, direct, outage=False),
+            Situation("nothing listening", self.server.stop, self.server.start, setup, direct),
+            Situation("frozen (SIGSTOP)", self.server.freeze, self.server.resume, setup, direct),
+            Situation(
+                "slow: replies 1 s late",
+                self.delay(1.0),
+                self.delay(0.0),
+                setup,
+                proxied,
+                settle=1.1,
+            ),
+            Situation("out of memory", self.fill, self.unfill, setup, direct),
+            Situation(
+                "read-only replica",
+                self.demote,
+                lambda: self.direct.replicaof("NO", "ONE"),
+                setup,
+                direct,
+            ),
+            Situation("healthy, through the proxy", nothing, nothing, setup, proxied, outage=False),
+            Situation(
+                "sluggish: replies 50 ms late",
+                self.delay(0.05),
+                self.delay(0.0),
+                setup,
+                proxied,
+                outage=False,
+                settle=0.1,
+            ),
+        ]
+        with contextlib.suppress(redis.ResponseError):  # Redis 7 and later protect ``dir``
+            self.direct.config_set("dir", self.server.directory)
+            found.insert(
+                6,
+                Situation(
+                    "snapshots failing (MISCONF)",
+                    self.fail_snapshots,
+                    self.allow_writes,
+                    setup,
+                    direct,
+                ),
+            )
+        return found
+
+    def delay(self, seconds: float) -> Callable[[], None]:
+        """What makes the proxy hold every reply back ``seconds``."""
+        return lambda: setattr(self.proxy, "delay", seconds)
 
     def fill(self) -> None:
         redis_faults.fill_until_oom(self.direct)
 
     def unfill(self) -> None:
         self.direct.config_set("maxmemory", 0)
-        keys = list(self.direct.scan_iter(match="fill:*", count=1000))
-        if keys:
+        if keys := list(self.direct.scan_iter(match="fill:*", count=1000)):
             self.direct.unlink(*keys)
 
     def demote(self) -> None:
-        # The primary gets a copy of the data first, as after a failover, so that the hits
-        # counted before the episode are still there to compare with.
+        # The primary gets a copy of the data first, as after a failover: the hits counted
+        # before the episode are there to compare with.
         with redis.Redis.from_url(self.primary.url, socket_timeout=5) as primary:
             primary.flushall()
             for key in self.direct.scan_iter(count=1000):
-                dumped = self.direct.dump(key)
-                if dumped is not None:
-                    ttl = max(int(self.direct.pttl(key)), 0)
-                    primary.restore(key, ttl, dumped, replace=True)
+                if (dumped := self.direct.dump(key)) is not None:
+                    primary.restore(key, max(int(self.direct.pttl(key)), 0), dumped, replace=True)
         redis_faults.demote(self.direct, self.primary)
 
-    def can_move_snapshots(self) -> bool:
-        """Whether ``CONFIG SET dir`` works (Redis 7 and later protect it by default)."""
-        try:
-            self.direct.config_set("dir", self.directory)
-        except redis.exceptions.ResponseError:
-            return False
-        return True
-
     def fail_snapshots(self) -> None:
-        # Snapshots go to a directory of their own, removed under the server, so that the
-        # server's own directory stays for the other situations (a restart, a replica's sync).
+        # Into a directory of their own, removed under the server: its own stays for the rest.
         doomed = tempfile.mkdtemp(prefix="whos-online-misconf-")
         self.direct.config_set("dir", doomed)
         redis_faults.fail_snapshots(self.direct, doomed)
 
     def allow_writes(self) -> None:
         redis_faults.allow_writes_without_snapshots(self.direct)
-        self.direct.config_set("dir", self.directory)
-
-    def promote(self) -> None:
-        self.direct.replicaof("NO", "ONE")
-
-    def delay(self, seconds: float) -> Callable[[], None]:
-        def hold_replies() -> None:
-            self.proxy.delay = seconds
-
-        return hold_replies
-
-    def undelay(self) -> None:
-        self.proxy.delay = 0.0
+        self.direct.config_set("dir", self.server.directory)
 
 
-def use(url: str, flush_interval: float | None = None) -> None:
-    """Point the site at ``url`` and write with ``flush_interval`` (None: the default), with
-    fresh clients and a closed breaker."""
-    from whos_online.config import settings as conf
+class LevelsKept(logging.Handler):
+    def __init__(self, levels: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.levels = levels
 
-    current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
-    wanted = {key: value for key, value in current.items() if key != "FLUSH_INTERVAL"}
-    wanted["REDIS_URL"] = url
-    if flush_interval is not None:
-        wanted["FLUSH_INTERVAL"] = flush_interval
-    if current != wanted:
-        setattr(settings, "WHOS_ONLINE", wanted)  # noqa: B010
-        conf.reset()
+    def emit(self, record: logging.LogRecord) -> None:
+        self.levels.append(record.levelname)
 
 
-class Visitors:
-    """Times requests to the page, each from a new visitor (198.18.0.0/15)."""
-
-    def __init__(self) -> None:
-        from django.test import Client
-
-        from whos_online.recording import throttle
-
-        self.client = Client()
-        self.cookie = throttle.COOKIE_NAME
-        self.addresses: Iterator[int] = iter(range(int(IPv4Address("198.18.0.1")), 2**32))
-
-    def visit(self, statuses: list[int] | None = None, path: str = "/") -> tuple[float, bool]:
-        """Seconds the request took, and whether it was recorded (it got a throttle cookie).
-        The status is added to ``statuses``; without it, anything but a 200 is an error."""
-        self.client.cookies.clear()
-        address = str(IPv4Address(next(self.addresses)))
-        started = time.perf_counter()
-        response = self.client.get(path, REMOTE_ADDR=address)
-        took = time.perf_counter() - started
-        if statuses is not None:
-            statuses.append(response.status_code)
-        elif response.status_code != 200:
-            raise RuntimeError(f"the page answered {response.status_code}")
-        return took, self.cookie in response.cookies
+@contextlib.contextmanager
+def mock_attribute(target: object, name: str, value: object) -> Iterator[None]:
+    before = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, before)
 
 
-def close_breakers() -> None:
-    from whos_online.backend.connection import breaker, refusals
-
-    breaker.reset()
-    refusals.reset()
-
-
-def stored_hits(direct: redis.Redis) -> int:
-    """Page hits in Redis now."""
-    from whos_online.config.settings import get_config
-    from whos_online.store import counters
-
-    return sum(count for _, count in counters.get(direct, get_config(), "hits", 86400))
-
-
-def counted_hits(direct: redis.Redis) -> int:
-    """Page hits in Redis, once the process has written what it holds."""
-    from whos_online.recording import visits as recording
-
-    if not recording.flush_hits():
-        raise RuntimeError("the buffered hits could not be written to a healthy Redis")
-    return stored_hits(direct)
-
-
-def measure_latency(
-    situations: list[Situation],
-    visitors: Visitors,
-    logs: LogCounter,
-    direct: redis.Redis,
-    repeats: int,
-) -> None:
-    for repeat in range(repeats):
-        for situation in stats.rotated(situations, repeat):
-            setup = situation.setup
-            use(situation.url, setup.flush_interval)
-            close_breakers()  # every episode is a new outage
-            visitors.visit(path=setup.path)
-            before = counted_hits(direct)
-            episode = f"{repeat}:{setup.label}:{situation.name}"
-            direct.set(MARKER, episode)
-            warned = logs.levels.count("WARNING")
-            situation.inject()
-            try:
-                situation.first.append(visitors.visit(situation.statuses, setup.path)[0])
-                for _ in range(FOLLOWING):
-                    time.sleep(FOLLOWING_EVERY)
-                    situation.following.append(visitors.visit(situation.statuses, setup.path)[0])
-            finally:
-                situation.heal()
-            situation.warnings += logs.levels.count("WARNING") - warned
-            situation.served += 1 + FOLLOWING
-            close_breakers()
-            time.sleep(situation.settle)
-            if direct.get(MARKER) != episode.encode():
-                # A server that restarted lost what it held, or loaded an older snapshot (a
-                # replica's sync leaves one): count from what it holds now.
-                before = stored_hits(direct)
-            situation.counted += counted_hits(direct) - before
-    close_breakers()
+def episode(site: Site, situation: Situation) -> None:
+    """One outage: a warm-up page on a healthy Redis, the fault, the first page of the outage
+    and the following ones, the cure; then the page hits Redis kept of them."""
+    _label, path, interval = situation.setup
+    with site.using(situation.url, interval):
+        site.visit(path)
+        before, warned = site.hits(), site.levels.count("WARNING")
+        site.direct.set("bench:marker", situation.name)
+        situation.inject()
+        try:
+            for number in range(1 + FOLLOWING):
+                time.sleep(EVERY if number else 0)
+                situation.times.append(site.visit(path, situation.statuses)[0])
+        finally:
+            situation.heal()
+        situation.warnings += site.levels.count("WARNING") - warned
+        situation.served += 1 + FOLLOWING
+        whos.close_breakers()
+        time.sleep(situation.settle)
+        if site.direct.get("bench:marker") != situation.name.encode():
+            before = site.hits(written=False)  # a server that restarted lost what it held
+        situation.counted += site.hits() - before
 
 
-def measure_recovery(
-    situations: list[Situation], visitors: Visitors, backoff: float, repeats: int
-) -> list[tuple[str, list[tuple[float, float]]]]:
-    """Per fault: (seconds from Redis back to the first recorded visit, the same minus the
-    back-off that was still to run when Redis came back)."""
-    from django.test import override_settings
-
-    from whos_online.backend.connection import breaker, refusals
-    from whos_online.config.settings import get_config
-
-    current = getattr(settings, "WHOS_ONLINE")  # noqa: B009 (not in django-stubs' Settings)
-    results = []
-    # The block's end restores the settings as they were, the URL that use() sets in it included.
-    with override_settings(WHOS_ONLINE={**current, "FAILURE_BACKOFF": backoff}):
-        for situation in situations:
-            use(situation.url, situation.setup.flush_interval)
-            target = get_config().redis_target
-            found = []
-            for _ in range(repeats):
-                close_breakers()
-                visitors.visit()
-                situation.inject()
-                try:
-                    _, recorded = visitors.visit()
-                    if recorded:
-                        raise RuntimeError(f"{situation.name}: a visit was recorded")
-                finally:
-                    situation.heal()
-                back = time.perf_counter()
-                opened = breaker if situation.name in UNREACHABLE else refusals
-                remaining = opened._open_until[target] - time.monotonic()
-                while True:
-                    _, recorded = visitors.visit()
-                    if recorded:
-                        break
-                    time.sleep(POLL)
-                recovered = time.perf_counter() - back
-                found.append((recovered, recovered - remaining))
-            results.append((situation.name, found))
-    return results
+def recovery(site: Site, situation: Situation, backoff: float) -> tuple[float, float]:
+    """Seconds from Redis back (right after a failed request: the worst case) to the first
+    recorded visit, and the same less the back-off still to run then; ``FLUSH_INTERVAL`` 0,
+    where a throttle cookie says the visit was written."""
+    with site.using(situation.url, 0.0, backoff):
+        site.visit("/tag/")
+        situation.inject()
+        try:
+            if site.visit("/tag/")[1]:
+                raise RuntimeError(f"{situation.name}: a visit was recorded")
+        finally:
+            situation.heal()
+        back = time.perf_counter()
+        left = whos.backoff_left()
+        while not site.visit("/tag/")[1]:
+            time.sleep(0.005)
+        took = time.perf_counter() - back
+    return took, took - left
 
 
-def spread(values: list[float]) -> str:
-    return stats.Spread.of(values).show(stats.ms)
-
-
-def added(values: list[float], healthy: list[float]) -> str:
-    median, base = statistics.median(values), statistics.median(healthy)
-    sign = "+" if median >= base else "-"
-    return f"{sign}{stats.ms(abs(median - base))} ms (x{median / base:.2f})"
-
-
-def p99(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[98]
-
-
-def p99_added(values: list[float], healthy: list[float]) -> str:
-    difference = p99(values) - p99(healthy)
-    return f"{'+' if difference >= 0 else '-'}{stats.ms(abs(difference))} ms"
-
-
-def report(
-    situations: list[Situation],
-    recovery: list[tuple[str, list[tuple[float, float]]]],
-    check: list[tuple[str, list[tuple[float, float]]]],
-    logs: LogCounter,
-    version: str,
-    *,
-    repeats: int,
-) -> None:
-    from whos_online.backend.clients import REQUEST_TIMEOUT
-    from whos_online.config.settings import DEFAULTS
-
-    # Each situation is compared with the first healthy one of its setup that reaches Redis the
-    # same way.
-    healthy: dict[tuple[Setup, str], Situation] = {}
-    for situation in situations:
-        if not situation.outage:
-            healthy.setdefault((situation.setup, situation.url), situation)
-    print(
-        f"redis-server {version}, Django {django.get_version()}, redis-py {redis.__version__}; "
-        f"request timeout {REQUEST_TIMEOUT} s, FAILURE_BACKOFF 10 s (default), FLUSH_INTERVAL "
-        f"{DEFAULTS['FLUSH_INTERVAL']:g} s by default. One request = GET from a new visitor, "
-        f"of a page with {{% whos_online %}} (a read and a recorded visit while Redis is "
-        f"healthy) or of a page without it (a recorded visit only). {repeats} outages per "
-        f"situation and setup, interleaved; {FOLLOWING} following requests each, "
-        f"{FOLLOWING_EVERY * 1000:g} ms apart. Times in ms: median (min–max). Warnings: lines "
-        f"the 'whos_online' logger wrote during the episodes, {repeats} of them. Hits: "
-        "COUNT_HITS is on; counted once Redis is back and the process has written its buffer."
+def added(values: list[float], healthy: list[float], share: float | None = None) -> str:
+    found, base = (
+        (statistics.median(values), statistics.median(healthy))
+        if share is None
+        else (percentile(values, share), percentile(healthy, share))
     )
-    print()
-    header = [
-        "situation",
-        "HTTP 200",
-        "first request of the outage",
-        "added vs healthy",
-        "following requests (within the back-off)",
-        "added vs healthy",
-        "p99 added",
-        "warnings",
-        "hits counted / served",
-    ]
+    text = f"{'+' if found >= base else '-'}{ms(abs(found - base))} ms"
+    return text if share is not None else f"{text} (x{found / base:.2f})"
+
+
+def tables(situations: list[Situation]) -> list[str]:
+    found = []
     for setup in SETUPS:
+        mine = [s for s in situations if s.setup == setup]
         rows = []
-        for situation in situations:
-            if situation.setup != setup:
-                continue
-            base = healthy[setup, situation.url]
+        for s in mine:
+            base = next(h for h in mine if not h.outage and h.url == s.url)
+            first, following = (
+                s.times[:: 1 + FOLLOWING],
+                [t for i, t in enumerate(s.times) if i % (1 + FOLLOWING)],
+            )
+            base_first, base_following = (
+                base.times[:: 1 + FOLLOWING],
+                [t for i, t in enumerate(base.times) if i % (1 + FOLLOWING)],
+            )
+            served = f"{100 * s.statuses.count(200) / len(s.statuses):.0f} %"
             rows.append(
                 [
-                    situation.name,
-                    f"{100 * served(situation):.0f} %",
-                    spread(situation.first),
-                    added(situation.first, base.first),
-                    spread(situation.following),
-                    added(situation.following, base.following),
-                    p99_added(situation.times, base.times),
-                    str(situation.warnings),
-                    f"{situation.counted} / {situation.served}",
+                    s.name,
+                    served,
+                    spread(first, ms),
+                    added(first, base_first),
+                    spread(following, ms),
+                    added(following, base_following),
+                    added(s.times, base.times, 0.99),
+                    s.warnings,
+                    f"{s.counted} / {s.served}",
                 ]
             )
-        print(f"{setup.label}:\n")
-        print(stats.table(header, rows))
-        print()
-    print(
-        f"Time to recover: from Redis back (server answering again) to the first recorded "
-        f"visit, polling every {POLL * 1000:g} ms. Redis came back right after the outage's "
-        "first failed request, the worst case, so the breaker's back-off is nearly all of it; "
-        "'beyond the back-off' is what remains once the back-off still to run is subtracted."
-    )
-    print()
-    header = [
-        "situation",
-        "FAILURE_BACKOFF",
-        "runs",
-        "recovery, s: median (min–max)",
-        "beyond the back-off, ms",
-    ]
-    rows = [
-        [
-            name,
-            f"{backoff:g} s",
-            str(len(found)),
-            stats.Spread.of([recovered for recovered, _ in found]).show(
-                lambda seconds: f"{seconds:.3f}"
-            ),
-            spread([extra for _, extra in found]),
-        ]
-        for runs, backoff in ((recovery, RECOVERY_BACKOFF), (check, 10.0))
-        for name, found in runs
-    ]
-    print(stats.table(header, rows))
-    outages = sum(situation.outage for situation in situations) * repeats + sum(
-        len(found) for rows in (recovery, check) for _, found in rows
-    )
-    print()
-    print(
-        f"Log lines from the 'whos_online' logger: {logs.levels.count('WARNING')} warnings and "
-        f"{logs.levels.count('INFO')} info lines over {outages} outages "
-        f"(the latency runs reset the breaker between outages, so they log no recovery)."
-    )
-
-
-def served(situation: Situation) -> float:
-    return situation.statuses.count(200) / len(situation.statuses)
+        header = (
+            "situation | HTTP 200 | first request of the outage | added vs healthy | following "
+            "requests (within the back-off) | added vs healthy | p99 added | warnings | hits "
+            "counted / served"
+        )
+        found += [f"{setup[0]}:", table(header, rows)]
+    return found
 
 
 def targets(situations: list[Situation]) -> list[Target]:
-    """The recorded requests' targets: a frozen Redis, and one 50 ms slow, add at most
-    ``TARGET_P99_MS`` to their p99, with every page served."""
-    setup = SETUPS[2]
-    mine = [situation for situation in situations if situation.setup == setup]
+    """A frozen Redis, and one 50 ms slow, add at most ``MOST_MS`` to the p99 of recorded
+    requests, every page served."""
+    mine = [s for s in situations if s.setup == SETUPS[2]]
     found = []
-    for name in TARGET_SITUATIONS:
-        situation = next(s for s in mine if s.name == name)
-        base = next(s for s in mine if not s.outage and s.url == situation.url)
-        difference = (p99(situation.times) - p99(base.times)) * 1000
+    for s in (next(s for s in mine if s.name == name) for name in TARGET_SITUATIONS):
+        base = next(h for h in mine if not h.outage and h.url == s.url)
+        more, served = (
+            (percentile(s.times, 0.99) - percentile(base.times, 0.99)) * 1000,
+            s.statuses.count(200) / len(s.statuses),
+        )
+        goal = f"{s.name}, {SETUPS[2][0]}: p99 added ≤ {MOST_MS:g} ms, pages 100 % served"
         found.append(
             Target(
-                f"{name}, {setup.label}: p99 added ≤ {TARGET_P99_MS:g} ms, pages 100 % served",
-                f"{p99_added(situation.times, base.times)}, {100 * served(situation):.0f} % served",
-                difference <= TARGET_P99_MS and served(situation) == 1.0,
+                goal,
+                f"{added(s.times, base.times, 0.99)}, {100 * served:.0f} % served",
+                more <= MOST_MS and served == 1,
             )
         )
     return found
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.outages", description=__doc__)
-    parser.add_argument(
-        "--repeats", type=int, default=REPEATS, help="outages per situation and setup"
-    )
-    options = parser.parse_args(argv)
+def run(options: Options) -> Section:
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(servers.redis_server())
-        primary = stack.enter_context(servers.redis_server())
-        proxy = DelayingProxy(server.port)
-        stack.callback(proxy.close)
-        logs = configure(server.url)
-        faults = Faults(server, primary, proxy)
-        direct, proxied = server.url, proxy.url
-
-        def kinds(setup: Setup) -> list[Situation]:
-            found = [
-                Situation("healthy", nothing, nothing, direct, outage=False, setup=setup),
-                Situation("nothing listening", server.stop, server.start, direct, setup=setup),
-                Situation("frozen (SIGSTOP)", server.freeze, server.resume, direct, setup=setup),
-                # A reply held back a second arrives before the hits are read (settle).
-                Situation(
-                    "slow: replies 1 s late",
-                    faults.delay(1.0),
-                    faults.undelay,
-                    proxied,
-                    settle=1.1,
-                    setup=setup,
-                ),
-                Situation("out of memory", faults.fill, faults.unfill, direct, setup=setup),
-                Situation("read-only replica", faults.demote, faults.promote, direct, setup=setup),
-                Situation(
-                    "healthy, through the proxy",
-                    nothing,
-                    nothing,
-                    proxied,
-                    outage=False,
-                    setup=setup,
-                ),
-                Situation(
-                    "sluggish: replies 50 ms late",
-                    faults.delay(0.05),
-                    faults.undelay,
-                    proxied,
-                    outage=False,
-                    settle=0.1,
-                    setup=setup,
-                ),
+        site = Site(stack)
+        situations = [s for setup in SETUPS for s in site.situations(setup)]
+        for _label, path, interval in SETUPS:  # Django, the templates and the scripts warmed up
+            with site.using(site.server.url, interval):
+                for _ in range(20):
+                    site.visit(path)
+        interleaved(situations, options.repeats, lambda s: episode(site, s), label="outages")
+        faults = [s for s in situations if s.outage and s.setup == SETUPS[1]]
+        runs = []
+        for backoff, count, among in (
+            (1.0, options.recoveries, faults),
+            (10.0, options.checks, faults[:1]),
+        ):
+            runs += [
+                (s.name, backoff, [recovery(site, s, backoff) for _ in range(count)])
+                for s in among
+                if count
             ]
-            if faults.can_move_snapshots():
-                misconf = Situation(
-                    "snapshots failing (MISCONF)",
-                    faults.fail_snapshots,
-                    faults.allow_writes,
-                    direct,
-                    setup=setup,
-                )
-                found.insert(6, misconf)
-            return found
-
-        situations = [situation for setup in SETUPS for situation in kinds(setup)]
-        visitors = Visitors()
-        for setup in SETUPS:  # warm up Django, the templates and the scripts
-            use(direct, setup.flush_interval)
-            for _ in range(20):
-                visitors.visit(path=setup.path)
-        started = time.perf_counter()
-        measure_latency(situations, visitors, logs, faults.direct, options.repeats)
-        # Recovery is timed where a throttle cookie says the visit was written: with
-        # FLUSH_INTERVAL 0. (Queued, a visit gets its cookie before its flush, and one that
-        # failed is written again by the first flush after the back-off.)
-        outages = [s for s in situations if s.outage and s.setup == SETUPS[1]]
-        recovery = measure_recovery(outages, visitors, RECOVERY_BACKOFF, RECOVERY_REPEATS)
-        check = measure_recovery(outages[:1], visitors, 10.0, 1)
-        version = str(faults.direct.info("server")["redis_version"])
-        report(situations, recovery, check, logs, version, repeats=options.repeats)
-        print(targets_table(targets(situations)))
-        print(f"Run time {time.perf_counter() - started:.0f} s.")
-
-
-if __name__ == "__main__":
-    main()
+        version = site.direct.info("server")["redis_version"]
+    seconds = fixed(3)
+    rows = [
+        [
+            name,
+            f"{backoff:g} s",
+            len(found),
+            spread([t for t, _ in found], seconds),
+            spread([e for _, e in found], ms),
+        ]
+        for name, backoff, found in runs
+    ]
+    return Section(
+        "Redis outages",
+        f"redis-server {version}; request timeout {whos.connection.REQUEST_TIMEOUT} s, "
+        f"`FAILURE_BACKOFF` 10 s. One request = GET from a new visitor. {options.repeats} outages "
+        f"per situation and setup, interleaved; {FOLLOWING} following requests each, "
+        f"{EVERY * 1000:g} ms apart. Times in ms: median (min–max). Warnings: lines the "
+        "'whos_online' logger wrote during the episodes. Hits: `COUNT_HITS` is on; counted once "
+        "Redis is back and the process has written its buffer.",
+        [
+            *tables(situations),
+            "Time to recover: from Redis back to the first recorded visit, polling every 5 ms; "
+            "'beyond the back-off' is what remains once the back-off still to run is subtracted.",
+            table(
+                "situation | FAILURE_BACKOFF | runs | recovery, s: median (min–max) | beyond the "
+                "back-off, ms",
+                rows,
+            ),
+        ],
+        notes=[
+            f"Log lines from the 'whos_online' logger: {site.levels.count('WARNING')} warnings "
+            f"and {site.levels.count('INFO')} info lines."
+        ],
+        targets=targets(situations),
+    )

@@ -1,316 +1,251 @@
-"""What a request costs the site's process, whole: the request thread and the flusher thread.
+"""What a request costs the site's whole process (the request thread and the flusher thread),
+over no middleware, against the naive ZADD middleware's.
 
-Run from the repository root: ``python3 scripts/dev.py bench process_cpu`` (``--help`` for the
-options), or with the other parts: ``python3 scripts/dev.py bench --only process-cpu``.
-
-One worker process serves requests through Django's WSGI handler (a direct call, no server), with
-sessions and auth and a view that does nothing, once per middleware: none at all, the naive one
-(one ZADD per request, ``bench.naive``), whos_online with its throttle cookie present, and
-whos_online recording every request (a new client each time: a new IPv4 or IPv6 address, a user
-never recorded before, so that no cookie and no memory spares the write). Each middleware serves
-three kinds of clients: guests on IPv4, guests on IPv6 (each in a /64 of its own) and logged-in
-users (sessions in Django's local-memory cache, so that loading one costs little). A real
-redis-server on loopback takes the writes.
-
-Rounds of ``--requests`` requests per cell, every cell once per round in a rotating order; a
-cell's CPU is the process's (``time.process_time``: every thread, so the flusher thread's share
-of encoding batches and reading replies counts), from its first request to the end of a flush
-made after its last one. Per round, each cell's CPU per request over no middleware (the same kind
-of client, in the same round), and its ratio to the naive middleware's: the medians of those
-and their range are the figures.
-
-``--against CHECKOUT`` serves the whos_online cells from another checkout of the project too (a
-``git worktree`` or ``git archive`` of another commit), in a second worker process, its cells
-interleaved with this one's in every round, to compare two versions of the code.
+A worker process per checkout serves requests through Django's WSGI handler (no server), with
+sessions (local-memory cache) and auth and a view that asks whether its user is logged in: with
+no middleware, the naive one, whos_online throttled, and whos_online recording every request (a
+new client each time), for IPv4 guests, IPv6 guests and logged-in users. A cell's CPU is the
+process's (``time.process_time``) from its first request to the end of a flush after its last.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from bench import stats
-from bench.report import Section, Target, targets_table
+import redis
 
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+from bench.harness import servers
+from bench.harness.clients import BROWSER
+from bench.harness.report import Section, Target, ratio, table
+from bench.harness.rounds import Spread, interleaved, minus, ratios
 
-ROOT: Final = Path(__file__).resolve().parent.parent
 KINDS: Final = ("IPv4 guests", "IPv6 guests", "logged-in users")
-#: (name, label) of each middleware served; the first is the baseline of its kind of client.
-MIDDLEWARES: Final = (
-    ("bare", "no middleware (sessions and auth only)"),
-    ("naive", "the naive middleware (one ZADD per request)"),
-    ("throttled", "whos_online, throttle cookie present"),
-    ("recorded", "whos_online, every request recorded (a new client each time)"),
-)
-#: The targets: a recorded request's CPU over no middleware, as a share of the naive
-#: middleware's; a throttled request's CPU over no middleware, in µs.
+#: The middlewares served; the first is the baseline of its kind of client.
+MIDDLEWARES: Final = {
+    "bare": "no middleware (sessions and auth only)",
+    "naive": "the naive middleware (one ZADD per request)",
+    "throttled": "whos_online, throttle cookie present",
+    "recorded": "whos_online, every request recorded (a new client each time)",
+}
+#: The goals: a recorded request's CPU over no middleware, as a share of the naive's; a
+#: throttled request's, in µs.
 RECORDED_VS_NAIVE: Final = 0.5
 THROTTLED_US: Final = 3.0
-REQUESTS: Final = 400
-ROUNDS: Final = 15
-SECRET: Final = "whos-online-bench-only"  # noqa: S105 (a throw-away site in this process)
+#: A cell: (the checkout's label, middleware, kind of client).
+Cell = tuple[str, str, str]
 
 
-# The worker: one process that serves every cell of one checkout.
+@dataclass(frozen=True)
+class Options:
+    requests: int = 400
+    rounds: int = 15
+    #: Another checkout whose whos_online cells a second worker serves, interleaved.
+    against: Path | None = None
 
 
-def _view(request: Any) -> Any:
+QUICK = Options(requests=50, rounds=1)
+
+
+def view(request: Any) -> Any:
     from django.http import HttpResponse
 
-    # As any page that shows its visitor whether they are logged in: the user is loaded.
+    # As a page that shows whether its visitor is logged in: the user is loaded.
     return HttpResponse("in" if request.user.is_authenticated else "")
 
 
-def _urlpatterns() -> list[Any]:
-    from django.urls import path
-
-    return [path("", _view)]
-
-
-#: The worker's ROOT_URLCONF is this module: Django reads ``urlpatterns`` from it.
 def __getattr__(name: str) -> Any:
+    """The worker's ``ROOT_URLCONF`` is this module."""
     if name == "urlpatterns":
-        return _urlpatterns()
+        from django.urls import path
+
+        return [path("", view)]
     raise AttributeError(name)
-
-
-def _configure(redis_url: str, prefix: str) -> None:
-    import django
-    from django.conf import settings
-
-    settings.configure(
-        SECRET_KEY=SECRET,
-        DEBUG=False,
-        ALLOWED_HOSTS=["testserver"],
-        USE_TZ=True,
-        ROOT_URLCONF="bench.process_cpu",
-        DEFAULT_AUTO_FIELD="django.db.models.AutoField",
-        INSTALLED_APPS=[
-            "django.contrib.auth",
-            "django.contrib.contenttypes",
-            "django.contrib.sessions",
-            "whos_online",
-        ],
-        MIDDLEWARE=[],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={
-            "default": {
-                "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                "OPTIONS": {"MAX_ENTRIES": 1_000_000},
-            }
-        },
-        SESSION_ENGINE="django.contrib.sessions.backends.cache",
-        PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
-        STATIC_URL="/static/",
-        WHOS_ONLINE={"REDIS_URL": redis_url, "KEY_PREFIX": prefix, "TRUSTED_PROXY_COUNT": 1},
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
 
 
 @dataclass
 class Client:
-    """One browser: its address, and its session and throttle cookies."""
+    """A browser: its address, and its session and throttle cookies."""
 
     address: str
     session: str = ""
     throttle: str = ""
 
     def environ(self) -> dict[str, Any]:
-        from django.conf import settings
-
-        cookies = []
-        if self.session:
-            cookies.append(f"{settings.SESSION_COOKIE_NAME}={self.session}")
-        if self.throttle:
-            cookies.append(f"whos_online={self.throttle}")
+        cookies = (("sessionid", self.session), ("whos_online", self.throttle))
+        cookie = "; ".join(f"{name}={value}" for name, value in cookies if value)
         return {
-            "REQUEST_METHOD": "GET",
-            "PATH_INFO": "/",
-            "SCRIPT_NAME": "",
-            "QUERY_STRING": "",
-            "SERVER_NAME": "testserver",
-            "SERVER_PORT": "80",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "HTTP_HOST": "testserver",
-            "HTTP_X_FORWARDED_FOR": self.address,
-            "HTTP_USER_AGENT": "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 "
-            "Firefox/128.0",
-            "HTTP_ACCEPT": "text/html",
-            "HTTP_SEC_FETCH_DEST": "document",
-            "HTTP_COOKIE": "; ".join(cookies),
-            "wsgi.input": io.BytesIO(),
-            "wsgi.url_scheme": "http",
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": True,
-            "wsgi.run_once": False,
-            "wsgi.version": (1, 0),
-        }
+            "REQUEST_METHOD": "GET", "PATH_INFO": "/", "SCRIPT_NAME": "", "QUERY_STRING": "",
+            "SERVER_NAME": "testserver", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1", "HTTP_HOST": "testserver",
+            "HTTP_X_FORWARDED_FOR": self.address, "HTTP_ACCEPT": "text/html",
+            "HTTP_USER_AGENT": BROWSER,
+            "HTTP_SEC_FETCH_DEST": "document", "HTTP_COOKIE": cookie,
+            "wsgi.input": io.BytesIO(), "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+        }  # fmt: skip
 
 
-def _address(kind: str, number: int) -> str:
+def clients(kind: str, start: int, count: int) -> list[Client]:
+    """Browsers of ``kind``: an IPv4 address each, a /64 each, or a logged-in user each."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.cache import SessionStore
+
     if kind == "IPv4 guests":
-        return f"10.{number >> 16 & 255}.{number >> 8 & 255}.{number & 255}"
-    # A /64 of its own each, with an address inside it as privacy extensions pick them.
-    return f"2001:db8:{number >> 16:x}:{number & 0xFFFF:x}:a1b2:c3d4:e5f6:{number % 9973:x}"
+        return [
+            Client(f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}")
+            for n in range(start, start + count)
+        ]
+    made = [
+        Client(f"2001:db8:{n >> 16:x}:{n & 0xFFFF:x}:a1b2:c3d4:e5f6:{n % 9973:x}")
+        for n in range(start, start + count)
+    ]
+    if kind == "logged-in users":
+        unusable = "!"  # a password no one logs in with: the sessions say who is logged in
+        named = [User(username=f"bench{start + n}", password=unusable) for n in range(count)]
+        users = User.objects.bulk_create(named)
+        for client, user in zip(made, users, strict=True):
+            session = SessionStore()
+            session[SESSION_KEY] = str(user.pk)
+            session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+            session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+            session.create()
+            client.session = str(session.session_key)
+    return made
 
 
+@dataclass
 class Worker:
     """Every cell of one checkout, served in this process."""
 
-    def __init__(self, requests: int, rounds: int) -> None:
-        import redis
+    requests: int
+    rounds: int
+    handlers: dict[str, Any] = field(default_factory=dict)
+    cookies_at: float = 0.0
+    redis: redis.Redis = field(
+        default_factory=lambda: redis.Redis.from_url(os.environ["REDIS_URL"])
+    )
+
+    def __post_init__(self) -> None:
         from django.core.handlers.wsgi import WSGIHandler
-        from django.core.management import call_command
         from django.test import override_settings
 
-        call_command("migrate", verbosity=0)
-        self.requests = requests
         base = [
             "django.contrib.sessions.middleware.SessionMiddleware",
             "django.contrib.auth.middleware.AuthenticationMiddleware",
         ]
         chains = {
-            "bare": base,
-            "naive": [*base, "bench.naive.NaiveZaddMiddleware"],
-            "whos_online": [*base, "whos_online.middleware.WhosOnlineMiddleware"],
+            "bare": [],
+            "naive": ["bench.naive.NaiveZaddMiddleware"],
+            "whos_online": ["whos_online.middleware.WhosOnlineMiddleware"],
         }
-        self.handlers: dict[str, WSGIHandler] = {}
         for name, chain in chains.items():
-            with override_settings(MIDDLEWARE=chain):
+            with override_settings(MIDDLEWARE=base + chain):
                 self.handlers[name] = WSGIHandler()
-        # Clients of each kind: a fixed set that carries throttle cookies (also served with no
-        # middleware and the naive one), and new ones for every recorded request.
-        self.fixed = {kind: self._clients(kind, 0, requests) for kind in KINDS}
-        fresh = requests * (rounds + 1)
-        self.fresh = {kind: iter(self._clients(kind, requests, fresh)) for kind in KINDS}
-        self.cookies_at = 0.0
-        self.admin = redis.Redis.from_url(os.environ["REDIS_URL"])
+        # Per kind: a fixed set carrying throttle cookies, and new clients for recorded requests.
+        self.fixed = {kind: clients(kind, 0, self.requests) for kind in KINDS}
+        self.fresh = {
+            kind: iter(clients(kind, self.requests, self.requests * (self.rounds + 1)))
+            for kind in KINDS
+        }
 
-    def _clients(self, kind: str, start: int, count: int) -> list[Client]:
-        clients = [Client(_address(kind, start + n)) for n in range(count)]
-        if kind == "logged-in users":
-            for client, session in zip(clients, _sessions(start, count), strict=True):
-                client.session = session
-        return clients
+    def commands(self) -> int:
+        """Scripts Redis ran since the last reset: a recorded visit runs one."""
+        found = self.redis.info("commandstats")
+        return sum(
+            int(found.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")
+        )
 
-    def serve(self, handler: Callable[..., Any], environ: dict[str, Any]) -> Any:
-        response = handler(environ, _start_response)
+    def serve(self, handler: str, client: Client) -> Any:
+        response = self.handlers[handler](client.environ(), lambda status, headers, *_: None)
         response.close()
+        if response.status_code != 200:
+            raise RuntimeError(f"the view answered {response.status_code}")
         return response
 
     def settle_cookies(self) -> None:
-        """Give each fixed client the throttle cookie a browser would hold: recorded, written,
-        and renewed once the process knows its shard's epoch; until a pass hands out none."""
-        from whos_online import flush
-        from whos_online.recording import throttle
+        """Give each fixed client the throttle cookie a browser would hold: written afresh, and
+        renewed once the process knows its shard's epoch; until a pass hands out none."""
+        import whos_online
+        from bench.internals import forget_recent_clients
 
-        handler = self.handlers["whos_online"]
-        # Written afresh, for cookies that run THROTTLE from now: neither an old cookie nor the
-        # process's memory of recent visitors (which hands out a cookie running from the visit
-        # it remembers) spares the first pass.
-        for clients in self.fixed.values():
-            for client in clients:
-                client.throttle = ""
-        throttle.recent.clear()
+        forget_recent_clients()  # its memory would hand out cookies running from older visits
+        for client in (c for clients in self.fixed.values() for c in clients):
+            client.throttle = ""
         for _pass in range(4):
-            handed_out = 0
-            for clients in self.fixed.values():
-                for client in clients:
-                    cookie = self.serve(handler, client.environ()).cookies.get("whos_online")
-                    if cookie is not None:
-                        client.throttle = cookie.value
-                        handed_out += 1
-            flush()
-            if not handed_out:
+            handed = 0
+            for client in (c for clients in self.fixed.values() for c in clients):
+                if (
+                    cookie := self.serve("whos_online", client).cookies.get("whos_online")
+                ) is not None:
+                    client.throttle, handed = cookie.value, handed + 1
+            whos_online.flush()
+            if not handed:
                 self.cookies_at = time.monotonic()
                 return
         raise RuntimeError("the throttle cookies are still renewed after four passes")
 
     def cell(self, middleware: str, kind: str) -> dict[str, float]:
-        """Serve one cell; CPU seconds per request of the process and of this thread."""
-        from whos_online import flush
+        """Serve one cell: CPU seconds per request of the process and of this thread."""
+        import whos_online
 
         if middleware == "throttled" and time.monotonic() - self.cookies_at > 30:
             self.settle_cookies()
-        if middleware == "recorded":
-            fresh = self.fresh[kind]
-            clients = [next(fresh) for _ in range(self.requests)]
-        else:
-            clients = self.fixed[kind]
-        environs = [client.environ() for client in clients]
-        commands = self._commands()
-        handler = self.handlers[
-            "whos_online" if middleware in {"throttled", "recorded"} else middleware
-        ]
-        serve = self.serve
-        started, thread_started = time.process_time(), time.thread_time()
-        for environ in environs:
-            serve(handler, environ)
-        thread = time.thread_time() - thread_started
-        written = flush()
-        cpu = time.process_time() - started
-        if not written:
+        batch = (
+            [next(self.fresh[kind]) for _ in range(self.requests)]
+            if middleware == "recorded"
+            else self.fixed[kind]
+        )
+        handler = middleware if middleware in {"bare", "naive"} else "whos_online"
+        self.redis.config_resetstat()
+        started, thread = time.process_time(), time.thread_time()
+        for client in batch:
+            self.serve(handler, client)
+        thread = time.thread_time() - thread
+        if not whos_online.flush():
             raise RuntimeError("a flush failed on a healthy Redis")
-        if middleware == "throttled" and self._commands() - commands > 1:
+        if middleware == "throttled" and self.commands():
             raise RuntimeError("a throttled request was recorded: its cookie did not spare it")
-        return {"cpu": cpu / len(environs), "thread": thread / len(environs)}
-
-    def _commands(self) -> int:
-        """Commands Redis ran so far (the INFO that asks counts once it has run)."""
-        return int(self.admin.info("stats")["total_commands_processed"])
+        return {"cpu": (time.process_time() - started) / len(batch), "thread": thread / len(batch)}
 
 
-def _start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
-    if not status.startswith("200"):
-        raise RuntimeError(f"the view answered {status}")
+def work(redis_url: str, checkout: Path, requests: int, rounds: int) -> None:
+    """The worker: a line of JSON in (a cell to serve), a line of JSON out."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
 
-
-def _sessions(start: int, count: int) -> list[str]:
-    """Users ``bench<start>`` … logged in, one session each: their session keys."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.auth.models import User
-    from django.contrib.sessions.backends.cache import SessionStore
-
-    unusable = "!"  # a password no one can log in with: the sessions say who is logged in
-    made = User.objects.bulk_create(
-        [User(username=f"bench{start + n}", password=unusable) for n in range(count)]
-    )
-    keys = []
-    for user in made:
-        session = SessionStore()
-        session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        session.create()
-        assert session.session_key is not None
-        keys.append(session.session_key)
-    return keys
-
-
-def work(redis_url: str, prefix: str, checkout: Path, requests: int, rounds: int) -> int:
-    """The worker's loop: a line of JSON in (a cell to serve), a line of JSON out."""
     os.environ["REDIS_URL"] = redis_url  # the naive middleware reads it
-    if checkout != ROOT:
-        # whos_online from the other checkout; the bench's own modules are imported already.
-        import bench.naive  # noqa: F401
+    import bench.naive  # noqa: F401 (from this checkout, before whos_online from the other)
 
-        sys.path.insert(0, str(checkout))
-    _configure(redis_url, prefix)
+    sys.path.insert(0, str(checkout))
+    apps = ["django.contrib.auth", "django.contrib.contenttypes", "django.contrib.sessions"]
+    cache = "django.core.cache.backends.locmem.LocMemCache"
+    settings.configure(
+        SECRET_KEY="whos-online-bench-only",  # noqa: S106 (a throw-away site)
+        ALLOWED_HOSTS=["testserver"],
+        USE_TZ=True,
+        ROOT_URLCONF="bench.process_cpu",
+        INSTALLED_APPS=[*apps, "whos_online"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        CACHES={"default": {"BACKEND": cache, "OPTIONS": {"MAX_ENTRIES": 1_000_000}}},
+        SESSION_ENGINE="django.contrib.sessions.backends.cache",
+        LOGGING_CONFIG=None,
+        WHOS_ONLINE={
+            "REDIS_URL": redis_url,
+            "KEY_PREFIX": f"cpu-{os.getpid()}",
+            "TRUSTED_PROXY_COUNT": 1,
+        },
+    )
+    django.setup()
+    call_command("migrate", verbosity=0)
     import whos_online
 
     if not Path(whos_online.__file__).resolve().is_relative_to(checkout.resolve()):
@@ -319,248 +254,169 @@ def work(redis_url: str, prefix: str, checkout: Path, requests: int, rounds: int
     worker.settle_cookies()
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        asked = json.loads(line)
-        print(json.dumps(worker.cell(asked["middleware"], asked["kind"])), flush=True)
-    return 0
+        print(json.dumps(worker.cell(*json.loads(line))), flush=True)
 
 
-# The parent: starts a redis-server and a worker per checkout, and hands them cells in turns.
+class Process:
+    """A worker process, handed cells one at a time."""
 
-
-class _Process:
-    def __init__(self, label: str, checkout: Path, redis_url: str, requests: int, rounds: int):
-        self.label = label
-        command = [
-            sys.executable,
-            "-m",
-            "bench.process_cpu",
-            "--worker",
-            "--redis-url",
-            redis_url,
-            "--prefix",
-            f"cpu-{label}",
-            "--checkout",
-            str(checkout),
-            "--requests",
-            str(requests),
-            "--rounds",
-            str(rounds),
-        ]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
+    def __init__(self, checkout: Path, redis_url: str, options: Options) -> None:
+        argv = [redis_url, str(checkout), str(options.requests), str(options.rounds)]
+        env = {**os.environ, "PYTHONPATH": str(servers.ROOT), "PYTHONHASHSEED": "0"}
         env.pop("DJANGO_SETTINGS_MODULE", None)
+        command = [sys.executable, "-m", "bench.process_cpu", *argv]
         self.process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command,
+            cwd=servers.ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
-        self._read()
+        self.ask(None)
 
-    def _read(self) -> dict[str, float]:
+    def ask(self, cell: tuple[str, str] | None) -> dict[str, float]:
+        assert self.process.stdin is not None
         assert self.process.stdout is not None
+        if cell is not None:
+            self.process.stdin.write(json.dumps(cell) + "\n")
+            self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the worker of {self.label} ended: exit {self.process.wait()}")
-        return json.loads(line)  # type: ignore [no-any-return]
-
-    def cell(self, middleware: str, kind: str) -> dict[str, float]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"middleware": middleware, "kind": kind}) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        self.process.wait(timeout=60)
+            raise RuntimeError(f"a worker ended: exit {self.process.wait()}")
+        return dict(json.loads(line))
 
 
-#: A cell: (the checkout's label, middleware, kind of client).
-Cell = tuple[str, str, str]
+def microseconds(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f}"
 
 
-def measure(
-    checkouts: Sequence[tuple[str, Path]], requests: int, rounds: int
-) -> dict[Cell, list[dict[str, float]]]:
-    from bench import servers
-
-    measured: dict[Cell, list[dict[str, float]]] = defaultdict(list)
-    with servers.redis_server() as server:
-        workers = {}
-        try:
-            for label, checkout in checkouts:
-                workers[label] = _Process(label, checkout, server.url, requests, rounds)
-            cells: list[Cell] = [
-                (label, middleware, kind)
-                for label, _checkout in checkouts
-                for middleware, _ in MIDDLEWARES
-                for kind in KINDS
-            ]
-            for cell in cells:  # a round to warm up, not counted
-                workers[cell[0]].cell(cell[1], cell[2])
-            for round_number in range(rounds):
-                progress(f"round {round_number + 1} of {rounds}…")
-                for cell in stats.rotated(cells, round_number * 5):
-                    measured[cell].append(workers[cell[0]].cell(cell[1], cell[2]))
-        finally:
-            for worker in workers.values():
-                worker.close()
-    return measured
-
-
-def _over(
+def over(
     measured: dict[Cell, list[dict[str, float]]], cell: Cell, what: str = "cpu"
 ) -> list[float]:
     """Per round: the cell's CPU per request less no middleware's (same checkout and kind)."""
-    bare = measured[(cell[0], "bare", cell[2])]
-    return [value[what] - base[what] for value, base in zip(measured[cell], bare, strict=True)]
+    bare = measured[cell[0], "bare", cell[2]]
+    return minus([m[what] for m in measured[cell]], [b[what] for b in bare])
 
 
 def report(
-    measured: dict[Cell, list[dict[str, float]]],
-    checkouts: Sequence[tuple[str, Path]],
-    requests: int,
-    rounds: int,
-) -> Section:
-    ours = checkouts[0][0]
-    labels = dict(MIDDLEWARES)
-    rows = []
-    for label, checkout in checkouts:
+    measured: dict[Cell, list[dict[str, float]]], checkouts: dict[str, Path]
+) -> tuple[list[list[str]], list[str]]:
+    show = microseconds
+    rows, notes = [], []
+    for label, checkout in checkouts.items():
         for kind in KINDS:
-            naive_over = _over(measured, (label, "naive", kind))
-            for middleware, _ in MIDDLEWARES:
-                if label != ours and middleware in {"bare", "naive"}:
-                    continue
+            naive = over(measured, ("this", "naive", kind))
+            for middleware in MIDDLEWARES:
                 cell = (label, middleware, kind)
-                cpu = [value["cpu"] for value in measured[cell]]
-                over = _over(measured, cell)
-                thread_over = _over(measured, cell, "thread")
-                name = labels[middleware] + ("" if label == ours else f", from {checkout}")
+                if cell not in measured:
+                    continue
+                cpu, thread = over(measured, cell), over(measured, cell, "thread")
+                name = MIDDLEWARES[middleware] + ("" if label == "this" else f", from {checkout}")
+                times = "" if middleware == "bare" else ratios(cpu, naive).show(ratio)
+                cells = [
+                    Spread.of([m["cpu"] for m in measured[cell]]).show(show),
+                    Spread.of(cpu).show(show),
+                ]
                 rows.append(
                     [
                         kind,
                         name,
-                        stats.Spread.of(cpu).show(_us),
-                        stats.Spread.of(over).show(_us),
-                        _us(statistics.median(thread_over)),
-                        _us(
-                            statistics.median(
-                                [a - b for a, b in zip(over, thread_over, strict=True)]
-                            )
-                        ),
-                        ""
-                        if middleware == "bare"
-                        else stats.ratios(over, naive_over).show(stats.ratio),
+                        *cells,
+                        show(Spread.of(thread).median),
+                        show(Spread.of(minus(cpu, thread)).median),
+                        times,
                     ]
                 )
-    table = stats.table(
-        [
-            "clients",
-            "middleware",
-            "process CPU µs per request",
-            "over no middleware",
-            "of which serving the requests (their thread)",
-            "the rest: writing them (the flusher's work)",
-            "× the naive middleware's (over no middleware)",
-        ],
-        rows,
-    )
-    notes = []
-    if len(checkouts) > 1:
-        for kind in KINDS:
-            for middleware in ("throttled", "recorded"):
-                now = _over(measured, (ours, middleware, kind))
-                then = _over(measured, (checkouts[1][0], middleware, kind))
-                notes.append(
-                    f"{labels[middleware]}, {kind}: {_us(statistics.median(now))} µs over no "
-                    f"middleware against {_us(statistics.median(then))} from "
-                    f"{checkouts[1][1]}, {stats.ratios(now, then).show(stats.ratio)} × "
-                    "in the same rounds"
-                )
-    return Section(
-        title="A request's CPU in the site's process",
-        intro=(
-            f"{rounds} rounds of {requests} requests per cell, every cell once per round in a "
-            "rotating order, through Django's WSGI handler with sessions (in the local-memory "
-            "cache) and auth and a view that does nothing, in one process per checkout; a "
-            "real redis-server on loopback. CPU of the whole process (every thread: the "
-            "flusher's share counts) per request, from the cell's first request to the end of "
-            "a flush after its last; over no middleware: less the same kind of clients' CPU "
-            "with no middleware in the same round. Median (min–max) over the rounds; µs."
-        ),
-        tables=[table],
-        notes=notes,
-        targets=targets(measured, ours),
-    )
+                if label != "this" and middleware != "bare":
+                    ours = over(measured, ("this", middleware, kind))
+                    notes.append(
+                        f"{name}, {kind}: {show(Spread.of(ours).median)} µs over no middleware "
+                        f"against {show(Spread.of(cpu).median)}, {ratios(ours, cpu).show(ratio)} "
+                        "× in the same rounds"
+                    )
+    return rows, notes
 
 
-def targets(measured: dict[Cell, list[dict[str, float]]], ours: str) -> list[Target]:
-    found = []
-    recorded, throttled = [], []
-    for kind in KINDS:
-        ratio = stats.ratios(
-            _over(measured, (ours, "recorded", kind)), _over(measured, (ours, "naive", kind))
+def targets(measured: dict[Cell, list[dict[str, float]]]) -> list[Target]:
+    recorded = {
+        kind: ratios(
+            over(measured, ("this", "recorded", kind)), over(measured, ("this", "naive", kind))
         )
-        recorded.append((kind, ratio))
-        throttled.append((kind, stats.Spread.of(_over(measured, (ours, "throttled", kind)))))
-    found.append(
+        for kind in KINDS
+    }
+    throttled = {
+        kind: Spread.of([v * 1e6 for v in over(measured, ("this", "throttled", kind))])
+        for kind in KINDS
+    }
+    return [
         Target(
             f"a recorded request's process CPU over no middleware ≤ {RECORDED_VS_NAIVE:g} × the "
             "naive middleware's",
-            "; ".join(f"{kind}: {ratio.show(stats.ratio)} ×" for kind, ratio in recorded),
-            all(ratio.median <= RECORDED_VS_NAIVE for _, ratio in recorded),
-        )
-    )
-    found.append(
+            "; ".join(f"{kind}: {spread.show(ratio)} ×" for kind, spread in recorded.items()),
+            all(spread.median <= RECORDED_VS_NAIVE for spread in recorded.values()),
+        ),
         Target(
             f"a throttled request's process CPU ≤ {THROTTLED_US:g} µs over no middleware",
-            "; ".join(f"{kind}: {spread.show(_us)} µs" for kind, spread in throttled),
-            all(spread.median * 1e6 <= THROTTLED_US for _, spread in throttled),
-        )
+            "; ".join(
+                f"{kind}: {spread.show(lambda v: f'{v:.1f}')} µs"
+                for kind, spread in throttled.items()
+            ),
+            all(spread.median <= THROTTLED_US for spread in throttled.values()),
+        ),
+    ]
+
+
+def run(options: Options) -> Section:
+    checkouts = {"this": servers.ROOT} | (
+        {} if options.against is None else {"against": options.against.resolve()}
     )
-    return found
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f}"
-
-
-def run(against: Path | None = None, requests: int = REQUESTS, rounds: int = ROUNDS) -> Section:
-    """The part of ``python -m bench``."""
-    checkouts = [("this", ROOT)]
-    if against is not None:
-        checkouts.append(("against", against.resolve()))
-    measured = measure(checkouts, requests, rounds)
-    return report(measured, checkouts, requests, rounds)
-
-
-def progress(message: str) -> None:
-    print(f"process-cpu: {message}", file=sys.stderr, flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.process_cpu", description=__doc__)
-    parser.add_argument("--requests", type=int, default=REQUESTS, help="requests per cell")
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of every cell")
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also serve the whos_online cells from this other checkout, interleaved",
+    with servers.redis_server() as server:
+        workers = {
+            label: Process(checkout, server.url, options) for label, checkout in checkouts.items()
+        }
+        try:
+            cells = [
+                (label, m, kind)
+                for label in checkouts
+                for m in MIDDLEWARES
+                for kind in KINDS
+                if label == "this" or m in {"bare", "throttled", "recorded"}
+            ]
+            for cell in cells:  # a round to warm up, not counted
+                workers[cell[0]].ask(cell[1:])
+            measured = interleaved(
+                cells,
+                options.rounds,
+                lambda c: workers[c[0]].ask(c[1:]),
+                label="process CPU",
+                step=5,
+            )
+        finally:
+            for worker in workers.values():
+                assert worker.process.stdin is not None
+                worker.process.stdin.close()
+                worker.process.wait(timeout=60)
+    rows, notes = report(measured, checkouts)
+    return Section(
+        "A request's CPU in the site's process",
+        f"{options.rounds} rounds of {options.requests} requests per cell, every cell once per "
+        "round in a rotating order, one worker process per checkout; CPU of the whole process "
+        "(every thread: the flusher's share counts) per request, over no middleware: less the "
+        "same kind of clients' CPU with no middleware in the same round. Median (min–max) over "
+        "the rounds; µs.",
+        [
+            table(
+                "clients | middleware | process CPU µs per request | over no middleware | of "
+                "which serving the requests (their thread) | the rest: writing them (the "
+                "flusher's work) | × the naive middleware's (over no middleware)",
+                rows,
+            )
+        ],
+        notes=notes,
+        targets=targets(measured),
     )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
-    parser.add_argument("--prefix", help=argparse.SUPPRESS)
-    parser.add_argument("--checkout", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    options = parser.parse_args(argv)
-    if options.worker:
-        return work(
-            options.redis_url, options.prefix, options.checkout, options.requests, options.rounds
-        )
-    started = time.monotonic()
-    section = run(options.against, options.requests, options.rounds)
-    print(section.markdown() + "\n")
-    print(targets_table(section.targets))
-    print(f"The whole run took {time.monotonic() - started:.0f} s.")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    work(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -1,267 +1,199 @@
 """Where a recorded request's CPU goes, against the naive ZADD middleware's, part by part.
 
-The throughput part tells how many requests a site serves; this part tells why a recorded one
-costs more than a naive one. Both middlewares handle the same anonymous requests (guests online
-already, a new address each time, ``THROTTLE=0``) in this process, with a view that does nothing,
-in interleaved rounds:
-
-* the worker's share: this thread's CPU time per request (Python, and the kernel's work for its
-  socket calls, but not the time spent waiting for Redis), in all and inside the Redis call
-  (the rest is the Python around it), and again with the call replaced by a no-op, where the
-  same Python runs with warm caches;
-* Redis's share: the throw-away redis-server's CPU time per call (``INFO cpu``), over the same
-  calls sent on their own, along with two calls that tell the script's parts apart: an EVALSHA
-  of a script that only returns, with the recorded visit's keys and arguments (what the call's
-  size costs), and with one key and one argument (what running a script at all costs).
+Both middlewares handle the same anonymous requests (guests online already, ``THROTTLE=0``,
+whos_online writing each visit before its response: ``FLUSH_INTERVAL=0``) in this process, in
+interleaved rounds. The worker's share: this thread's CPU per request, in all, inside the Redis
+call (redis-py's ``zadd``, whos_online's ``scripts.run``) and with a no-op in its place (the
+reply replayed), where the same Python runs with warm caches. Redis's share: its CPU per call
+(``INFO cpu``) for the same calls sent alone, and two scripts that only return, one with the
+visit's keys and arguments (the call's size) and one with a key and an argument.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 from unittest import mock
 
-import redis
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 
-from bench import servers, stats
+from bench import internals as whos
+from bench.harness import servers
+from bench.harness.clients import address
+from bench.harness.report import Section, ratio, table, us
+from bench.harness.rounds import Spread, interleaved, minus, ratios
 from bench.naive import NaiveZaddMiddleware
-from bench.report import Section
-from whos_online import store
-from whos_online.backend import clients
 from whos_online.middleware import WhosOnlineMiddleware
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from django.http import HttpRequest
 
-#: Requests per round and middleware; addresses repeat every round, so visitors stay online.
-REQUESTS: Final = 400
-ROUNDS: Final = 25
-RETURN_ONLY: Final = "return 0"
-
 #: One command as sent: its name, then its arguments.
-Command: TypeAlias = tuple[str | int | float, ...]
+Command = tuple[str | int | float, ...]
+WORKER_ROWS: Final = {
+    "naive": "naive middleware, whole request",
+    "whos_online": "whos_online middleware, whole request",
+    "naive, in the call": "naive middleware, inside its Redis call",
+    "whos_online, in the call": "whos_online middleware, inside its Redis call",
+    "naive, around": "naive middleware, around its Redis call",
+    "whos_online, around": "whos_online middleware, around its Redis call",
+    "naive, no Redis": "naive middleware, no Redis call (a no-op instead)",
+    "whos_online, no Redis": "whos_online middleware, no Redis call (a no-op instead)",
+}
 
 
-def _requests() -> list[HttpRequest]:
-    factory = RequestFactory()
-    made: list[HttpRequest] = []
-    for number in range(REQUESTS):
-        request = factory.get(
-            "/", HTTP_X_FORWARDED_FOR=f"198.18.{number // 250}.{number % 250 + 1}"
-        )
-        request.user = AnonymousUser()
-        made.append(request)
-    return made
+@dataclass(frozen=True)
+class Options:
+    requests: int = 400
+    rounds: int = 25
 
 
-def _cpu_per_call(calls: Callable[[], None], count: int) -> float:
-    started = time.thread_time()
-    calls()
-    return (time.thread_time() - started) / count
+QUICK = Options(requests=50, rounds=2)
 
 
-def _server_cpu(admin: redis.Redis) -> float:
-    found = admin.info("cpu")
-    return float(found["used_cpu_sys"]) + float(found["used_cpu_user"])
+class Timed:
+    """Stands in for a Redis call: times it (this thread's CPU, summed), or answers at once."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self.call, self.spent, self.replies = call, 0.0, list[Any]()
+
+    def __call__(self, *args: Any) -> Any:
+        started = time.thread_time()
+        self.replies.append(self.call(*args))
+        self.spent += time.thread_time() - started
+        return self.replies[-1]
 
 
-class _ZaddOnly:
-    """Stands in for the naive middleware's client, to time its ``zadd`` or replace it with a
-    no-op: a plain object, because a ``Mock`` call costs more than the middleware itself."""
-
-    def __init__(self, zadd: Callable[..., Any]) -> None:
-        self.zadd = zadd
-
-
-def _no_zadd(name: str, mapping: dict[str, float]) -> int:
-    return 1
-
-
-def _no_command(client: object, *command: str | int | float) -> int:
-    return 0
-
-
-class _CallTimer:
-    """This thread's CPU time spent inside Redis calls, summed: the rest of a request's is the
-    middleware's Python (and Django's) around them."""
-
-    def __init__(self) -> None:
-        self.spent = 0.0
-
-    def timed(self, call: Callable[..., Any]) -> Callable[..., Any]:
-        def timed_call(*args: Any, **kwargs: Any) -> Any:
-            started = time.thread_time()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self.spent += time.thread_time() - started
-
-        return timed_call
-
-
-def _worker(requests: list[HttpRequest]) -> dict[str, list[float]]:
+def worker(requests: Sequence[HttpRequest], rounds: int) -> dict[str, list[float]]:
     """CPU per request in this thread, by middleware: in all, inside the Redis call, and with
     a no-op in place of the call."""
+    ours, naive = (
+        WhosOnlineMiddleware(lambda _: HttpResponse()),
+        NaiveZaddMiddleware(lambda _: HttpResponse()),
+    )
+    calls = {"naive": Timed(naive.client.zadd), "whos_online": Timed(whos.scripts.run)}
+    for request in requests:  # connects, loads the script, puts everybody online
+        ours(request)
+        naive(request)
+    replayed = calls["whos_online"].replies[-1] if calls["whos_online"].replies else None
+    no_op = {"naive": lambda *_: 1, "whos_online": lambda *_: replayed}
 
-    def view(request: HttpRequest) -> HttpResponse:
-        return HttpResponse()
+    def serve(cell: str) -> tuple[float, float]:
+        middleware, stub = cell.partition(", ")[::2]
+        call = calls[middleware] if not stub else Timed(no_op[middleware])
+        call.spent = 0.0
+        with (
+            mock.patch.object(naive.client, "zadd", call),
+            mock.patch.object(whos.scripts, "run", call),
+        ):
+            started = time.thread_time()
+            for request in requests:
+                (ours if middleware == "whos_online" else naive)(request)
+            spent = time.thread_time() - started
+        return spent / len(requests), call.spent / len(requests)
 
-    ours = WhosOnlineMiddleware(view)
-    naive = NaiveZaddMiddleware(view)
-    timer = _CallTimer()
-    real_client = naive.client
-    timed_execute = timer.timed(clients.execute)
-
-    def serve(middleware: Callable[[HttpRequest], Any]) -> None:
-        for request in requests:
-            middleware(request)
-
-    def naive_with(client: object) -> Callable[[], None]:
-        def calls() -> None:
-            naive.client = client  # type: ignore [assignment]
-            try:
-                serve(naive)
-            finally:
-                naive.client = real_client
-
-        return calls
-
-    def ours_with(execute: Callable[..., Any]) -> Callable[[], None]:
-        def calls() -> None:
-            with mock.patch.object(store, "execute", execute):
-                serve(ours)
-
-        return calls
-
-    runs = {
-        "naive": naive_with(_ZaddOnly(timer.timed(real_client.zadd))),
-        "whos_online": ours_with(timed_execute),
-        "naive, no Redis": naive_with(_ZaddOnly(_no_zadd)),
-        "whos_online, no Redis": ours_with(_no_command),
-    }
-    serve(ours)  # connects, loads the script, puts everybody online
-    serve(naive)
-    measured: dict[str, list[float]] = defaultdict(list)
-    for round_number in range(ROUNDS):
-        for name in stats.rotated(list(runs), round_number):
-            timer.spent = 0.0
-            measured[name].append(_cpu_per_call(runs[name], len(requests)))
-            if "no Redis" not in name:
-                measured[f"{name}, in the call"].append(timer.spent / len(requests))
+    found = interleaved(
+        ["naive", "whos_online", "naive, no Redis", "whos_online, no Redis"], rounds, serve
+    )
+    measured = {name: [whole for whole, _ in runs] for name, runs in found.items()}
+    for name in ("naive", "whos_online"):
+        measured[f"{name}, in the call"] = [inside for _, inside in found[name]]
+        measured[f"{name}, around"] = minus(measured[name], measured[f"{name}, in the call"])
     return measured
 
 
-def _captured(requests: list[HttpRequest]) -> list[Command]:
-    """The commands the whos_online middleware sends for ``requests``, as it sends them."""
-    sent: list[Command] = []
+def server(
+    requests: Sequence[HttpRequest], node: servers.Node, rounds: int
+) -> dict[str, list[float]]:
+    """Redis's CPU per call: the naive ZADD, the recorded visit's script, two bare scripts."""
+    sent, original = list[Any](), whos.scripts.run
 
-    def capture(client: object, *command: str | int | float) -> int:
-        sent.append(command)
-        return 0
+    def capture(client: Any, calls: Sequence[Any]) -> list[Any]:
+        sent.extend(calls)
+        return original(client, calls)
 
-    middleware = WhosOnlineMiddleware(lambda request: HttpResponse())
-    with mock.patch.object(store, "execute", capture):
+    middleware = WhosOnlineMiddleware(lambda _: HttpResponse())
+    with mock.patch.object(whos.scripts, "run", capture):
         for request in requests:
             middleware(request)
-    return sent
-
-
-def _server(requests: list[HttpRequest], admin: redis.Redis) -> dict[str, list[float]]:
-    """Redis's CPU per call: the naive ZADD, the recorded visit's script, and two bare scripts."""
-    script = _captured(requests)
-    if len(script) != len(requests) or any(command[0] != "EVALSHA" for command in script):
-        msg = f"expected one EVALSHA per request, the middleware sent {len(script)} commands"
-        raise RuntimeError(msg)
-    bare = admin.script_load(RETURN_ONLY)
-    now = time.time()
+    bare, now = node.client.script_load("return 0"), time.time()
+    script = [
+        ("EVALSHA", whos.scripts.sha1_of(c.source), len(c.keys), *c.keys, *c.args) for c in sent
+    ]
     commands: dict[str, list[Command]] = {
-        "naive ZADD": [("ZADD", "naive:guests", now, f"198.18.0.{n}") for n in range(REQUESTS)],
+        "naive ZADD": [
+            ("ZADD", "naive:guests", now, f"198.18.0.{n}") for n in range(len(requests))
+        ],
         "recorded visit's script": script,
         "script that only returns, same keys and arguments": [
-            ("EVALSHA", bare, *command[2:]) for command in script
+            ("EVALSHA", bare, *c[2:]) for c in script
         ],
         "script that only returns, one key and argument": [
-            ("EVALSHA", bare, 1, "k", str(n)) for n in range(REQUESTS)
+            ("EVALSHA", bare, 1, "k", str(n)) for n in range(len(requests))
         ],
     }
-    pool_connection = admin.connection_pool.get_connection()
+    connection = node.client.connection_pool.get_connection()
+
+    def send(name: str) -> float:
+        before = node.used_cpu()
+        for command in commands[name]:
+            connection.send_command(*command)  # type: ignore [no-untyped-call]
+            connection.read_response()
+        return (node.used_cpu() - before) / len(commands[name])
+
     try:
-
-        def send(sent: list[Command]) -> float:
-            before = _server_cpu(admin)
-            for command in sent:
-                pool_connection.send_command(*command)  # type: ignore [no-untyped-call]
-                pool_connection.read_response()
-            return (_server_cpu(admin) - before) / len(sent)
-
-        for sent in commands.values():
-            send(sent)
-        measured: dict[str, list[float]] = defaultdict(list)
-        for round_number in range(ROUNDS):
-            for name in stats.rotated(list(commands), round_number):
-                measured[name].append(send(commands[name]))
+        for name in commands:
+            send(name)
+        return interleaved(list(commands), rounds, send)
     finally:
-        admin.connection_pool.release(pool_connection)
-    return measured
+        node.client.connection_pool.release(connection)
 
 
-def _row(label: str, values: list[float], baseline: list[float]) -> list[str]:
-    spread = stats.Spread.of(values)
-    return [label, stats.us(spread.median), stats.ratios(values, baseline).show(stats.ratio)]
-
-
-def run() -> Section:
-    requests = _requests()
-    with servers.redis_server() as server:
-        admin = redis.Redis.from_url(server.url)
-        os.environ["REDIS_URL"] = server.url  # the naive middleware reads it
-        whos_online = {"REDIS_URL": server.url, "TRUSTED_PROXY_COUNT": 1, "THROTTLE": 0}
-        try:
-            with override_settings(WHOS_ONLINE=whos_online):
-                worker = _worker(requests)
-                redis_side = _server(requests, admin)
-        finally:
-            del os.environ["REDIS_URL"]
-    naive, naive_python = worker["naive"], worker["naive, no Redis"]
-    ours, ours_python = worker["whos_online"], worker["whos_online, no Redis"]
-    zadd = redis_side["naive ZADD"]
-
-    def minus(first: list[float], second: list[float]) -> list[float]:
-        return [a - b for a, b in zip(first, second, strict=True)]
-
-    naive_call, ours_call = worker["naive, in the call"], worker["whos_online, in the call"]
-    worker_rows = [
-        _row("naive middleware, whole request", naive, naive),
-        _row("whos_online middleware, whole request", ours, naive),
-        _row("naive middleware, inside its Redis call", naive_call, naive),
-        _row("whos_online middleware, inside its Redis call", ours_call, naive),
-        _row("naive middleware, around its Redis call", minus(naive, naive_call), naive),
-        _row("whos_online middleware, around its Redis call", minus(ours, ours_call), naive),
-        _row("naive middleware, no Redis call (a no-op instead)", naive_python, naive),
-        _row("whos_online middleware, no Redis call (a no-op instead)", ours_python, naive),
+def rows(
+    measured: dict[str, list[float]], labels: dict[str, str], base: list[float]
+) -> list[list[str]]:
+    return [
+        [label, us(Spread.of(measured[k]).median), ratios(measured[k], base).show(ratio)]
+        for k, label in labels.items()
     ]
-    redis_rows = [_row(name, values, zadd) for name, values in redis_side.items()]
+
+
+def run(options: Options) -> Section:
+    requests = []
+    for n in range(options.requests):
+        request = RequestFactory().get("/", HTTP_X_FORWARDED_FOR=address(n, "198.18"))
+        request.user = AnonymousUser()
+        requests.append(request)
+    settings = {"TRUSTED_PROXY_COUNT": 1, "THROTTLE": 0, "FLUSH_INTERVAL": 0}
+    with servers.redis_server() as redis_server:
+        url = redis_server.url
+        with (
+            mock.patch.dict(os.environ, REDIS_URL=url),
+            override_settings(WHOS_ONLINE={"REDIS_URL": url, **settings}),
+        ):
+            at_worker = worker(requests, options.rounds)
+            at_redis = server(requests, servers.Node.of(redis_server), options.rounds)
+    zadd = at_redis["naive ZADD"]
     return Section(
-        title="Where a recorded request's CPU goes",
-        intro=(
-            f"{REQUESTS} anonymous requests per round, guests online already, `THROTTLE=0`, "
-            f"{ROUNDS} interleaved rounds; CPU µs per request, median, and its ratio to the "
-            "baseline measured in the same round, median (min–max). First the worker's share "
-            "(this thread's CPU, without the time spent waiting for Redis), against the naive "
-            "middleware's whole request: in all, inside the Redis call (from redis-py's method "
-            "or whos_online's `execute` to the reply), around it (the middleware's Python, and "
-            "the request's), and with a no-op in place of the call, where the same Python runs "
-            "with warm caches; then Redis's share, per call, against the naive ZADD."
-        ),
-        tables=[
-            stats.table(["worker", "CPU µs", "× naive request"], worker_rows),
-            stats.table(["Redis", "CPU µs", "× naive ZADD"], redis_rows),
+        "Where a recorded request's CPU goes",
+        f"{options.requests} anonymous requests per round, guests online already, `THROTTLE=0`, "
+        f"`FLUSH_INTERVAL=0`, {options.rounds} interleaved rounds; CPU µs per request, median, "
+        "and its ratio to the baseline measured in the same round, median (min–max). First the "
+        "worker's share (this thread's CPU, without the time spent waiting for Redis), against "
+        "the naive middleware's whole request: in all, inside the Redis call (from redis-py's "
+        "`zadd` or whos_online's `scripts.run` to the reply), around it, and with a no-op in "
+        "place of the call; then Redis's share, per call, against the naive ZADD.",
+        [
+            table(
+                "worker | CPU µs | × naive request",
+                rows(at_worker, WORKER_ROWS, at_worker["naive"]),
+            ),
+            table("Redis | CPU µs | × naive ZADD", rows(at_redis, {k: k for k in at_redis}, zadd)),
         ],
     )

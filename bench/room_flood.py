@@ -1,191 +1,116 @@
-"""What the cleanup command makes of an index of rooms flooded with rooms nobody is in.
-
-Run from the repository root: ``python3 scripts/dev.py bench room_flood`` (``--help`` for the
-options); ``--against CHECKOUT`` also runs the command of another checkout of the project (say a
-``git archive`` of an older commit), interleaved, to compare.
-
-A crawler that walks ``/topic/<n>/`` leaves each room it passed in the index of rooms, empty
-once it moved on. Each repetition fills a fresh redis-server with ``--rooms`` such rooms, last
-visited before the window, and one counter sample due for cleaning, then runs
-``manage.py whos_online_cleanup`` in a process of its own (the bench site's settings), as cron
-would. Per run: its exit status, its wall time (less that of the same run on an empty Redis,
-measured alongside: Python and Django starting), the CPU redis-server spent (``INFO cpu``), the
-longest command Redis executed (its SLOWLOG), and whether the run emptied the index and cleaned
-the counters.
+"""What the cleanup command makes of an index of rooms flooded with rooms nobody is in (what a
+crawler walking ``/topic/<n>/`` leaves): ``whos_online_cleanup`` run as cron runs it, in a process
+of its own, on ``rooms`` rooms last visited before the window and one counter sample due, and on
+an empty Redis (its start-up), interleaved; with ``--against``, another checkout's command too.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import subprocess
 import sys
-import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-import django
-import redis
+from django.conf import settings
+from django.test import override_settings
 
-from bench import cleanup, servers, stats
-from bench.report import Section
+import whos_online
+from bench import internals as whos
+from bench.harness import servers
+from bench.harness.report import Section, fixed, ms, number, table
+from bench.harness.rounds import interleaved, minus, spread
 
-ROOMS: Final = 200_000
-REPEATS: Final = 3
-#: What the command prints once it has cleaned the counters.
-COUNTERS_CLEANED: Final = " counter sample"
+seconds = fixed(2)
 
 
 @dataclass(frozen=True)
-class Run:
-    returncode: int
-    seconds: float
-    redis_cpu: float
-    longest_command: float
-    rooms_left: int
-    counters_cleaned: bool
+class Options:
+    rooms: int = 200_000
+    repeats: int = 3
+    #: Another checkout whose command runs too, interleaved.
+    against: Path | None = None
 
 
-def redis_cpu(client: redis.Redis) -> float:
-    found = client.info("cpu")
-    return float(found["used_cpu_sys"]) + float(found["used_cpu_user"])
+QUICK = Options(rooms=2_000, repeats=1)
 
 
-def fill(client: redis.Redis, url: str, rooms: int, now: float) -> str:
-    """``rooms`` empty rooms in the index and a counter sample due; returns the index's key."""
-    from django.conf import settings
-    from django.test import override_settings
-
-    from whos_online import api
-    from whos_online.backend import keyspace
-    from whos_online.config import settings as conf
-    from whos_online.store import keys
-
-    with override_settings(WHOS_ONLINE={**settings.WHOS_ONLINE, "REDIS_URL": url}):
-        config = conf.get_config()
-        index = keyspace.layout(config)[0].key(keys.ROOMS_INDEX)
-        api.update_counter("downloads", now=now - 1000)
-    stale = now - config.window - 3600
-    pipe = client.pipeline(transaction=False)
+def clean(node: servers.Node, url: str, checkout: Path, rooms: int, workdir: Path) -> list[float]:
+    """One run of the command from ``checkout`` on a fresh Redis holding ``rooms`` empty rooms:
+    exit status, seconds, Redis CPU seconds, its longest command, rooms left, counters cleaned."""
+    node.client.flushall()
+    with override_settings(WHOS_ONLINE={**settings.WHOS_ONLINE, "REDIS_URL": url}):  # the site's
+        config, now = whos.get_config(), time.time()
+        whos_online.update_counter("downloads", now=now - 1000)
+        index = whos.keyspace.layout(config)[0].key(whos.keys.ROOMS_INDEX)
     for start in range(0, rooms, 10_000):
-        batch = range(start, min(start + 10_000, rooms))
-        pipe.zadd(index, {f"topic:{number}": stale for number in batch})
-        pipe.execute()
-    return index
-
-
-def clean(url: str, checkout: Path, rooms: int, workdir: Path) -> Run:
-    """One run of the command from ``checkout`` on a fresh Redis holding ``rooms`` empty rooms."""
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    index = fill(client, url, rooms, time.time())
-    cleanup.slowlog_on(client)
-    cpu = redis_cpu(client)
-    env = servers.site_env("throttled", url, workdir / "bench.sqlite3", checkout=checkout)
-    started = time.perf_counter()
+        stale = now - config.window - 3600
+        node.client.zadd(
+            index, {f"topic:{n}": stale for n in range(start, min(start + 10_000, rooms))}
+        )
+    node.slowlog_on()
+    cpu, started = node.used_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "django", "whos_online_cleanup"],
-        env=env,
+        env=servers.site_env("throttled", url, workdir / "bench.sqlite3", checkout=checkout),
         cwd=checkout,
         capture_output=True,
         text=True,
         check=False,
         timeout=600,
     )
-    seconds = time.perf_counter() - started
-    return Run(
-        returncode=done.returncode,
-        seconds=seconds,
-        redis_cpu=redis_cpu(client) - cpu,
-        longest_command=cleanup.longest_command(client),
-        rooms_left=int(client.zcard(index)),
-        counters_cleaned=COUNTERS_CLEANED in done.stdout,
-    )
+    took = time.perf_counter() - started
+    cleaned = " counter sample" in done.stdout
+    return [
+        done.returncode,
+        took,
+        node.used_cpu() - cpu,
+        node.longest_command(),
+        node.client.zcard(index),
+        cleaned,
+    ]
 
 
-def run(rooms: int = ROOMS, repeats: int = REPEATS, against: Path | None = None) -> Section:
-    checkouts = {"this checkout": servers.ROOT}
-    if against is not None:
-        checkouts[str(against)] = against.resolve()
-    cases = [(name, size) for name in checkouts for size in (0, rooms)]
-    runs: dict[tuple[str, int], list[Run]] = defaultdict(list)
-    with (
-        tempfile.TemporaryDirectory(prefix="whos-online-bench-") as workdir,
-        servers.redis_server() as server,
-    ):
-        for repeat in range(repeats):
-            for name, size in stats.rotated(cases, repeat):
-                print(f"room_flood: {name}, {size} rooms…", file=sys.stderr, flush=True)
-                runs[name, size].append(clean(server.url, checkouts[name], size, Path(workdir)))
+def run(options: Options) -> Section:
+    checkouts = servers.checkouts(options.against)
+    cases = [(name, size) for name in checkouts for size in (0, options.rooms)]
+    with servers.temporary_directory() as workdir, servers.redis_server() as server:
+        node = servers.Node.of(server)
+        runs = interleaved(
+            cases,
+            options.repeats,
+            lambda c: clean(node, server.url, checkouts[c[0]], c[1], Path(workdir)),
+            label="room flood",
+        )
     rows = []
     for name, size in cases:
-        found = runs[name, size]
-        started = [each.seconds for each in runs[name, 0]]
+        found = list(zip(*runs[name, size], strict=True))
+        started = [run[1] for run in runs[name, 0]]
+        cleaned = "yes" if all(found[5]) else "**no**"
         rows.append(
             [
                 name,
-                stats.number(size),
-                ", ".join(str(each.returncode) for each in found),
-                stats.Spread.of([each.seconds for each in found]).show(_s),
-                stats.Spread.of(
-                    [each.seconds - base for each, base in zip(found, started, strict=True)]
-                ).show(_s),
-                stats.Spread.of([each.redis_cpu for each in found]).show(_s),
-                stats.Spread.of([each.longest_command for each in found]).show(stats.ms),
-                stats.number(max(each.rooms_left for each in found)),
-                "yes" if all(each.counters_cleaned for each in found) else "**no**",
+                number(size),
+                ", ".join(map(str, found[0])),
+                spread(found[1], seconds),
+                spread(minus(found[1], started), seconds),
+                spread(found[2], seconds),
+                spread(found[3], ms),
+                number(max(found[4])),
+                cleaned,
             ]
         )
     return Section(
-        title="A flood of empty rooms",
-        intro=(
-            f"`whos_online_cleanup` in a process of its own, on {stats.number(rooms)} rooms in "
-            f"the index with nobody in them, and on an empty Redis; {repeats} repetitions, "
-            "interleaved. Median (min–max)."
-        ),
-        tables=[
-            stats.table(
-                [
-                    "command of",
-                    "rooms",
-                    "exit status",
-                    "run s",
-                    "less start-up s",
-                    "Redis CPU s",
-                    "longest command ms",
-                    "rooms left",
-                    "counters cleaned",
-                ],
+        "A flood of empty rooms",
+        f"`whos_online_cleanup` in a process of its own, on {number(options.rooms)} rooms in the "
+        f"index with nobody in them, and on an empty Redis; {options.repeats} repetitions, "
+        'interleaved. Median (min–max); "less start-up" subtracts the run on an empty Redis in '
+        "the same repetition.",
+        [
+            table(
+                "command of | rooms | exit status | run s | less start-up s | Redis CPU s | "
+                "longest command ms | rooms left | counters cleaned",
                 rows,
             )
         ],
     )
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.2f}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.room_flood", description=__doc__)
-    parser.add_argument("--rooms", type=int, default=ROOMS, help="empty rooms in the index")
-    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of each case")
-    parser.add_argument(
-        "--against",
-        type=Path,
-        metavar="CHECKOUT",
-        help="also run the command of this other checkout of the project, interleaved",
-    )
-    options = parser.parse_args(argv)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.site"
-    os.environ.setdefault("WHOS_ONLINE_BENCH_VARIANT", "throttled")
-    django.setup()
-    print(run(options.rooms, options.repeats, options.against).markdown())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,142 +1,121 @@
-"""What ``{% whos_online %}`` and ``{% online_count %}`` cost as the site grows.
-
-Each size lives under its own ``KEY_PREFIX`` in one throw-away redis-server, filled directly with
-pipelined ZADDs: half the people are users, half guests, all seen within the window, and the
-newest users have their display HASH (only those are read: the tag lists ``DISPLAY_LIMIT``).
-Each render gets a new request, so nothing is served from the snapshot cached on a request; the
-time is that of ``Template.render`` in this process, Redis round trip included. The sizes are
-measured in turn, several times, and each is compared with 10 people online in the same round.
-
-The tag names at most ``DISPLAY_LIMIT`` (50) users, and 10 people online (5 of them users) give
-5 names: so the tag is also measured with ``DISPLAY_LIMIT = 5``, the same names at every size,
-which shows what the number of people online costs apart from the number of names.
+"""What ``{% whos_online %}`` and ``{% online_count %}`` cost as the site grows: 10, 10 000 and
+1 000 000 people online (half users, half guests, filled directly in one redis-server, each size
+under its own ``KEY_PREFIX``), each render from a new request with ``SNAPSHOT_MAX_AGE = 0`` (each
+reads Redis), the sizes interleaved, each against 10 online in the same round. The tag names at
+most ``DISPLAY_LIMIT`` (50) people, and 10 online give 5 names: so it is measured with
+``DISPLAY_LIMIT = 5`` too, the same names at every size.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import Final
 
 import redis
 from django.http import HttpRequest
 from django.template import Context, Template
 from django.test import override_settings
 
-from bench import servers, sorted_sets, stats
-from bench.report import Section, Target
-from whos_online.backend import keyspace
-from whos_online.config import settings as conf
-from whos_online.store import keys
+from bench import internals as whos
+from bench.harness import servers
+from bench.harness.report import Section, Target, number, ratio, table, us
+from bench.harness.rounds import Spread, interleaved, ratios
 
-if TYPE_CHECKING:
-    from whos_online.config.settings import Config
-
-SIZES: Final = (10, 10_000, 1_000_000)
 #: Display HASHes written for the newest users (the tag reads DISPLAY_LIMIT of them).
 NAMED: Final = 100
-ROUNDS: Final = 11
-RENDERS: Final = 200
-#: What is rendered: a label, the template, and WHOS_ONLINE settings of its own.
-CASES: Final[tuple[tuple[str, str, dict[str, object]], ...]] = (
-    ("`{% whos_online %}`", "{% load whos_online %}{% whos_online %}", {}),
-    ("`{% online_count %}`", "{% load whos_online %}{% online_count %}", {}),
-    (
-        "`{% whos_online %}`, `DISPLAY_LIMIT=5`",
-        "{% load whos_online %}{% whos_online %}",
-        {"DISPLAY_LIMIT": 5},
-    ),
-)
+CASES: Final = {
+    "`{% whos_online %}`": ("{% whos_online %}", {}),
+    "`{% online_count %}`": ("{% online_count %}", {}),
+    "`{% whos_online %}`, `DISPLAY_LIMIT=5`": ("{% whos_online %}", {"DISPLAY_LIMIT": 5}),
+}
 
 
-def _settings(url: str, size: int, **more: object) -> dict[str, object]:
-    return {"REDIS_URL": url, "KEY_PREFIX": f"bench-tags-{size}", **more}
+@dataclass(frozen=True)
+class Options:
+    largest: int = 1_000_000
+    rounds: int = 11
+    renders: int = 200
 
 
-def fill(client: redis.Redis, config: Config, size: int, now: float) -> None:
+QUICK = Options(largest=20_000, rounds=1, renders=20)
+
+
+def fill(client: redis.Redis, config: whos.Config, size: int, now: float) -> None:
+    """Users seen from 100 s ago up to now, newest last; guests all a little earlier."""
     users = size // 2
-    # Users are seen from 100 s ago up to now, newest last; guests all a little earlier.
-    for kind, count, member in (("users", users, str), ("guests", size - users, _guest)):
-        sorted_sets.fill(
-            client,
-            keys.key(config, kind),
-            ((member(n), now - 100 + 100 * n / max(count, 1)) for n in range(count)),
-        )
+    for kind, count, name in (("users", users, "{}"), ("guests", size - users, "guest{:011d}")):
+        scored = ((name.format(n), now - 100 + 100 * n / max(count, 1)) for n in range(count))
+        servers.fill(client, whos.keys.key(config, kind), scored)
+    shard = whos.keyspace.layout(config)[0]
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
-        pipe.hset(
-            keys.user_key(keyspace.layout(config)[0], str(n)),
-            mapping={"name": f"user {n}", "url": f"/people/{n}/", "seen": now},
-        )
+        details = {"name": f"user {n}", "url": f"/people/{n}/", "seen": now}
+        pipe.hset(whos.keys.user_key(shard, str(n)), mapping=details)  # type: ignore [arg-type]
     pipe.execute()
 
 
-def _guest(number: int) -> str:
-    return f"guest{number:011d}"
-
-
-def _render_times(template: Template, count: int) -> list[float]:
+def render_time(template: Template, renders: int) -> float:
+    """The median of ``renders`` renders, each from a new request."""
     times = []
-    for _ in range(count):
+    for _ in range(renders):
         context = Context({"request": HttpRequest()})
         started = time.perf_counter()
         template.render(context)
         times.append(time.perf_counter() - started)
-    return times
+    return statistics.median(times)
 
 
-def run() -> Section:
-    templates = [(label, Template(source), more) for label, source, more in CASES]
-    medians: dict[tuple[str, int], list[float]] = {
-        (label, size): [] for label, _, _ in templates for size in SIZES
-    }
+def run(options: Options) -> Section:
+    sizes = (10, 10_000, options.largest)
     with servers.redis_server() as server:
         client = redis.Redis.from_url(server.url)
-        now = time.time()
-        for size in SIZES:
-            with override_settings(WHOS_ONLINE=_settings(server.url, size)):
-                fill(client, conf.get_config(), size, now)
+
+        def settings(size: int, **more: object) -> dict[str, object]:
+            prefix = f"bench-tags-{size}"
+            return {"REDIS_URL": server.url, "KEY_PREFIX": prefix, "SNAPSHOT_MAX_AGE": 0, **more}
+
+        for size in sizes:
+            with override_settings(WHOS_ONLINE=settings(size)):
+                fill(client, whos.get_config(), size, time.time())
         memory = int(client.info("memory")["used_memory"])
-        for round_number in range(ROUNDS):
-            for size in stats.rotated(SIZES, round_number):
-                for label, template, more in templates:
-                    with override_settings(WHOS_ONLINE=_settings(server.url, size, **more)):
-                        _render_times(template, 10)  # connects, loads the script
-                        medians[label, size].append(
-                            statistics.median(_render_times(template, RENDERS))
-                        )
-    rows = []
-    targets = []
-    for label, _, more in templates:
-        base = medians[label, SIZES[0]]
-        for size in SIZES:
-            found = medians[label, size]
+
+        def measure(cell: tuple[str, int]) -> float:
+            source, more = CASES[cell[0]]
+            template = Template("{% load whos_online %}" + source)
+            with override_settings(WHOS_ONLINE=settings(cell[1], **more)):
+                render_time(template, 10)  # connects, loads the script
+                return render_time(template, options.renders)
+
+        cells = [(case, size) for size in sizes for case in CASES]
+        medians = interleaved(cells, options.rounds, measure, label="tags", step=len(CASES))
+    rows, targets = [], []
+    for case, (_source, more) in CASES.items():
+        base = medians[case, sizes[0]]
+        for size in sizes:
+            found = medians[case, size]
             rows.append(
                 [
-                    label,
-                    stats.number(size),
-                    stats.Spread.of(found).show(stats.us),
-                    stats.ratios(found, base).show(stats.ratio),
+                    case,
+                    number(size),
+                    Spread.of(found).show(us),
+                    ratios(found, base).show(ratio),
                 ]
             )
+        largest = ratios(medians[case, sizes[-1]], base)
         if not more:
-            spread = stats.ratios(medians[label, SIZES[-1]], base)
+            goal = f"{case} with {number(sizes[-1])} online ≤ 1.5 × with 10"
             targets.append(
-                Target(
-                    f"{label} with {stats.number(SIZES[-1])} online ≤ 1.5 × with 10",
-                    f"{spread.show(stats.ratio)} × 10 online",
-                    spread.median <= 1.5,
-                )
+                Target(goal, f"{largest.show(ratio)} × 10 online", largest.median <= 1.5)
             )
     return Section(
-        title="Template tags at scale",
-        intro=(
-            f"Median time of one render (µs), {RENDERS} renders per round, {ROUNDS} rounds "
-            "with the sizes interleaved: median (min–max) of the rounds; ratio to 10 people "
-            "online in the same round. Half the people are users, half guests: 10 online "
-            "list 5 names, 10 000 and more list `DISPLAY_LIMIT` (50) names, except in the "
-            f"last rows. Redis held {memory / 2**20:.0f} MiB for all sizes together."
-        ),
-        tables=[stats.table(["tag", "people online", "render µs", "× 10 online"], rows)],
+        "Template tags at scale",
+        f"Median time of one render (µs), {options.renders} renders per round, {options.rounds} "
+        "rounds with the sizes interleaved: median (min–max) of the rounds; ratio to 10 people "
+        "online in the same round. Half the people are users, half guests: 10 online list 5 "
+        "names, 10 000 and more list `DISPLAY_LIMIT` (50) names, except in the last rows. Redis "
+        f"held {memory / 2**20:.0f} MiB for all sizes together.",
+        [table("tag | people online | render µs | × 10 online", rows)],
         targets=targets,
     )

@@ -1,0 +1,1 @@
+"""What every bench shares: servers, clients, interleaved rounds, statistics and the tables."""
