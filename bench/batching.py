@@ -104,7 +104,7 @@ class Batches:
 
     def __init__(self, node: servers.Node, config: whos.Config, options: Options) -> None:
         self.node, self.config, self.options = node, config, options
-        self.client = whos.connection.request_client()
+        self.client = whos.clients.request_client()
         self.who = crowd.chosen(
             config, options.people, options.visits // 2, options.visits // 2, seed=1
         )

@@ -126,7 +126,7 @@ def one_redis(options: Options) -> tuple[dict[str, list[Pair]], str]:
         node, config, client = (
             servers.Node.of(server),
             whos.get_config(),
-            whos.connection.request_client(),
+            whos.clients.request_client(),
         )
         crowd.fill(lambda _: node.client, config, options.people)
         users = crowd.chosen(config, options.people, options.visits, 0, seed=1)
@@ -171,7 +171,7 @@ def cluster(options: Options) -> Cluster:
     try:
         settings = {"REDIS_URL": nodes.url, "REDIS_CLUSTER": True, "SHARDS": CLUSTER_SHARDS}
         with override_settings(WHOS_ONLINE=settings):
-            config, client = whos.get_config(), whos.connection.request_client()
+            config, client = whos.get_config(), whos.clients.request_client()
             node_of = nodes.node_of_key
             shards = [node_of(shard.key("users")).port for shard in whos.keyspace.layout(config)]
             watched = [

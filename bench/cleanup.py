@@ -2,7 +2,7 @@
 
 A probe PINGs Redis every millisecond from a process of its own while one of these runs, on
 freshly filled data, interleaved: nothing (the probe's own noise: the baseline), the naive prune
-(one ZREMRANGEBYSCORE per set), ``pruning.prune_with`` (the cleanup command's) on 1 000 000 stale
+(one ZREMRANGEBYSCORE per set), ``cleanup.prune_with`` (the cleanup command's) on 1 000 000 stale
 members with people online who must stay, and ``counters.clean`` on every counter at every
 precision holding twice ``COUNTER_SAMPLES`` slices. A PING also waits whenever the probe or Redis
 is not given a core, so Redis's own longest command (its SLOWLOG) is given too.
@@ -77,14 +77,14 @@ def operations(
     client: redis.Redis, config: whos.Config, stale: int, now: float
 ) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
     """What fills Redis, and what then runs, by name."""
-    admin, cutoff = whos.connection.admin_client(), f"({now - config.window}"
+    admin, cutoff = whos.clients.admin_client(), f"({now - config.window}"
     admin.ping()
     keys = [whos.keys.key(config, kind) for kind in whos.keys.KINDS]
     fill = lambda: fill_stale(client, config, stale, now)  # noqa: E731
     return {
         "idle": (lambda: None, lambda: time.sleep(1.0)),
         "naive": (fill, lambda: [client.zremrangebyscore(key, "-inf", cutoff) for key in keys]),
-        "prune": (fill, lambda: whos.pruning.prune_with(admin, config, now=now)),
+        "prune": (fill, lambda: whos.cleanup.prune_with(admin, config, now=now)),
         "counters": (
             lambda: fill_counters(client, config, now),
             lambda: whos.counters.clean(admin, config, now=now),

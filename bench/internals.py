@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import time
 
-from whos_online.backend import breakers, connection, keyspace, sentinels
+from whos_online.backend import clients, connection, keyspace, sentinels
 from whos_online.config import settings
 from whos_online.config.settings import Config
 from whos_online.flushing import flusher
-from whos_online.reading import widget
-from whos_online.recording import clients, throttle, visits
-from whos_online.store import cleanup, counters, keys, lua, pruning, reading, record, scripts, users
-from whos_online.store.visit import Visit
+from whos_online.live import widget
+from whos_online.recording import guests, throttle, visits
+from whos_online.store import cleanup, counters, keys, lua, record, scripts, snapshot, users
+from whos_online.store.items import Visit
 
 COOKIE_NAME = throttle.COOKIE_NAME
 DEFAULTS = settings.DEFAULTS
 get_config = settings.get_config
 reset_config = settings.reset
-guest_id = clients.guest_id
+guest_id = guests.guest_id
 
 
 def forget_recent_clients() -> None:
@@ -28,11 +28,11 @@ def forget_recent_clients() -> None:
 
 def close_breakers() -> None:
     """A new outage from here on: the breakers of the request path forget the last one."""
-    breakers.breaker.reset()
-    breakers.refusals.reset()
+    connection.breaker.reset()
+    connection.refusals.reset()
 
 
 def backoff_left() -> float:
     """Seconds the breakers of the request path keep Redis away still (0 if none is open)."""
-    until = [*breakers.breaker._open_until.values(), *breakers.refusals._open_until.values()]
+    until = [*connection.breaker._open_until.values(), *connection.refusals._open_until.values()]
     return max([0.0, *(moment - time.monotonic() for moment in until)])

@@ -372,7 +372,7 @@ def run(options: Options) -> Section:
     ]
     return Section(
         "Redis outages",
-        f"redis-server {version}; request timeout {whos.connection.REQUEST_TIMEOUT} s, "
+        f"redis-server {version}; request timeout {whos.clients.REQUEST_TIMEOUT} s, "
         f"`FAILURE_BACKOFF` 10 s. One request = GET from a new visitor. {options.repeats} outages "
         f"per situation and setup, interleaved; {FOLLOWING} following requests each, "
         f"{EVERY * 1000:g} ms apart. Times in ms: median (min–max). Warnings: lines the "

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from whos_online.backend.connection import Client
+    from whos_online.backend.clients import Client
 
 #: Every this many people online is a user; the others are guests.
 USER_EVERY: Final = 5
@@ -117,7 +117,7 @@ def warm_up(client: Client, config: whos.Config, who: Sequence[Person]) -> None:
 
 
 def read(client: Client, config: whos.Config) -> None:
-    found = whos.reading.snapshot(client, config, limit=NAMES, now=time.time())
+    found = whos.snapshot.snapshot(client, config, limit=NAMES, now=time.time())
     if len(found.listed) != NAMES:
         raise RuntimeError(f"the snapshot listed {len(found.listed)} names, not {NAMES}")
 

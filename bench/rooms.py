@@ -125,11 +125,11 @@ def room_reads(node: servers.Node, config: whos.Config, options: Options) -> lis
     rows = []
     for size in sizes:
         room = f"room-{size}"
-        whos.reading.snapshot(client, config, limit=50, now=now, room=room)  # the script loaded
+        whos.snapshot.snapshot(client, config, limit=50, now=now, room=room)  # the script loaded
         cpu, took = node.start(), []
         for _ in range(options.reads):
             started = time.perf_counter()
-            whos.reading.snapshot(client, config, limit=50, now=now, room=room)
+            whos.snapshot.snapshot(client, config, limit=50, now=now, room=room)
             took.append(time.perf_counter() - started)
         usage = node.usage(cpu)
         rows.append(
