@@ -11,7 +11,7 @@ the poll, so the site's own ``whos_online/online.html`` and the plural rules of 
 apply to refreshes as they do to the page. A page refreshes all its widgets at once from
 ``widgets``, which answers each of them as ``widget`` would, in one JSON document.
 
-The staff dashboard's views are in ``staff_views``.
+The staff dashboard's views are in ``dashboard``.
 """
 
 from __future__ import annotations
