@@ -54,9 +54,15 @@ def install(
         session.install(*pins)
 
 
+#: pytest-xdist's workers: one per core, at most four (each starts its own redis-server, and the
+#: servers and browsers of its tests); a test file stays on one worker, so that a module's cluster
+#: or Sentinel group is started once. ``-n 0`` among the session's arguments runs in one process.
+WORKERS = ("-n", "auto", "--maxprocesses", "4", "--dist", "loadfile")
+
+
 def pytest(session: nox.Session, *arguments: str) -> None:
     # pytest exits with 5 when it collected no test: only 0 counts as success here.
-    session.run("python", "-m", "pytest", *arguments, *session.posargs)
+    session.run("python", "-m", "pytest", *WORKERS, *arguments, *session.posargs)
 
 
 @nox.session

@@ -21,7 +21,7 @@ from tests.support.helpers import (
     single_redis,
 )
 from tests.support.live_gate import LiveServerGate
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer, database_of_worker, free_port
 from whos_online.backend import clients, connection
 from whos_online.backend.clients import admin_client
 from whos_online.config import settings as conf
@@ -34,10 +34,13 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def real_redis_url() -> Iterator[str]:
-    """``REDIS_URL`` if set (its database is flushed!), else a redis-server started for the run."""
+    """``REDIS_URL`` if set (its database is flushed!), else a redis-server started for the run.
+
+    Under pytest-xdist each worker starts its own server; on ``REDIS_URL`` worker ``gwN`` takes
+    database N of that server, so that one worker's flush never empties another's keys."""
     url = os.environ.get("REDIS_URL")
     if url:
-        yield url
+        yield database_of_worker(url, os.environ.get("PYTEST_XDIST_WORKER", ""))
         return
     server = RedisServer()
     server.start()

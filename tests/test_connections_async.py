@@ -15,6 +15,7 @@ import whos_online
 from tests.conftest import SCRIPTS
 from tests.support.delaying_proxy import DelayingProxy
 from tests.support.helpers import configure
+from whos_online.backend import clients
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -55,9 +56,12 @@ def loop_turns_during(call: Callable[[], Awaitable[T]]) -> tuple[T, int]:
 
 
 @pytest.fixture
-def slow_redis(real_redis_url, settings) -> Iterator[DelayingProxy]:
+def slow_redis(real_redis_url, settings, monkeypatch) -> Iterator[DelayingProxy]:
     """The app's Redis behind a proxy that holds every reply back ``SLOW`` seconds, with each
-    write of the async API made at once (``FLUSH_INTERVAL`` 0, as the test settings have it)."""
+    write of the async API made at once (``FLUSH_INTERVAL`` 0, as the test settings have it).
+    The request client's timeout is raised well above ``SLOW``: slow, not failing, is what these
+    tests are about, and on a busy machine ``SLOW`` plus a scheduling delay outlasted 0.25 s."""
+    monkeypatch.setattr(clients, "REQUEST_TIMEOUT", 2.0)
     direct = redis.Redis.from_url(real_redis_url)
     direct.flushdb()
     for source in SCRIPTS:

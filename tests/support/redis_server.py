@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -121,3 +122,11 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def database_of_worker(url: str, worker: str) -> str:
+    """``url`` with its database number replaced by the xdist worker's (``gw3`` is database 3),
+    or ``url`` itself outside xdist."""
+    if not worker.startswith("gw"):
+        return url
+    return urlunsplit(urlsplit(url)._replace(path=f"/{int(worker[2:])}"))
