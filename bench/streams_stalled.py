@@ -50,7 +50,7 @@ def stream(port: int, widgets: int, receive_buffer: int = 0) -> socket.socket:
     """A stream of ``widgets`` different site widgets (their queries differ by interval)."""
     with override_settings(WHOS_ONLINE=whos_online_settings(BY_NAME["streams"])):
         queries = [
-            whos.widget.widget_query(None, peak=False, visitors=False, refresh=30 + n)
+            whos.widget.WidgetOptions(peak=False, visitors=False, refresh=30 + n).query(None)
             for n in range(widgets)
         ]
     connection = socket.socket()

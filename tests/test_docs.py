@@ -8,6 +8,7 @@ and the README stays a short front page that sends readers there.
 from __future__ import annotations
 
 import ast
+import inspect
 import logging
 import logging.config
 import re
@@ -22,6 +23,8 @@ import whos_online
 from whos_online import signals
 from whos_online.backend.connection import CircuitBreaker
 from whos_online.config.settings import DEFAULTS
+from whos_online.live.widget import TAG_OPTIONS, WidgetOptions
+from whos_online.templatetags import whos_online as tags
 from whos_online.templatetags.whos_online import register
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +65,59 @@ def test_every_check_id_is_in_the_table_of_checks():
 
 def test_every_template_tag_is_documented():
     assert missing_from("templates.md", {f"{{% {tag}" for tag in register.tags}) == []
+
+
+#: The head of the table of ``{% whos_online %}``'s options in docs/templates.md.
+OPTIONS_TABLE = "| option | default | in the widget's URL | what it does |"
+
+
+def table_of_options() -> dict[str, tuple[str, str]]:
+    """Each row of that table: the option, its default and how the widget's URL carries it."""
+    text = (DOCS / "templates.md").read_text()
+    rows = text.split(OPTIONS_TABLE, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    return {name.strip("`"): (default.strip("`"), url) for name, default, url, _ in cells}
+
+
+def test_the_table_of_options_is_the_tags():
+    """A row for each keyword argument of the tag, with its default; those of ``WidgetOptions``
+    (what a live widget's URL carries) are the rows whose URL column names them."""
+    parameters = list(inspect.signature(tags.whos_online).parameters.values())[1:]
+    table = table_of_options()
+
+    assert {name: default for name, (default, _) in table.items()} == {
+        one.name: repr(one.default) for one in parameters
+    }
+    assert {name for name, (_, url) in table.items() if f"`{name}=" in url} == set(TAG_OPTIONS)
+    assert "`lang`" in (DOCS / "templates.md").read_text()
+    assert set(TAG_OPTIONS) < set(WidgetOptions.__dataclass_fields__)
+
+
+#: What docs/development.md shows to take the edits it names.
+RECIPES = ("Adding a tag option", "Adding a setting", "Adding a counter kind")
+
+
+def recipe(title: str) -> str:
+    text = (DOCS / "development.md").read_text()
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("title", RECIPES)
+def test_each_recipe_names_files_and_names_that_exist(title):
+    """Every file a recipe names exists, and each name it places "in" a file is in it: a move
+    or a rename that leaves the recipe behind fails here."""
+    text = recipe(title)
+    files = set(re.findall(r"`((?:whos_online|tests|docs)/[\w/.-]+\.\w+)`", text))
+    placed = re.findall(r"`([A-Za-z_][\w.]*)` in `([\w/.-]+\.\w+)`", text)
+
+    assert files
+    assert sorted(path for path in files if not (ROOT / path).is_file()) == []
+    assert placed
+    assert [
+        (name, path)
+        for name, path in placed
+        if name.rsplit(".", 1)[-1] not in (ROOT / path).read_text()
+    ] == []
 
 
 def test_every_signal_is_documented():

@@ -23,7 +23,7 @@ from django.urls import reverse
 import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, log_in_quietly, widget_text
-from whos_online.live.widget import widget_query
+from whos_online.live.widget import WidgetOptions
 from whos_online.reading import access
 
 if TYPE_CHECKING:
@@ -39,14 +39,14 @@ def live(backend, settings, db) -> None:
 
 
 def room_widget(room: str = ROOM, *, token: str | None = None, site: bool = False) -> str:
-    query = widget_query(None, peak=False, visitors=False, refresh=30, room=room, site=site)
+    query = WidgetOptions(peak=False, visitors=False, refresh=30, room=room, site=site).query(None)
     if token is not None:
         query = query.replace(f"token={access.room_token(room)}", f"token={token}")
     return query
 
 
 def site_widget() -> str:
-    return widget_query(None, peak=False, visitors=False, refresh=30)
+    return WidgetOptions(peak=False, visitors=False, refresh=30).query(None)
 
 
 def stream_url(*queries: str) -> str:

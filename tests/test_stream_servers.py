@@ -31,7 +31,7 @@ import redis
 
 from tests.support import wsgi_server
 from tests.test_stream import site_widget
-from whos_online.live.widget import widget_query
+from whos_online.live.widget import WidgetOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -70,7 +70,7 @@ def serve(
 def stream_path(widgets: int = 1) -> str:
     """The stream of ``widgets`` different site widgets (32 make a state of about 20 KB)."""
     queries = [site_widget()] + [
-        widget_query(None, peak=False, visitors=False, refresh=31 + number)
+        WidgetOptions(peak=False, visitors=False, refresh=31 + number).query(None)
         for number in range(widgets - 1)
     ]
     return "/online/stream/?" + urlencode([("widget", query) for query in queries])

@@ -16,17 +16,15 @@ The staff dashboard's views are in ``dashboard``.
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden, QueryDict
-from django.template import Context, Engine, Template
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.template import Engine
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import translation
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
@@ -34,10 +32,13 @@ from django.views.decorators.http import require_POST, require_safe
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.live.widget import (
-    page_language,
+    WidgetOptions,
     presence_query,
+    render,
+    render_answers,
+    rooms_of,
     stay_interval,
-    widget_arguments,
+    widget_answers,
 )
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names, shows_names_to_everyone
@@ -177,24 +178,8 @@ def counts(request: HttpRequest) -> HttpResponse:
 #: The header of the widget view saying whether Redis was read ("1") or not ("0", the widget
 #: then shows zeros, which live.js does not swap in).
 OK_HEADER: Final = "Whos-Online-Ok"
-_WIDGET_SOURCE: Final = (
-    "{% load whos_online %}"
-    "{% whos_online live=True peak=peak visitors=visitors refresh=refresh room=room site=site %}"
-)
 #: The most widgets one request of ``widgets`` refreshes (live.js asks for more in several).
 MAX_WIDGETS: Final = 32
-
-
-@functools.lru_cache(maxsize=4)
-def _widget_template(engine: Engine) -> Template:
-    """Compiled once per template engine (a change of TEMPLATES makes a new default engine)."""
-    return Template(_WIDGET_SOURCE, engine=engine)
-
-
-def _rooms_shown(arguments: dict[str, Any]) -> list[str]:
-    """What a widget lists: its room ("" for the site), and the site beside it with site=1."""
-    room: str = arguments["room"] or ""
-    return [room, ""] if room and arguments["site"] else [room]
 
 
 def read_for_widgets(
@@ -214,16 +199,6 @@ def read_for_widgets(
     return {room for room, one in found.items() if one is None}
 
 
-def _render_widget(
-    request: HttpRequest, engine: Engine, arguments: dict[str, Any], query: QueryDict
-) -> tuple[str, str]:
-    """The tag rendered for a poll, in the page's language (``lang``): its HTML and language."""
-    language = page_language(query) or translation.get_language()
-    with translation.override(language):
-        context = Context({"request": request, **arguments}, autoescape=engine.autoescape)
-        return _widget_template(engine).render(context), language
-
-
 @not_recorded
 @require_safe
 def widget(request: HttpRequest) -> HttpResponse:
@@ -236,34 +211,24 @@ def widget(request: HttpRequest) -> HttpResponse:
     """
     config = get_config()
     try:
-        arguments = widget_arguments(request.GET, config)
+        options = WidgetOptions.from_query(request.GET)
     except ValueError as error:
         return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
-    room = arguments["room"] or ""
+    room = options.room or ""
     refused = _room_refused(request, room, config)
     if refused is not None:
         return refused
     names = may_see_names(request, config)
-    shown = _rooms_shown(arguments)
+    shown = options.rooms_shown()
     reader = viewer.reader_of(request, config, shown)
     unread = read_for_widgets(request, config, shown, names=names, reader=reader)
-    body, language = _render_widget(request, Engine.get_default(), arguments, request.GET)
+    body, language = render(request, Engine.get_default(), options)
     response = HttpResponse(body)
     response[OK_HEADER] = "0" if unread else "1"
     if language:
         response["Content-Language"] = language
     _poll_cache_control(request, response, config, names=names, rooms=[room], reader=reader)
     return response
-
-
-class Accepted(NamedTuple):
-    """A widget of a ``widgets`` request that is answered: its answer (its HTML is added once
-    every snapshot is read), its query and tag arguments, and when its room token was issued."""
-
-    answer: dict[str, Any]
-    query: QueryDict
-    arguments: dict[str, Any]
-    issued: int | None
 
 
 @not_recorded
@@ -303,46 +268,6 @@ def widgets(request: HttpRequest) -> HttpResponse:
     else:
         _poll_cache_control(request, response, config, names=names, rooms=shown, reader=reader)
     return response
-
-
-def widget_answers(
-    request: HttpRequest, config: Config, queries: Iterable[str]
-) -> tuple[list[dict[str, Any]], list[Accepted]]:
-    """The answer of each widget ``widgets`` is asked for (its status alone for now: 400 or
-    403, or 200 for those accepted, whose answers ``render_answers`` completes), and those
-    accepted."""
-    answers: list[dict[str, Any]] = []
-    accepted: list[Accepted] = []
-    for raw in queries:
-        query = QueryDict(raw)
-        try:
-            arguments = widget_arguments(query, config)
-        except ValueError as error:
-            answers.append({"status": 400, "error": str(error)})
-            continue
-        room = arguments["room"] or ""
-        access.use_issued(request, None)
-        if room and not access.may_read(request, room, config, token=query.get("token", "")):
-            answers.append({"status": 403})
-            continue
-        answers.append({"status": 200})
-        accepted.append(Accepted(answers[-1], query, arguments, access.issued(request)))
-    return answers, accepted
-
-
-def rooms_of(accepted: Iterable[Accepted]) -> list[str]:
-    """The rooms the accepted widgets show ("" for the site), in order, with repeats."""
-    return [room for widget in accepted for room in _rooms_shown(widget.arguments)]
-
-
-def render_answers(request: HttpRequest, accepted: Iterable[Accepted], unread: set[str]) -> None:
-    """Complete the answers of the accepted widgets with their HTML, from the snapshots kept on
-    ``request`` (``unread``: the rooms whose snapshot could not be read)."""
-    engine = Engine.get_default()
-    for widget in accepted:
-        access.use_issued(request, widget.issued)  # its URLs keep its token's issue time
-        widget.answer["ok"] = not unread.intersection(_rooms_shown(widget.arguments))
-        widget.answer["html"] = _render_widget(request, engine, widget.arguments, widget.query)[0]
 
 
 def answers_body(answers: list[dict[str, Any]]) -> str:

@@ -22,17 +22,11 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
+from whos_online.live.widget import render_answers, rooms_of, widget_answers
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names
 from whos_online.store.results import EMPTY_SNAPSHOT
-from whos_online.views import (
-    MAX_WIDGETS,
-    answers_body,
-    read_for_widgets,
-    render_answers,
-    rooms_of,
-    widget_answers,
-)
+from whos_online.views import MAX_WIDGETS, answers_body, read_for_widgets
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -40,10 +34,10 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.live.widget import Accepted
     from whos_online.reading.viewer import Reader
     from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
-    from whos_online.views import Accepted
 
 
 #: Milliseconds after which ``EventSource`` reconnects a stream cut off (not one that ended).
@@ -158,7 +152,7 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
     ends_at = now + config.room_token_max_age
     if config.room_access is None:
         for widget in accepted:
-            if widget.arguments["room"] is not None and widget.issued is not None:
+            if widget.options.room is not None and widget.issued is not None:
                 ends_at = min(ends_at, widget.issued + config.room_token_max_age)
     return Stream(request, answers, accepted, names=names, ends_at=ends_at, reader=reader)
 

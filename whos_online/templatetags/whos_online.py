@@ -16,6 +16,7 @@ guests").
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ from django.utils.translation import gettext, ngettext
 from whos_online import api
 from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
-from whos_online.live.widget import presence_query, stay_interval, widget_query
+from whos_online.live.widget import WidgetOptions, presence_query, stay_interval, with_options
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names
 from whos_online.recording import rooms
@@ -100,17 +101,14 @@ def _room_argument(context: template.Context, room: str | None, here: object) ->
 
 
 @register.inclusion_tag("whos_online/online.html", takes_context=True)
+@with_options
 def whos_online(
     context: template.Context,
     *,
-    peak: bool = True,
-    visitors: bool = False,
     live: bool = False,
-    refresh: int | None = None,
-    room: str | None = None,
     here: bool = False,
-    site: bool = False,
     navigations: bool = False,
+    **given: Any,
 ) -> dict[str, Any]:
     """Render "Who's online: alice, bob, 3 more and 12 guests" (hidden users are not named).
 
@@ -123,25 +121,25 @@ def whos_online(
     below the room's, with the site's peak and visitors: both from one read.
     ``navigations=True`` (with ``live``) has the page announce as page views the navigations its
     scripts make without a reload (``history.pushState``, the back button): see live.js.
+    The options beside ``live``, ``here`` and ``navigations`` are the fields of
+    ``WidgetOptions`` (``live.widget``), which its refreshes carry.
     """
     config = get_config()
-    room = _room_argument(context, room, here)
+    options = WidgetOptions(**given)
+    room = _room_argument(context, options.room, here)
     # The site's list beside a room's: a tag that shows the site already shows it, once.
-    site = bool(site) and room is not None
+    site = bool(options.site) and room is not None
     found, *beside = _snapshots(context, [room, None] if site else [room])
+    peak, visitors = options.peak, options.visitors
     if room is not None and not site:
         peak = visitors = False
     figures = beside[0] if beside else found  # the site's, whose peak and visitors are shown
-    wants_live = live or refresh is not None
+    wants_live = live or options.refresh is not None
     shown = (
         _live(
             context.get("request"),
             config,
-            refresh,
-            peak=peak,
-            visitors=visitors,
-            room=room,
-            site=site,
+            replace(options, peak=peak, visitors=visitors, room=room, site=site),
             navigations=navigations,
         )
         if wants_live
@@ -183,15 +181,12 @@ def _listing(found: Snapshot, *, named: bool) -> dict[str, Any]:
 def _live(
     request: HttpRequest | None,
     config: Config,
-    refresh: object,
+    options: WidgetOptions,
     *,
-    peak: bool,
-    visitors: bool,
-    room: str | None,
-    site: bool,
     navigations: object = False,
 ) -> dict[str, Any] | None:
     """What live.js needs, or None to render the static widget when the URLs are missing."""
+    refresh: object = options.refresh
     if refresh is None:
         refresh = config.refresh_interval
     elif isinstance(refresh, bool) or not isinstance(refresh, int) or refresh < 1:
@@ -214,11 +209,8 @@ def _live(
             _unmounted_logged = True
             logger.warning("%s The widget is shown without refreshes.", msg)
         return None
-    query = widget_query(
-        request, peak=bool(peak), visitors=bool(visitors), refresh=refresh, room=room, site=site
-    )
     shown: dict[str, Any] = {
-        "url": f"{url}?{query}",
+        "url": f"{url}?{replace(options, refresh=refresh).query(request)}",
         "refresh": refresh,
         # Where live.js refreshes every widget of the page at once (see views.widgets).
         "widgets": reverse("whos_online:widgets"),
@@ -233,6 +225,7 @@ def _live(
         # Where it follows them as they change instead, under ASGI (see live.streaming; under
         # WSGI the view says 204 and the page polls).
         shown["stream"] = reverse("whos_online:stream")
+    room = options.room
     if room is not None:
         # The reader of a room's page tells it they are still there while the page is shown,
         # once their throttle cookie has run out, and that they left as they leave.
