@@ -19,8 +19,8 @@ epoch, only the time of its visit. An epoch says when it began (in hexadecimal s
 its random part), so that once the process knows every shard's, such a cookie still spares its
 writes if every epoch began before its visit: the data it speaks of has lasted since. A freshly
 started process therefore hands out no cookie that costs a second write later. Only a cookie
-whose visit came within ``CLOCK_SKEW`` of an epoch's beginning, or an epoch of a release that did
-not say when it began, costs its visitor that single write.
+whose visit came within ``CLOCK_SKEW`` of an epoch's beginning costs its visitor that single
+write.
 """
 
 from __future__ import annotations
@@ -54,15 +54,9 @@ def new_epoch(now: float | None = None) -> str:
     return f"{began:x}-{secrets.token_urlsafe(EPOCH_BYTES)}"
 
 
-def began(epoch: str) -> float | None:
-    """When ``epoch`` began, if it says (an epoch of an older release does not)."""
-    stamp, dash, _random = epoch.partition("-")
-    if not dash or not stamp:
-        return None
-    try:
-        return float(int(stamp, 16))
-    except ValueError:
-        return None
+def began(epoch: str) -> float:
+    """When ``epoch`` (one of ``new_epoch``) began."""
+    return float(int(epoch.partition("-")[0], 16))
 
 
 class Epochs:
@@ -107,9 +101,9 @@ class Epochs:
 
     def outdated(self, epoch: str, config: Config, visited: float | None = None) -> bool:
         """Whether a cookie carrying ``epoch`` should no longer spare a write: gone, or issued
-        without an epoch (by a process that did not know it yet, or before epochs existed)
-        where every shard has one now, unless every shard's epoch began before its visit, at
-        ``visited`` (see the module's docstring). Its visitor is written once more and handed
+        without an epoch (by a process that did not know it yet) where every shard has one
+        now, unless every shard's epoch began before its visit, at ``visited`` (see the
+        module's docstring). Its visitor is written once more and handed
         a cookie that carries their shard's epoch, so that a later loss is noticed for them
         too."""
         current = self._current(config)
@@ -119,8 +113,8 @@ class Epochs:
             return epoch not in current
         if visited is None:
             return True
-        starts = [began(known) for known in current]
-        return any(start is None or start > visited - CLOCK_SKEW for start in starts)
+        # A shard without an epoch ("") lost its data: a cookie of before spares nothing.
+        return any(not known or began(known) > visited - CLOCK_SKEW for known in current)
 
     def _current(self, config: Config) -> frozenset[str] | None:
         """The epochs of the configured layout's shards, or None while one is not known."""

@@ -457,10 +457,8 @@ class Reply:
 
 
 def parse_reply(raw: Sequence[object]) -> Reply:
-    """Read a reply; one without room changes (three values, as the script answered before it
-    reported them) has none."""
-    epoch, arrived, layouts = raw[:3]
-    flat = raw[3] if len(raw) > 3 else ()
+    """Read the record script's reply: its epoch, arrived, layouts and room changes."""
+    epoch, arrived, layouts, flat = raw
     assert isinstance(flat, (list, tuple))
     assert isinstance(layouts, (int, str, bytes))
     changes = tuple(
