@@ -268,7 +268,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     caller can retry: an erasure must not be silently skipped.
     """
     pk = pk_text(user)
-    recent.forget([user_person_key(pk)])
+    recent().forget([user_person_key(pk)])
     flusher.current().forget([user_person_key(pk)])
     now = time.time()
 
@@ -334,7 +334,7 @@ def reporter(sender: object) -> Callable[[str, list[str]], None]:
     ``sender``."""
 
     def gone(kind: str, members: list[str]) -> None:
-        recent.forget(person_key(kind, member) for member in members)
+        recent().forget(person_key(kind, member) for member in members)
         user_ids = pk_values(members) if kind in USER_KINDS else []
         signals.went_offline.send(sender=sender, kind=kind, members=members, user_ids=user_ids)
         if kind in USER_KINDS:

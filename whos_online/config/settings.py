@@ -12,8 +12,8 @@ that the request path pays for no dict look-ups or regex compilation. The cache 
 test (or anything else) changes ``WHOS_ONLINE``, ``CACHES`` or ``SECRET_KEY`` through
 ``setting_changed``, so ``override_settings`` works everywhere.
 
-Modules that cache what they derive from settings (clients, keys, hashes) clear it on
-``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
+What a process makes under the settings (clients, its queue, what it remembers) is kept in its
+home (``process.PerProcess``), dropped with the ``Config``. ``get_config`` validates the
 settings as the system checks do (``validate``), so that bad settings fail at startup even where
 nobody runs ``manage.py check``. A process under tests writes under keys of its own
 (``process.run_keys``).
@@ -411,12 +411,9 @@ def _build(*, isolated: bool) -> Config:
     return Config(**fields)
 
 
-#: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``): every module
-#: that caches something derived from settings clears it.
+#: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``), once the
+#: process's state made under it is gone (``process.reset_home``).
 config_changed = Signal()
-#: Sent next: the Redis clients are closed only once ``config_changed`` has stopped what uses them
-#: from threads of its own (the flushing thread), which a closed socket would otherwise meet.
-config_dropped = Signal()
 
 #: Settings a ``Config`` (or something cached from one) is read from.
 _READ_SETTINGS: Final = frozenset(
@@ -431,8 +428,9 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 
 def reset() -> None:
-    """Forget everything cached from settings: the config, Redis clients and derived keys."""
+    """Forget everything made under the settings: the config and the process's state (its
+    queue, its Redis clients, what it remembers)."""
     _config.cache_clear()
     _config_under_tests.cache_clear()
+    process.reset_home()
     config_changed.send(sender=Config)
-    config_dropped.send(sender=Config)

@@ -30,10 +30,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from django.dispatch import receiver
-
 from whos_online.backend import connection, keyspace
-from whos_online.config.settings import config_changed
+from whos_online.config.process import PerProcess
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -133,22 +131,17 @@ class Epochs:
         self._cached = (shards, known, frozen)
         return frozen
 
-    def clear(self) -> None:
-        with self._lock:
-            self._known = {}
-            self.changes = 0
+
+_epochs: Final = PerProcess(Epochs)
 
 
-epochs: Final = Epochs()
+def current() -> Epochs:
+    """The epochs this process knows (``config.process``)."""
+    return _epochs.get()
 
 
 def generation() -> int:
     """A number that changes whenever what this process stored may have been lost: a Redis call
     failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
     current generation only (``throttle.RecentVisitors``)."""
-    return connection.failures() + epochs.changes
-
-
-@receiver(config_changed, dispatch_uid="whos_online.store.epochs.reset")
-def reset(**kwargs: object) -> None:
-    epochs.clear()
+    return connection.failures() + current().changes
