@@ -54,7 +54,7 @@ def lost(group: SentinelGroup, seconds: float, *, listen: bool, ask_again: bool)
                 mock.patch.object(whos.connection, "MASTER_CHECK_INTERVAL", float("inf"))
             )
             stack.enter_context(
-                mock.patch.object(whos.connection.masters, "moved_after", return_value=False)
+                mock.patch.object(whos.connection.masters(), "moved_after", return_value=False)
             )
         whos.reset_config()
         group.current_master().command("FLUSHALL")

@@ -23,16 +23,19 @@ guest_id = guests.guest_id
 
 def forget_recent_clients() -> None:
     """The process forgets the cookie-less clients it recorded lately (they are written anew)."""
-    throttle.recent.clear()
+    throttle.recent().clear()
 
 
 def close_breakers() -> None:
     """A new outage from here on: the breakers of the request path forget the last one."""
-    connection.breaker.reset()
-    connection.refusals.reset()
+    connection.breaker().reset()
+    connection.refusals().reset()
 
 
 def backoff_left() -> float:
     """Seconds the breakers of the request path keep Redis away still (0 if none is open)."""
-    until = [*connection.breaker._open_until.values(), *connection.refusals._open_until.values()]
+    until = [
+        *connection.breaker()._open_until.values(),
+        *connection.refusals()._open_until.values(),
+    ]
     return max([0.0, *(moment - time.monotonic() for moment in until)])

@@ -346,7 +346,7 @@ def test_logout_counts_the_guest_whom_another_process_remembers(r, client, alice
     client.get("/plain/")
     client.get("/login/alice/")
     # Another worker process served the guest's visits and still remembers recording them.
-    throttle.recent.remember(f"guests:{guest(GUEST_IP)}", time.time() + 120)
+    throttle.recent().remember(f"guests:{guest(GUEST_IP)}", time.time() + 120)
 
     client.get("/logout/")
 

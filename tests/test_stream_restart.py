@@ -210,7 +210,7 @@ def test_a_reader_is_shown_again_once_the_subscription_is_back_whatever_the_back
         server.process.wait(timeout=10)
         await next_named(stream, "stale")
         await sync_to_async(guest.get)("/topics/1/")  # its read fails: the breaker opens
-        opened = not connection.breaker.allows(get_config().redis_target)
+        opened = not connection.breaker().allows(get_config().redis_target)
         server.start()  # on the same port, empty
         _name, back = await next_named(stream, "message")
         score = redis.Redis.from_url(server.url).zscore(

@@ -26,7 +26,7 @@ from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, scripts, snapshot
-from whos_online.store.keys import layouts_known, user_person_key
+from whos_online.store.keys import USER_KINDS, layouts_known, person_key, user_person_key
 from whos_online.store.presence import ask_online_user_pks, ask_users_presence, remove_user
 from whos_online.store.results import (
     EMPTY_COUNTS,
@@ -268,7 +268,7 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     caller can retry: an erasure must not be silently skipped.
     """
     pk = pk_text(user)
-    recent.forget([user_person_key(pk)])
+    recent().forget([user_person_key(pk)])
     flusher.current().forget([user_person_key(pk)])
     now = time.time()
 
@@ -327,6 +327,22 @@ def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
     return connection.call([], lambda client, config: counters.get(client, config, name, precision))
 
 
+def reporter(sender: object) -> Callable[[str, list[str]], None]:
+    """What hears of the members a prune took off the online sets, a chunk at a time: this
+    process forgets that it recorded them (so that their next visit is written), and
+    ``went_offline`` (everyone) and ``users_went_offline`` (users) tell the site, from
+    ``sender``."""
+
+    def gone(kind: str, members: list[str]) -> None:
+        recent().forget(person_key(kind, member) for member in members)
+        user_ids = pk_values(members) if kind in USER_KINDS else []
+        signals.went_offline.send(sender=sender, kind=kind, members=members, user_ids=user_ids)
+        if kind in USER_KINDS:
+            signals.users_went_offline.send(sender=sender, user_ids=user_ids)
+
+    return gone
+
+
 def prune(now: float | datetime | None = None) -> int:
     """Remove everyone last seen before the window, from the site and from the rooms; returns how
     many members left the site's sets. The users among them are sent with
@@ -336,7 +352,7 @@ def prune(now: float | datetime | None = None) -> int:
     queued just before must not land after the prune, which would have taken its person for
     gone (and said so) a moment before they came back."""
     timestamp = as_timestamp(now)
-    gone = signals.reporter(prune)
+    gone = reporter(prune)
     flusher.current().flush()
 
     def prune_all(client: Client, config: Config) -> int:

@@ -115,7 +115,7 @@ def record_login(
     details = users.details(user, config)
     visits.record_soon(config, visits.user_visit(details, now, former_guest=former))
     if former:
-        recent.forget(former_guest_keys(former))
+        recent().forget(former_guest_keys(former))
 
 
 def remove_logout(
@@ -144,7 +144,7 @@ def remove_logout(
     if user is None or not user.is_authenticated:
         return
     pk = users.pk_text(user)
-    recent.forget([user_person_key(pk)])
+    recent().forget([user_person_key(pk)])
     flusher.current().forget([user_person_key(pk)])
     config = get_config()
     now = time.time()

@@ -110,7 +110,7 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
     if cookie is None:
         return RECORD
     visited = cookie.expiry - config.throttle
-    if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config, visited):
+    if not cookie.fresh(now) or epochs.current().outdated(cookie.epoch, config, visited):
         return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
     return THROTTLED
 

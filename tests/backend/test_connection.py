@@ -118,7 +118,7 @@ def test_past_the_breakers_a_call_goes_while_one_is_open_and_tells_it(backend, b
 
     config = get_config()
     for _ in range(3):  # an outage, whatever the breaker's rule
-        connection.breaker.failed(config.redis_target, ConnectionError("refused"), 10)
+        connection.breaker().failed(config.redis_target, ConnectionError("refused"), 10)
     assert connection.call(False, ping) is False  # the breaker keeps Redis off
     with connection.past_breakers():
         assert connection.breakers_passed()

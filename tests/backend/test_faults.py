@@ -656,7 +656,7 @@ def test_one_slow_reply_under_load_is_no_outage(settings, caplog):
         assert whos_online.record_guest("203.0.113.7") is False  # timed out
         assert whos_online.record_guest("203.0.113.8") is True
 
-        assert connection.breaker.allows(get_config().redis_target)
+        assert connection.breaker().allows(get_config().redis_target)
         assert warnings_and_infos(caplog) == []
 
 
@@ -838,7 +838,7 @@ def test_a_reply_that_raced_the_failure_is_not_a_recovery(settings, caplog):
         assert connection.call(False, answered_just_before_the_kill) is True
 
     assert warnings_and_infos(caplog) == ["WARNING"]
-    assert not connection.breaker.allows(get_config().redis_target)
+    assert not connection.breaker().allows(get_config().redis_target)
 
 
 # The cleanup command

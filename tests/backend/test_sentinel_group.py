@@ -20,6 +20,7 @@ from tests.support.topologies import SentinelGroup, sentinel_cache
 from whos_online.backend import connection, sentinels
 from whos_online.backend.clients import REQUEST_TIMEOUT, request_client
 from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
+from whos_online.config import process
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -370,7 +371,7 @@ def test_each_process_listens_once_and_reset_stops_the_listeners(on_sentinel, mo
     for inherited in listening:
         inherited.stop()  # it would not exist in a real child; the parent keeps its own
 
-    connection.reset()
+    process.reset_home()
     for thread in started:
         thread.join(JOIN_TIMEOUT)
         assert not thread.is_alive()
@@ -383,11 +384,11 @@ def test_a_refusal_by_a_replica_just_announced_as_promoted_is_tried_again(on_sen
     client = redis.Redis(connection_pool=listener.pool)
     listener.handle(sentinels.PROMOTED, promotion_message(on_sentinel))
     refused = redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
-    assert connection.masters.moved_after(client, refused) is True
+    assert connection.masters().moved_after(client, refused) is True
 
     later = time.monotonic() + sentinels.PROMOTION_GRACE
     monkeypatch.setattr(sentinels, "time", SimpleNamespace(monotonic=lambda: later))
-    assert connection.masters.moved_after(client, refused) is False
+    assert connection.masters().moved_after(client, refused) is False
 
 
 def test_connections_hold_people_in_rooms_on_the_master(on_sentinel, alice):

@@ -446,7 +446,7 @@ def test_no_throttle_cookie_after_the_back_off_until_a_write_succeeds(
         Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
         assert whos_online.flush() is False  # the failure that opens the breaker
     else:
-        connection.refusals.failed(config.redis_target, redis.ResponseError("OOM full"), 10)
+        connection.refusals().failed(config.redis_target, redis.ResponseError("OOM full"), 10)
         Client(REMOTE_ADDR="192.0.2.1").get("/plain/")
     breaker_clock.advance(config.failure_backoff + 1)  # a write may be tried again
 
@@ -526,7 +526,7 @@ def test_a_read_while_redis_refuses_writes_reads_alone_and_leaves_the_queue(
     from redis.exceptions import ResponseError
 
     config = get_config()
-    connection.refusals.failed(config.redis_target, ResponseError("OOM full"), 10)
+    connection.refusals().failed(config.redis_target, ResponseError("OOM full"), 10)
     flushing.current().put(recording.member_visit("guests", "m", time.time()))
     encoded = counting_encodings(monkeypatch)
 
@@ -649,7 +649,7 @@ def test_a_fresh_process_s_first_cookies_cost_no_second_write(r, settings, redis
     whos_online.record_guest("192.0.2.50")
     r.set("{whos_online}:epoch", epochs.new_epoch(time.time() - 3600))  # begun an hour ago
     configure(settings, FLUSH_INTERVAL=10)  # a new process: it knows no epoch
-    assert epochs.epochs.of(keyspace.layout(get_config())[0]) == ""
+    assert epochs.current().of(keyspace.layout(get_config())[0]) == ""
     reader = Client(REMOTE_ADDR="192.0.2.1")
     reader.get("/plain/")  # queued; its cookie is handed out before any flush
     assert throttle.EPOCH_MARK not in reader.cookies[COOKIE].value
@@ -670,7 +670,7 @@ def test_a_cookie_without_an_epoch_from_before_redis_lost_its_data_spares_nothin
     r.flushdb()
     later = time.time() + epochs.CLOCK_SKEW + 1
     whos_online.record_guest("192.0.2.50", now=later)  # the next epoch begins after that visit
-    epochs.epochs.learn(keyspace.layout(get_config())[0].tag, epochs.new_epoch(later))
+    epochs.current().learn(keyspace.layout(get_config())[0].tag, epochs.new_epoch(later))
 
     reader.get("/plain/")
     assert whos_online.flush() is True
@@ -691,30 +691,30 @@ def test_the_memory_of_recent_clients_forgets_what_redis_lost(r, settings):
 
 
 def test_a_cookie_from_another_epoch_is_not_counted_as_the_viewer(settings, backend):
-    epochs.epochs.learn(keyspace.layout(get_config())[0].tag, "now")
-    assert epochs.epochs.gone("then", get_config()) is True
-    assert epochs.epochs.gone("now", get_config()) is False
-    assert epochs.epochs.gone("", get_config()) is False  # issued before the process knew
+    epochs.current().learn(keyspace.layout(get_config())[0].tag, "now")
+    assert epochs.current().gone("then", get_config()) is True
+    assert epochs.current().gone("now", get_config()) is False
+    assert epochs.current().gone("", get_config()) is False  # issued before the process knew
 
 
 def test_a_cookie_is_taken_at_its_word_until_every_shard_s_epoch_is_known(settings, backend):
     configure(settings, SHARDS=2)
     first, second = keyspace.layout(get_config())
-    epochs.epochs.learn(first.tag, "now")
+    epochs.current().learn(first.tag, "now")
 
-    assert epochs.epochs.outdated("then", get_config()) is False
-    assert epochs.epochs.outdated("", get_config()) is False
-    epochs.epochs.learn(second.tag, "also")
-    assert epochs.epochs.outdated("then", get_config()) is True
-    assert epochs.epochs.outdated("", get_config()) is True
-    assert epochs.epochs.outdated("also", get_config()) is False
+    assert epochs.current().outdated("then", get_config()) is False
+    assert epochs.current().outdated("", get_config()) is False
+    epochs.current().learn(second.tag, "also")
+    assert epochs.current().outdated("then", get_config()) is True
+    assert epochs.current().outdated("", get_config()) is True
+    assert epochs.current().outdated("also", get_config()) is False
 
 
 def test_a_shard_without_an_epoch_is_one_that_lost_its_data(settings, backend):
-    epochs.epochs.learn(keyspace.layout(get_config())[0].tag, "")  # read after a restart
+    epochs.current().learn(keyspace.layout(get_config())[0].tag, "")  # read after a restart
 
-    assert epochs.epochs.gone("then", get_config()) is True
-    assert epochs.epochs.gone("", get_config()) is True
+    assert epochs.current().gone("then", get_config()) is True
+    assert epochs.current().gone("", get_config()) is True
 
 
 def test_a_cookie_handed_out_before_the_process_knew_the_epoch_is_renewed(r, settings):
@@ -891,7 +891,7 @@ from whos_online.backend.clients import admin_client
 
 flushing.EXIT_WAIT = 0.2  # this very thread holds the lock: waiting longer would not help
 if sys.argv[1] == "replaced":
-    flushing.reset()  # settings changed since: another flusher
+    process.reset_home()  # settings changed since: another flusher
 original = visit_queue.merge
 
 

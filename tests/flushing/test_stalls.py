@@ -121,7 +121,7 @@ def test_a_stop_s_write_goes_on_through_a_stall_past_the_open_breaker(
     assert stall.tries == 1 + 5
     assert clock() - began == pytest.approx(1.0)
     assert not connection.known_to_fail(get_config(), None, writes=True)
-    assert connection.breaker.allows(target)
+    assert connection.breaker().allows(target)
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) <= 1  # the breaker's, for the stall
 
@@ -240,7 +240,7 @@ def test_past_the_deadline_a_write_tries_once(held, clock, stall, caplog):
 def test_past_the_deadline_the_breakers_have_their_say(held, clock, stall):
     hold("m")
     for _ in range(3):  # an outage, whatever the breaker's rule
-        connection.breaker.failed(get_config().redis_target, ConnectionError("refused"), 10)
+        connection.breaker().failed(get_config().redis_target, ConnectionError("refused"), 10)
     process.stop_soon()
     clock.advance(5.0)
     stall.lasting(0)  # Redis would answer

@@ -55,7 +55,7 @@ def test_a_browser_recorded_after_the_kept_snapshot_was_read_gets_a_fresh_one(
 ):
     whos_online.record_user(alice)
     render(TAG)  # kept: alice alone
-    read_at = snapshots.cache._kept[1].read_at  # type: ignore [index]
+    read_at = snapshots.cache_of("")._kept[1].read_at  # type: ignore [index]
     wall = [read_at + 1.5]
     monkeypatch.setattr(time, "time", lambda: wall[0])
     client.get("/plain/")  # this browser is recorded in the second after the read
@@ -154,7 +154,7 @@ def test_zero_reads_redis_for_every_render(settings, backend, redis_calls, alice
 
 def test_a_failed_read_is_not_kept(kept, clock, redis_down, alice):
     assert widget_text(render(TAG)) == "Who's online: nobody"
-    assert snapshots.cache.get(50, 2) is None
+    assert snapshots.cache_of("").get(50, 2) is None
 
 
 def test_only_a_visitor_who_was_not_online_gets_the_flag_for_a_fresh_read(
@@ -176,7 +176,7 @@ def test_a_visitor_online_already_is_shown_the_kept_snapshot(
 ):
     client.get("/plain/")
     render(TAG)  # kept, with the guest counted
-    read_at = snapshots.cache._kept[1].read_at  # type: ignore [index]
+    read_at = snapshots.cache_of("")._kept[1].read_at  # type: ignore [index]
     wall = [read_at + get_config().throttle + 1]  # the throttle cookie has run out
     monkeypatch.setattr(time, "time", lambda: wall[0])
     render(TAG)  # kept again, the guest still counted

@@ -603,7 +603,7 @@ def test_any_headers_give_a_page_and_at_most_the_clients_member(
     headers = {name: value for name, value in headers.items() if value is not None}
     r = single_redis()
     r.flushdb()
-    throttle.recent.clear()
+    throttle.recent().clear()
     # The keys are read by their names, under the prefix the settings give (not a test's own).
     with override_settings(WHOS_ONLINE={"TRUSTED_PROXY_COUNT": proxies, "ISOLATE_TESTS": False}):
         if remote is None:

@@ -523,7 +523,7 @@ def process(monkeypatch: pytest.MonkeyPatch, memory: RecentVisitors) -> Iterator
     kept snapshots of this one."""
     with monkeypatch.context() as patch:
         for module in (throttle, recording, visits, viewer):
-            patch.setattr(module, "recent", memory)
+            patch.setattr(module, "recent", lambda: memory)
         snapshots.invalidate()
         yield
 

@@ -174,7 +174,7 @@ def test_a_site_without_rooms_sends_no_room_mark(backend):
     # EXPIRY.MAC.eEPOCH, and no room mark: a part of its own, after the MAC (which, random,
     # may itself begin with the mark's letter).
     expiry, mac, last = cookie.split(".")
-    epoch = epochs.epochs.of(keyspace.layout(get_config())[0])
+    epoch = epochs.current().of(keyspace.layout(get_config())[0])
     assert last == f"e{epoch}"
     assert (len(expiry), len(mac)) == (10, 22)
 

@@ -95,7 +95,3 @@ def test_a_hidden_users_logout_is_told_as_hidden(r):
     reply = write(r, visit("g1", former="7", room=""))
 
     assert reply.changes == (RoomChange(0, "hidden:7", "a", ""),)
-
-
-def test_a_reply_without_changes_still_reads():
-    assert parse_reply([b"e", b"10", 0]) == Reply("e", "10", 0, ())

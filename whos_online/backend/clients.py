@@ -65,9 +65,15 @@ class _Clients:
         self.lock = threading.Lock()
 
 
+def _close_all(held: _Clients) -> None:
+    for client in list(held.made.values()):
+        close(client)
+
+
 #: A forked process makes its own: its parent's pools, and the threads that listen to the
-#: Sentinels for them, did not come along.
-_clients: Final = PerProcess(_Clients)
+#: Sentinels for them, did not come along. Closed when settings change, once what uses them from
+#: threads of its own (the flushing thread) has stopped (``process.reset_home``).
+_clients: Final = PerProcess(_Clients, dropped=_close_all)
 
 
 #: The clients of one Redis that this module made, whose commands ``execute`` sends itself.
@@ -277,8 +283,8 @@ def release() -> None:
     traceback for each such client).
     """
     held = _clients.replace()
-    for client in [] if held is None else list(held.made.values()):
-        close(client)
+    if held is not None:
+        _close_all(held)
 
 
 #: Seconds for the live streams' subscriber to connect, and to wait for the answer to a command

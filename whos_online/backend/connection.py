@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import redis
 import redis.utils
-from django.dispatch import receiver
 from redis.exceptions import ReadOnlyError
 from redis.sentinel import SentinelConnectionPool
 
-from whos_online.backend.clients import REDIS_ERRORS, Client, release, request_client
+from whos_online.backend.clients import REDIS_ERRORS, Client, request_client
 from whos_online.backend.sentinels import FollowingSentinel
-from whos_online.config.settings import Config, config_dropped, get_config
+from whos_online.config.process import PerProcess
+from whos_online.config.settings import Config, get_config
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -100,11 +100,13 @@ class MasterWatch:
         self._checked[id(pool)] = time.monotonic()
         return bool(after != before)
 
-    def reset(self) -> None:
-        self._checked.clear()
+
+_masters: Final = PerProcess(MasterWatch)
 
 
-masters: Final = MasterWatch()
+def masters() -> MasterWatch:
+    """This process's watch of the Sentinels (``config.process``)."""
+    return _masters.get()
 
 
 #: Whether the calls made here (this thread, this task) go whatever the breakers say.
@@ -145,11 +147,12 @@ def call(
         return default
     try:
         client = request_client()
-        masters.before_call(client)
+        watch = masters()
+        watch.before_call(client)
         try:
             result = operation(client, config)
         except REDIS_ERRORS as error:
-            if not masters.moved_after(client, error):
+            if not watch.moved_after(client, error):
                 raise
             result = operation(client, config)
     except REDIS_ERRORS as error:
@@ -157,14 +160,6 @@ def call(
         return default
     attempt.succeeded()
     return result
-
-
-@receiver(config_dropped, dispatch_uid="whos_online.backend.connection.reset")
-def reset(**kwargs: object) -> None:
-    release()
-    breaker.reset()
-    refusals.reset()
-    masters.reset()
 
 
 #: Error codes of a Redis that answers but will not take writes: out of memory under
@@ -294,13 +289,25 @@ class CircuitBreaker:
             self._failures = 0
 
 
-breaker: Final = CircuitBreaker()
-#: Opened by a Redis that answers but refuses writes; it stops writes only.
-refusals: Final = CircuitBreaker(
-    "Redis at %s refuses writes (%s: %s); whos_online stops recording, still shows who is "
-    "online, and tries a write again every %g s.",
-    "Redis at %s takes writes again; whos_online resumes recording.",
+_breaker: Final = PerProcess(CircuitBreaker)
+_refusals: Final = PerProcess(
+    lambda: CircuitBreaker(
+        "Redis at %s refuses writes (%s: %s); whos_online stops recording, still shows who is "
+        "online, and tries a write again every %g s.",
+        "Redis at %s takes writes again; whos_online resumes recording.",
+    )
 )
+
+
+def breaker() -> CircuitBreaker:
+    """This process's breaker of the calls to Redis."""
+    return _breaker.get()
+
+
+def refusals() -> CircuitBreaker:
+    """This process's breaker opened by a Redis that answers but refuses writes; it stops
+    writes only."""
+    return _refusals.get()
 
 
 def known_to_fail(config: Config, shard: Shard | None, *, writes: bool) -> bool:
@@ -309,7 +316,7 @@ def known_to_fail(config: Config, shard: Shard | None, *, writes: bool) -> bool:
     this stays true once the back-off has passed, until a call shows that Redis answers again:
     the request path hands out no throttle cookie meanwhile (docs/failure.md)."""
     target = breaker_target(config, shard)
-    return breaker.is_down(target) or (writes and refusals.is_down(target))
+    return breaker().is_down(target) or (writes and refusals().is_down(target))
 
 
 def breaker_target(config: Config, shard: Shard | None) -> str:
@@ -334,26 +341,27 @@ class Attempt:
         self.backoff = config.failure_backoff
         self.target = breaker_target(config, shard)
         self.writes = writes
-        self.allowed = breaker.allows(self.target) and not (
-            writes and not refusals.allows(self.target)
+        self.breaker, self.refusals = breaker(), refusals()
+        self.allowed = self.breaker.allows(self.target) and not (
+            writes and not self.refusals.allows(self.target)
         )
-        self.generation = breaker.generation(self.target)
-        self.refused = refusals.generation(self.target)
+        self.generation = self.breaker.generation(self.target)
+        self.refused = self.refusals.generation(self.target)
 
     def failed(self, error: BaseException) -> None:
         if refuses_writes(error):
-            refusals.failed(self.target, error, self.backoff)
-            breaker.succeeded(self.target, self.generation)  # it answered
+            self.refusals.failed(self.target, error, self.backoff)
+            self.breaker.succeeded(self.target, self.generation)  # it answered
         else:
-            breaker.failed(self.target, error, self.backoff)
+            self.breaker.failed(self.target, error, self.backoff)
 
     def succeeded(self) -> None:
-        breaker.succeeded(self.target, self.generation)
+        self.breaker.succeeded(self.target, self.generation)
         if self.writes:
-            refusals.succeeded(self.target, self.refused)
+            self.refusals.succeeded(self.target, self.refused)
 
 
 def failures() -> int:
     """How many calls have failed in this process, or been refused: a visit stored before the
     latest one may have been lost since (see ``throttle.RecentVisitors``)."""
-    return breaker.failures + refusals.failures
+    return breaker().failures + refusals().failures

@@ -1,8 +1,9 @@
-"""State of one process: made the first time a process asks for it, in that process; where the
-process is in its life (asked to stop, or writing what it holds as it exits); and the threads
-whos_online starts in it, which never take a stop signal (``start_thread``). Under a test run, a
-process also writes under a key prefix of its own, as Django gives the tests a database of their
-own, and removes those keys as it ends (``run_keys``).
+"""State of one process, in one home: each piece (``PerProcess``) made the first time the process
+asks for it, in that process, and all dropped together when settings change (``reset_home``);
+where the process is in its life (asked to stop, or writing what it holds as it exits); and the
+threads whos_online starts in it, which never take a stop signal (``start_thread``). Under a test
+run, a process also writes under a key prefix of its own, as Django gives the tests a database of
+their own, and removes those keys as it ends (``run_keys``).
 
 The queue of visits, its flushing thread, the buffer of page hits and the Redis clients hold
 locks, threads and sockets that belong to the process that made them. A process forked from
@@ -27,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from django.core import mail
 from django.dispatch import Signal
@@ -40,36 +41,93 @@ T = TypeVar("T")
 
 
 class PerProcess(Generic[T]):
-    """One ``T`` per process, from ``make()``; ``started(value)`` runs once for each value made,
-    in the process that made it (to register what the process does with it as it exits)."""
+    """A piece of a process's state: one ``T`` per process, from ``make()`` at its first use
+    there, kept in the process's home (``_homes``) until settings change (``reset_home``).
+    ``started(value)`` runs once for each value made, in the process that made it (to register
+    what the process does with it as it exits); ``dropped(value)`` as settings change drop it (to
+    stop what it started, or close what it holds)."""
 
-    def __init__(self, make: Callable[[], T], started: Callable[[T], object] | None = None):
+    def __init__(
+        self,
+        make: Callable[[], T],
+        *,
+        started: Callable[[T], object] | None = None,
+        dropped: Callable[[T], object] | None = None,
+    ):
         self._make = make
         self._started = started
-        self._values: dict[int, T] = {}
+        self._dropped = dropped
+        _pieces.append(self)
 
     def get(self) -> T:
-        pid = os.getpid()
-        value = self._values.get(pid)
+        home = _home()
+        value = home.get(self)
         if value is not None:
-            return value
+            return cast("T", value)
         made = self._make()
         # dict.setdefault is atomic: of two threads racing here, both get the first one stored.
-        value = self._values.setdefault(pid, made)
-        if value is made:
-            for other in [key for key in self._values if key != pid]:
-                self._values.pop(other, None)  # a parent's, copied by the fork
-            if self._started is not None:
-                self._started(value)
-        return value
+        value = home.setdefault(self, made)
+        if value is made and self._started is not None:
+            self._started(made)
+        return cast("T", value)
 
     def peek(self) -> T | None:
         """This process's value if it made one, without making it."""
-        return self._values.get(os.getpid())
+        return cast("T | None", _homes.get(os.getpid(), {}).get(self))
 
     def replace(self) -> T | None:
         """Drop this process's value (the next ``get`` makes a new one); returns it."""
-        return self._values.pop(os.getpid(), None)
+        return cast("T | None", _homes.get(os.getpid(), {}).pop(self, None))
+
+    def drop(self, value: object) -> None:
+        if self._dropped is not None:
+            self._dropped(cast("T", value))
+
+
+#: Every piece, in the order they were declared: a module's after those of the modules it
+#: imports, which is what it uses.
+_pieces: list[PerProcess[Any]] = []
+#: Each process's home, by process id: a forked child makes its own, and drops its parent's.
+_homes: dict[int, dict[PerProcess[Any], object]] = {}
+
+
+def _home() -> dict[PerProcess[Any], object]:
+    pid = os.getpid()
+    home = _homes.get(pid)
+    if home is None:
+        home = _homes.setdefault(pid, {})
+        for other in [key for key in _homes if key != pid]:
+            _homes.pop(other, None)  # a parent's, copied by the fork
+    return home
+
+
+class _Cache(Protocol):
+    def cache_clear(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Cache)
+
+#: What ``reset_home`` clears besides: caches of values derived from settings.
+_caches: list[_Cache] = []
+
+
+def cleared_on_reset(cache: C) -> C:
+    """Have ``reset_home`` clear ``cache`` (a ``functools.lru_cache``)."""
+    _caches.append(cache)
+    return cache
+
+
+def reset_home() -> None:
+    """Drop this process's state (settings changed, which tests do): every piece, each before
+    those it uses (the flushing thread is stopped before the clients it writes with are closed),
+    the caches, and what the process was told of its stop (``reset``)."""
+    reset()
+    home = _homes.pop(os.getpid(), {})
+    for piece in reversed(_pieces):
+        if piece in home:
+            piece.drop(home[piece])
+    for cache in _caches:
+        cache.cache_clear()
 
 
 #: Sent by the SIGTERM handler (``announce_stop``), on the thread the signal runs on (an ASGI

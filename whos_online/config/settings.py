@@ -1,22 +1,11 @@
 """The one place that reads ``settings.WHOS_ONLINE``, and the table of its keys.
 
-Each key is one field of ``Config``, declared with ``rules.setting(...)``: its name in
-``WHOS_ONLINE``, its default, the check its value must pass (``rules``) with its id and hint,
-and how the value becomes the field's (a dotted path imported, a pattern compiled). The
-defaults, the system checks of each value and the ``Config`` are all made from that table, so
-that a new setting is one edit here; a hint that mentions the default takes it from the table
-(``{default}``) rather than writing it out again.
-
-Settings are merged over ``DEFAULTS`` and turned into a frozen ``Config`` once per process, so
-that the request path pays for no dict look-ups or regex compilation. The cache is dropped when a
-test (or anything else) changes ``WHOS_ONLINE``, ``CACHES`` or ``SECRET_KEY`` through
-``setting_changed``, so ``override_settings`` works everywhere.
-
-Modules that cache what they derive from settings (clients, keys, hashes) clear it on
-``config_changed``, which is sent whenever the ``Config`` is dropped. ``get_config`` validates the
-settings as the system checks do (``validate``), so that bad settings fail at startup even where
-nobody runs ``manage.py check``. A process under tests writes under keys of its own
-(``process.run_keys``).
+Each key is one field of ``Config`` (``rules.setting``: key, default, check with its id and hint,
+how the value is built), from which the defaults, the system checks and the ``Config`` are made:
+a new setting is one edit here. The frozen ``Config`` is made once per process (no dict look-up
+or regex on the request path) and dropped with the process's state (``process.reset_home``) when
+a setting it reads changes (``override_settings``). Invalid settings fail ``get_config`` as they
+fail the checks; under tests a process writes under keys of its own (``process.run_keys``).
 """
 
 from __future__ import annotations
@@ -71,8 +60,7 @@ class Config:
         rules.boolean,
         hint="True when REDIS_URL names a node of a Redis Cluster.",
     )
-    #: Under tests (unless ``ISOLATE_TESTS`` is False), the test process's own prefix, made of
-    #: this one (``process.run_keys``).
+    #: Under tests (unless ``ISOLATE_TESTS`` is False), one of the test process's own.
     key_prefix: str = rules.setting(
         "KEY_PREFIX",
         "whos_online",
@@ -80,7 +68,6 @@ class Config:
         rules.key_prefix,
         hint="The prefix becomes a Redis Cluster hash tag, {prefix}, so it cannot hold braces.",
     )
-    #: Whether a process under tests writes under a prefix of its own (``process.run_keys``).
     isolate_tests: bool = rules.setting(
         "ISOLATE_TESTS",
         True,
@@ -180,8 +167,7 @@ class Config:
     )
     last_seen_days: int = rules.setting("LAST_SEEN_DAYS", 90, "whos_online.E018", rules.whole(1))
     count_hits: bool = rules.setting("COUNT_HITS", False, "whos_online.E019", rules.boolean)
-    #: Who may see names in the JSON view and the live widget; None means everyone, so that the
-    #: user need not be loaded to decide.
+    #: None means everyone, so that the user need not be loaded to decide.
     show_names_to: Callable[[AnyUser], bool] | None = rules.setting(
         "SHOW_NAMES_TO",
         "staff",
@@ -195,11 +181,8 @@ class Config:
     refresh_interval: int = rules.setting(
         "REFRESH_INTERVAL", 30, "whos_online.E023", rules.whole(1)
     )
-    #: Whether flushes publish what they changed and the stream view serves pages (``live``).
     live_updates: bool = rules.setting("LIVE_UPDATES", True, "whos_online.E036", rules.boolean)
     json_max_age: int = rules.setting("JSON_MAX_AGE", 10, "whos_online.E024", rules.whole(0))
-    #: Live streams one process opens at most; None: half its soft limit of open files
-    #: (``live.resources``).
     max_streams: int | None = rules.setting(
         "MAX_STREAMS",
         None,
@@ -208,7 +191,6 @@ class Config:
         hint="None (the default) opens at most half as many streams as the process may open "
         "files (RLIMIT_NOFILE), leaving the other half to pages, Redis and the database.",
     )
-    #: Live streams one process opens at most for one session; None: no such cap.
     max_streams_per_client: int | None = rules.setting(
         "MAX_STREAMS_PER_CLIENT",
         8,
@@ -217,8 +199,6 @@ class Config:
         hint="The default, {default}, is more tabs of one site than a person keeps shown side by "
         "side (a hidden tab closes its stream); None sets no cap per session.",
     )
-    #: Live streams one process opens at most for one client address, to requests that have
-    #: no session; None: no such cap.
     max_streams_per_address: int | None = rules.setting(
         "MAX_STREAMS_PER_ADDRESS",
         64,
@@ -235,7 +215,6 @@ class Config:
         hint="1 keeps every key in one slot; on a Redis Cluster, a few shards per master spread "
         "the people online over the masters.",
     )
-    #: Seconds a process may show the snapshot it last read; 0 reads Redis for every render.
     snapshot_max_age: float = rules.setting(
         "SNAPSHOT_MAX_AGE",
         2,
@@ -244,7 +223,7 @@ class Config:
         hint="The default is {default}; 0 reads Redis for every render.",
         build=float,
     )
-    #: Seconds a process may hold recorded visits before writing them; 0 writes in the request.
+    #: Seconds a process may hold recorded visits before writing them.
     flush_interval: float = rules.setting(
         "FLUSH_INTERVAL",
         0.1,
@@ -254,8 +233,7 @@ class Config:
         "platforms that freeze a process between requests.",
         build=float,
     )
-    #: Seconds a stopping process goes on trying to write what it holds through a stall of
-    #: Redis (``flushing.schedule``); 0 tries once.
+    #: Seconds a stopping process tries to write what it holds (``flushing.schedule``).
     stop_timeout: float = rules.setting(
         "STOP_TIMEOUT",
         5,
@@ -266,8 +244,7 @@ class Config:
         "timeout. 0 tries once.",
         build=float,
     )
-    #: Rooms by URL name (``ROOMS``): the middleware puts a page view of that URL in the room
-    #: its rule gives (``room_rules``).
+    #: The room of a page view, by its URL name (``room_rules``).
     rooms: Mapping[str, RoomRule] = rules.setting(
         "ROOMS",
         {},
@@ -279,7 +256,6 @@ class Config:
         "a function (request) -> room.",
         build=rules_of,
     )
-    #: Who may read a room through the JSON and widget views; None: whoever holds its token.
     room_access: Callable[[HttpRequest, str], bool] | None = rules.setting(
         "ROOM_ACCESS",
         None,
@@ -290,7 +266,6 @@ class Config:
         "render decide.",
         build=rules.import_callable,
     )
-    #: Seconds a room's token is good for after it was issued (``room_tokens``).
     room_token_max_age: int = rules.setting(
         "ROOM_TOKEN_MAX_AGE",
         3600,
@@ -302,11 +277,8 @@ class Config:
 
     @functools.cached_property
     def redis_target(self) -> str:
-        """Names the Redis server in log lines and keys the per-server failure state.
-
-        Cached: every Redis call reads it (twice per recorded request), and redacting the URL
-        parses it. The Config is frozen, so the value cannot go stale.
-        """
+        """Names the Redis server in log lines and keys its breakers; cached, as every call
+        reads it and redacting the URL parses it (the Config is frozen)."""
         if self.redis_url:
             where = redact_url(self.redis_url)
             return f"cluster {where}" if self.redis_cluster else where
@@ -322,14 +294,12 @@ def user_settings() -> Mapping[str, Any]:
 SETTINGS: Final = tuple(
     (field.name, field.metadata["setting"]) for field in dataclasses.fields(Config)
 )
-#: The default of every key.
 DEFAULTS: Final[Mapping[str, Any]] = {row.key: row.default for _, row in SETTINGS}
 
 
 def validate(raw: object) -> list[CheckMessage]:
-    """Check every key of ``WHOS_ONLINE`` and report all problems, each with a hint: pure, so
-    that ``manage.py check`` reports every problem at once and ``get_config`` refuses settings
-    with errors even where nobody runs the checks."""
+    """Every problem of ``WHOS_ONLINE``, each with a hint: for ``manage.py check``, and for
+    ``get_config``, which refuses settings with errors even where nobody runs the checks."""
     if not isinstance(raw, Mapping):
         return [
             Error(
@@ -361,12 +331,9 @@ def validate(raw: object) -> list[CheckMessage]:
 
 
 def get_config() -> Config:
-    """The process-wide ``Config``; raises ``ImproperlyConfigured`` on invalid settings.
-
-    Under tests, each process (a forked one too) has its own, with its test run's ``key_prefix``
-    (``process.run_keys``); a process seen under tests stays so until it exits, so that what it
-    writes after the teardown (its queue, as it exits) goes where its tests wrote, and is
-    removed."""
+    """The process's ``Config``; raises ``ImproperlyConfigured`` on invalid settings. Under
+    tests each process has its own (``process.run_keys``), and keeps it until it exits, so that
+    what it writes after the teardown (its queue) goes where its tests wrote, and is removed."""
     if _under_tests or _test_run_began():
         return _config_under_tests(os.getpid())
     return _config()
@@ -382,8 +349,7 @@ def _test_run_began() -> bool:
         return False
     _under_tests = True
     if _config.cache_info().currsize:
-        # Something read the settings before the tests began: what was made of that Config
-        # (a queue, a layout registered, visitors remembered as written) is dropped.
+        # Something read the settings before the tests began: drop what was made of them.
         reset()
     return True
 
@@ -411,12 +377,8 @@ def _build(*, isolated: bool) -> Config:
     return Config(**fields)
 
 
-#: Sent when the ``Config`` is dropped (a setting it reads changed, or ``reset()``): every module
-#: that caches something derived from settings clears it.
+#: Sent when the ``Config`` is dropped, after the process's state (``process.reset_home``).
 config_changed = Signal()
-#: Sent next: the Redis clients are closed only once ``config_changed`` has stopped what uses them
-#: from threads of its own (the flushing thread), which a closed socket would otherwise meet.
-config_dropped = Signal()
 
 #: Settings a ``Config`` (or something cached from one) is read from.
 _READ_SETTINGS: Final = frozenset(
@@ -431,8 +393,8 @@ def _reset(*, setting: str, **kwargs: Any) -> None:
 
 
 def reset() -> None:
-    """Forget everything cached from settings: the config, Redis clients and derived keys."""
+    """Forget the config, and the process's state made under it (its queue, clients, memory)."""
     _config.cache_clear()
     _config_under_tests.cache_clear()
+    process.reset_home()
     config_changed.send(sender=Config)
-    config_dropped.send(sender=Config)

@@ -20,11 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from django.dispatch import receiver
-
 from whos_online.backend import connection, keyspace
 from whos_online.config.process import PerProcess
-from whos_online.config.settings import config_changed
 from whos_online.store import epochs, record, scripts
 from whos_online.store.items import Link, Visit
 from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry, link_entry
@@ -289,9 +286,3 @@ def buffer() -> HitBuffer:
 def held() -> HitBuffer | None:
     """This process's buffer if it made one, without making it."""
     return _buffers.peek()
-
-
-@receiver(config_changed, dispatch_uid="whos_online.flushing.batches.reset")
-def reset(**kwargs: object) -> None:
-    """Drop buffered hits (for tests)."""
-    _buffers.replace()

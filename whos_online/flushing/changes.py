@@ -20,7 +20,7 @@ lost (a timeout after Redis ran it) is not told, and its retry finds nobody new 
 changed. Receivers hear of a change at most once, and in the rare second case not at all. A
 receiver that raises is logged and the others still hear of it.
 
-``went_offline`` is sent by the cleanup (``whos_online.signals.reporter``), not from here.
+``went_offline`` is sent by the cleanup (``whos_online.api.reporter``), not from here.
 """
 
 from __future__ import annotations
@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
 
-from django.dispatch import Signal
-
 from whos_online.backend import connection
+from whos_online.signals import came_online, entered_room, left_room
 from whos_online.store.keys import USER_KINDS, changes_channel
 from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.record import (
@@ -50,24 +49,12 @@ from whos_online.store.users import pk_values
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from django.dispatch import Signal
+
     from whos_online.config.settings import Config
     from whos_online.store.record import Entry, Reply
 
 logger = logging.getLogger("whos_online")
-
-#: Sent once per person who came online (was not online until a visit a flush wrote), with
-#: ``kind`` ("users", "hidden", "guests" or "bots"), ``member`` (a user's pk as text, a guest's or
-#: bot's pseudonym), ``user_id`` (the pk as the user model has it, None for a guest or bot) and
-#: ``at`` (when, an aware datetime).
-came_online = Signal()
-#: Sent once per person who entered a room (``room``), with the arguments of ``came_online``.
-entered_room = Signal()
-#: Sent once per person who left a room (``room``): a page view elsewhere, their page closed (its
-#: leaving word; they count there ``LEAVE_GRACE`` seconds more), a login or logout.
-left_room = Signal()
-#: Sent by the cleanup once per chunk of people it took off the online sets, their window run
-#: out: ``kind``, ``members`` and ``user_ids`` (empty for guests and bots).
-went_offline = Signal()
 
 #: Seconds between two messages of one process at least.
 PUBLISH_EVERY: Final = 1.0

@@ -40,12 +40,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from django.dispatch import receiver
-
 from whos_online.backend import connection, keyspace
 from whos_online.config import process
 from whos_online.config.process import PerProcess
-from whos_online.config.settings import config_changed, get_config
+from whos_online.config.settings import get_config
 from whos_online.flushing import batches, changes, schedule
 from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
@@ -304,7 +302,7 @@ class Flusher:
                 continue
             parsed = [record.parse_reply(raw) for raw in replies]
             for reply in parsed:
-                epochs.epochs.learn(group.shard.tag, reply.epoch)
+                epochs.current().learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:
                     self.layouts_in_use = reply.layouts > 0
             changed = self.changes.take_in(config, group.entries, parsed) or changed
@@ -399,7 +397,13 @@ def _register_exit(made: Flusher) -> None:
     multiprocessing.util.Finalize(None, write_at_exit, exitpriority=10)
 
 
-_flushers: Final = PerProcess(Flusher, started=_register_exit)
+def _stop(old: Flusher) -> None:
+    """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
+    it to end, so that it does not outlive the settings it was started under."""
+    old.thread.stop()
+
+
+_flushers: Final = PerProcess(Flusher, started=_register_exit, dropped=_stop)
 
 
 def current() -> Flusher:
@@ -460,14 +464,3 @@ def leave_room(kind: str, member: str, room: str, at: float) -> bool:
     queued = current().put(RoomLeave(kind, member, room, at))
     after_recording(get_config())
     return queued
-
-
-@receiver(config_changed, dispatch_uid="whos_online.flushing.flusher.reset")
-def reset(**kwargs: object) -> None:
-    """Drop what is queued and stop the thread (settings changed: tests), waiting a little for
-    it to end, so that it does not outlive the settings it was started under; and forget that
-    the process was asked to stop, or wrote as it exited (tests do both)."""
-    process.reset()
-    old = _flushers.replace()
-    if old is not None:
-        old.thread.stop()

@@ -22,10 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from django.conf import settings
 from django.db import connections
-from django.dispatch import receiver
 
 from whos_online.config.process import PerProcess
-from whos_online.config.settings import config_changed
 from whos_online.recording import guests
 from whos_online.recording.state import state_of
 
@@ -162,13 +160,6 @@ _caps: Final = PerProcess(Caps)
 def caps() -> Caps:
     """This process's caps."""
     return _caps.get()
-
-
-@receiver(config_changed, dispatch_uid="whos_online.live.resources.reset")
-def reset(**kwargs: object) -> None:
-    """Count anew (settings changed: tests); the streams still open give back their places to
-    the counts they were taken from."""
-    _caps.replace()
 
 
 #: Whether asgiref lets the caller of a context give it an executor of its own (3.13 on), which

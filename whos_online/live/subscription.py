@@ -54,7 +54,7 @@ from whos_online.backend.clients import REDIS_ERRORS
 from whos_online.backend.connection import CircuitBreaker
 from whos_online.config import process
 from whos_online.config.process import PerProcess
-from whos_online.config.settings import config_changed, get_config
+from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
 from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
@@ -87,11 +87,18 @@ _POLL: Final = 1.0
 #: holds (redis-py's default 100), and its breaker would take that for an outage.
 OPENING: Final = 8
 
-breaker: Final = CircuitBreaker(
-    "The live streams' subscription to Redis at %s failed (%s: %s); the live widgets poll "
-    "meanwhile, and whos_online subscribes again within %g s.",
-    "The live streams' subscription to Redis at %s is back.",
+_breaker: Final = PerProcess(
+    lambda: CircuitBreaker(
+        "The live streams' subscription to Redis at %s failed (%s: %s); the live widgets poll "
+        "meanwhile, and whos_online subscribes again within %g s.",
+        "The live streams' subscription to Redis at %s is back.",
+    )
 )
+
+
+def breaker() -> CircuitBreaker:
+    """This process's breaker of the live streams' subscription (``config.process``)."""
+    return _breaker.get()
 
 
 class Listener(Protocol):
@@ -219,7 +226,7 @@ class Hub:
                 client: redis.asyncio.Redis | None = None
                 try:
                     client = clients.subscriber(config, failures)
-                    requests = connection.breaker.generation(config.redis_target)
+                    requests = connection.breaker().generation(config.redis_target)
                     async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                         await pubsub.subscribe(changes_channel(config))
                         self._up(config, requests)
@@ -271,16 +278,17 @@ class Hub:
         if self.down:
             self._lost = True  # it may have lost its data, or a reader their window, meanwhile
         self.live, self.down = True, False
-        breaker.succeeded(target, breaker.generation(target))
+        ours = breaker()
+        ours.succeeded(target, ours.generation(target))
         if not config.redis_cluster:  # a node's answer says nothing of the others' slots
-            connection.breaker.succeeded(target, requests)
+            connection.breaker().succeeded(target, requests)
         self.changed(None)  # what changed while it was down
 
     def _down(self, target: str, error: BaseException, backoff: float) -> None:
         self.live, self.down = False, True
         # A timeout that the next attempt follows within FAILURE_BACKOFF, however short this
         # back-off, is an outage (see ``CircuitBreaker``).
-        breaker.failed(target, error, backoff, window=get_config().failure_backoff or 1.0)
+        breaker().failed(target, error, backoff, window=get_config().failure_backoff or 1.0)
         for listener in list(self.listeners):
             listener.stale()
 
@@ -403,7 +411,15 @@ def _rooms_of(data: object) -> set[str] | None:
     return rooms
 
 
-_hubs: Final = PerProcess(dict[asyncio.AbstractEventLoop, Hub])
+def _stop_all(hubs: dict[asyncio.AbstractEventLoop, Hub]) -> None:
+    """Stop every subscription of the process (settings changed: tests)."""
+    for loop, found in list(hubs.items()):
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(found.stop)
+    hubs.clear()
+
+
+_hubs: Final = PerProcess(dict[asyncio.AbstractEventLoop, Hub], dropped=_stop_all)
 
 
 def hub() -> Hub:
@@ -425,15 +441,3 @@ def shut_down(**kwargs: object) -> None:
     for loop, found in list((_hubs.peek() or {}).items()):
         with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
             loop.call_soon_threadsafe(found.shut_down)
-
-
-@receiver(config_changed, dispatch_uid="whos_online.live.subscription.reset")
-def reset(**kwargs: object) -> None:
-    """Stop every subscription of the process (settings changed: tests)."""
-    hubs = _hubs.peek()
-    for loop, found in list((hubs or {}).items()):
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(found.stop)
-    if hubs is not None:
-        hubs.clear()
-    breaker.reset()

@@ -29,10 +29,9 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from django.dispatch import receiver
-
 from whos_online.backend import connection, keyspace
-from whos_online.config.settings import config_changed, get_config
+from whos_online.config.process import PerProcess
+from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.recording.state import state_of
 from whos_online.store import epochs, scripts, snapshot
@@ -85,8 +84,6 @@ class SnapshotCache:
             self._kept = None
 
 
-cache = SnapshotCache()
-
 #: Rooms whose last snapshot a process keeps: the busiest pages' rooms, the first to go being
 #: the one read least recently.
 ROOMS_KEPT: Final = 1024
@@ -116,22 +113,28 @@ class RoomCaches:
             self._caches.clear()
 
 
-room_caches = RoomCaches()
+class _Kept:
+    """What this process keeps of the snapshots it read: the site's, and its rooms'."""
+
+    def __init__(self) -> None:
+        self.site = SnapshotCache()
+        self.rooms = RoomCaches()
+
+
+_kept: Final = PerProcess(_Kept)
 
 
 def cache_of(room: str) -> SnapshotCache:
-    return room_caches.of(room) if room else cache
+    kept = _kept.get()
+    return kept.rooms.of(room) if room else kept.site
 
 
 def invalidate() -> None:
     """Drop every kept snapshot: a logout or an erasure must not be shown by the next pages."""
-    cache.invalidate()
-    room_caches.clear()
-
-
-@receiver(config_changed, dispatch_uid="whos_online.reading.snapshots.reset")
-def reset(**kwargs: object) -> None:
-    invalidate()
+    kept = _kept.peek()
+    if kept is not None:
+        kept.site.invalidate()
+        kept.rooms.clear()
 
 
 def read(
@@ -189,7 +192,7 @@ def read_many(
     for room, raw in zip(missing, read_now, strict=True):
         if raw is None:
             continue
-        epochs.epochs.learn_all(raw.epochs)
+        epochs.current().learn_all(raw.epochs)
         one = replace(raw, read_at=now)
         if max_age > 0:
             cache_of(room).put(one)

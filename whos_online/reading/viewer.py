@@ -149,7 +149,7 @@ def reader_of(
     if not here:
         return None
     now = time.time() if now is None else now
-    forgotten = epochs.epochs.gone(cookie.epoch, config)
+    forgotten = epochs.current().gone(cookie.epoch, config)
     doubtful = forgotten or _arrived_lately(cookie, config, now)
     return Reader(state, here, doubtful, forgotten=forgotten)
 
@@ -165,7 +165,7 @@ def sought_on_page(
     now = time.time()
     if cookie is None or not _arrived_lately(cookie, config, now):
         return {}
-    if epochs.epochs.gone(cookie.epoch, config):
+    if epochs.current().gone(cookie.epoch, config):
         return {}  # not in what Redis holds: ``with_viewer`` counts them in anyway
     found = [room for room in shown if _shows_its_viewer(request, room)]
     here = [room for room in found if not room or cookie.room == rooms.room_tag(room)]
@@ -185,7 +185,7 @@ def with_viewer(
         return found
     state = state_of(request)
     cookie = state.cookie
-    if cookie is not None and epochs.epochs.gone(cookie.epoch, config):
+    if cookie is not None and epochs.current().gone(cookie.epoch, config):
         cookie = None  # from before Redis lost its data: the viewer is not in what it holds
     if cookie is not None and (not room or cookie.room == rooms.room_tag(room)):
         # Online since the visit it speaks of, unless it was moments ago and the read that
@@ -226,7 +226,7 @@ def _counted(
         return False  # every visible user is listed
     if not remembered or not config.throttle:
         return False
-    entry = recent.entry(viewer.key, time.time(), epochs.generation())
+    entry = recent().entry(viewer.key, time.time(), epochs.generation())
     return (
         entry is not None
         and found.read_at >= entry[0] - config.throttle

@@ -14,9 +14,8 @@ import ipaddress
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
-from django.dispatch import receiver
 
-from whos_online.config.settings import config_changed
+from whos_online.config import process
 from whos_online.store.keys import utc_day
 
 if TYPE_CHECKING:
@@ -158,6 +157,7 @@ def client_ip(request: HttpRequest, config: Config) -> str | None:
     return normalize_ip(forwarded_candidate(request, config.trusted_proxy_count))
 
 
+@process.cleared_on_reset
 @functools.lru_cache(maxsize=4)
 def _day_key(secret: str, day: str) -> bytes:
     # A key per UTC day: the same IP gets an unrelated pseudonym tomorrow, and without
@@ -174,6 +174,7 @@ def _day_key(secret: str, day: str) -> bytes:
 PSEUDONYM_BYTES = 9
 
 
+@process.cleared_on_reset
 @functools.lru_cache(maxsize=8192)
 def _pseudonym(ip: str, key: bytes) -> str:
     digest = hashlib.blake2b(ip.encode(), key=key, digest_size=PSEUDONYM_BYTES).digest()
@@ -226,16 +227,10 @@ def is_bot(request: HttpRequest, config: Config) -> bool:
     return bool(agent) and _matches(config.bot_user_agents, str(agent)[:512])
 
 
+@process.cleared_on_reset
 @functools.lru_cache(maxsize=1024)
 def _matches(pattern: re.Pattern[str], agent: str) -> bool:
     # The default pattern is a long case-insensitive alternation: tens of microseconds per
     # search, on every recorded anonymous request. A site sees few distinct user agents, and
     # one that sends a new one each time costs the search, as before.
     return pattern.search(agent) is not None
-
-
-@receiver(config_changed, dispatch_uid="whos_online.recording.guests.reset")
-def reset(**kwargs: object) -> None:
-    _day_key.cache_clear()
-    _pseudonym.cache_clear()
-    _matches.cache_clear()

@@ -22,9 +22,9 @@ import logging
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
-from django.dispatch import receiver
 
-from whos_online.config.settings import config_changed, get_config
+from whos_online.config.process import PerProcess
+from whos_online.config.settings import get_config
 from whos_online.recording.state import state_of
 from whos_online.store.items import STAY, Placement
 
@@ -66,7 +66,7 @@ def set_room(request: HttpRequest, name: str | None, *, title: str = "") -> None
         return
     state.room = check_room(name)
     state.room_title = check_title(title)
-    _usage.seen = True
+    _usage.get().seen = True
 
 
 def stay_in(request: HttpRequest, room: str) -> None:
@@ -97,18 +97,13 @@ class _Usage:
     seen = False
 
 
-_usage: Final = _Usage()
+_usage: Final = PerProcess(_Usage)
 
 
 def in_use(config: Config) -> bool:
     """Whether the site puts requests in rooms: ``ROOMS`` says so, or a view of it did in this
     process. Until then a page view moves nobody between rooms, whichever process serves it."""
-    return _usage.seen or bool(config.rooms)
-
-
-@receiver(config_changed, dispatch_uid="whos_online.recording.rooms.reset")
-def reset(**kwargs: object) -> None:
-    _usage.seen = False
+    return bool(config.rooms) or _usage.get().seen
 
 
 def room_of(request: HttpRequest) -> str:
@@ -124,7 +119,7 @@ def room_of(request: HttpRequest) -> str:
     room, title = room_by_url(request, get_config())
     state.room_by_url, state.room_title = room, title
     if room:
-        _usage.seen = True
+        _usage.get().seen = True
     return room
 
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
-from django.dispatch import receiver
 
-from whos_online.config.settings import config_changed
+from whos_online.config import process
+from whos_online.config.process import PerProcess
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -52,6 +52,7 @@ MEMORY_SIZE: Final = 10_000
 MAX_REMEMBERED_BINDING: Final = 160
 
 
+@process.cleared_on_reset
 @functools.lru_cache(maxsize=2)
 def _cookie_key(secret: str) -> bytes:
     return hashlib.blake2b(secret.encode(), person=b"whos_online.ck", digest_size=32).digest()
@@ -75,7 +76,7 @@ def _compute_mac(expiry: int, binding: str, key: bytes) -> str:
 # spares the hashing on nearly every throttled request. A client that makes up new cookies only
 # churns this cache, bounded in entries and (by MAX_REMEMBERED_BINDING) in their size, and pays
 # for the hashing, as it would without it.
-_remembered_mac = functools.lru_cache(maxsize=MEMORY_SIZE)(_compute_mac)
+_remembered_mac = process.cleared_on_reset(functools.lru_cache(maxsize=MEMORY_SIZE)(_compute_mac))
 
 
 def binding(session_key: str, address: str) -> str:
@@ -235,7 +236,7 @@ def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
 # A browser sends the same cookie on every request for THROTTLE seconds: remembering what it
 # says spares the parsing and the hashing on nearly every throttled request (a throttled page
 # view costs the middleware a few microseconds). Bounded as the MACs are, above.
-_remembered_genuine = functools.lru_cache(maxsize=MEMORY_SIZE)(_genuine)
+_remembered_genuine = process.cleared_on_reset(functools.lru_cache(maxsize=MEMORY_SIZE)(_genuine))
 
 
 class RecentVisitors:
@@ -287,12 +288,9 @@ class RecentVisitors:
         return len(self._until)
 
 
-recent: Final = RecentVisitors()
+_recent: Final = PerProcess(RecentVisitors)
 
 
-@receiver(config_changed, dispatch_uid="whos_online.recording.throttle.reset")
-def reset(**kwargs: object) -> None:
-    _cookie_key.cache_clear()
-    _remembered_mac.cache_clear()
-    _remembered_genuine.cache_clear()
-    recent.clear()
+def recent() -> RecentVisitors:
+    """This process's memory of the visitors it recorded (``config.process``)."""
+    return _recent.get()

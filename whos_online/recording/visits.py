@@ -4,7 +4,7 @@ A visit is queued in the process and written with the others of the next flush
 (``whos_online.flushing.flusher``): a request never waits on Redis to record, unless
 ``FLUSH_INTERVAL`` is 0; the API's ``record_user`` and ``record_guest``, called outside a
 request, write at once. A queued visit is remembered in the process's memory of recent visitors
-(``throttle.recent``), so that a client without cookies costs one write per ``THROTTLE``.
+(``throttle.recent()``), so that a client without cookies costs one write per ``THROTTLE``.
 
 Recording a request (``record_request``) also tells the middleware what the throttle cookie it
 hands out must say: whether the visitor arrived (their next page must read afresh), the room the
@@ -113,14 +113,14 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
 
 
 def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
-    """Note ``visit`` in the process's memory of recent visitors (``throttle.recent``), with the
+    """Note ``visit`` in the process's memory of recent visitors (``throttle.recent()``), with the
     tag of its room (by default of ``visit.room``)."""
     if not config.throttle:
         return
     tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
-    recent.remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
+    recent().remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
     if visit.former and visit.kind == "users":
-        recent.forget(former_guest_keys(visit.former))
+        recent().forget(former_guest_keys(visit.former))
 
 
 def record_soon(config: Config, visit: Visit) -> None:
@@ -312,10 +312,12 @@ def _recorded(
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
-        cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
+        cookie is None
+        or epochs.current().gone(cookie.epoch, config)
+        or cookie.room != found.room_tag
     )
     return Recorded(
-        ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)
+        ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.current().of(shard)
     )
 
 
@@ -356,10 +358,10 @@ def _spared(
     if visitor is None:
         return Recorded(WRITTEN, now, tag)
     if cookie is None and config.throttle:
-        entry = recent.entry(visitor.key, now, epochs.generation())
+        entry = recent().entry(visitor.key, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
             # The cookie handed out runs from the visit that was stored, not from now.
-            epoch = epochs.epochs.of(_shard_of(visitor, config))
+            epoch = epochs.current().of(_shard_of(visitor, config))
             return Recorded(ARRIVED, entry[0] - config.throttle, entry[1], epoch)
     return _Writing(now, tag)
 
@@ -399,10 +401,10 @@ def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
         if cookie.room not in {tag, throttle.UNKNOWN_ROOM}:
             return False
     else:
-        entry = recent.entry(visitor.key, now, epochs.generation())
+        entry = recent().entry(visitor.key, now, epochs.generation())
         if entry is None or entry[1] != tag:
             return False
-    recent.forget([visitor.key])
+    recent().forget([visitor.key])
     kind = visitor.kind if visitor.user is None else "users"
     flusher.leave_room(kind, visitor.member, room, now)
     return True
@@ -415,7 +417,7 @@ def record_again(visitor: Visitor, config: Config, room: str = "") -> bool:
     next page, to show them again. Spared when this process wrote them since it learned of the
     loss (``recent``: several pages of one person, one write). Returns whether it was queued."""
     now = time.time()
-    if config.throttle and recent.entry(visitor.key, now, epochs.generation()) is not None:
+    if config.throttle and recent().entry(visitor.key, now, epochs.generation()) is not None:
         return False
     if room:
         visit = _visit_of(visitor, config, now, Placement(room, STAY), "")

@@ -19,8 +19,8 @@ epoch, only the time of its visit. An epoch says when it began (in hexadecimal s
 its random part), so that once the process knows every shard's, such a cookie still spares its
 writes if every epoch began before its visit: the data it speaks of has lasted since. A freshly
 started process therefore hands out no cookie that costs a second write later. Only a cookie
-whose visit came within ``CLOCK_SKEW`` of an epoch's beginning, or an epoch of a release that did
-not say when it began, costs its visitor that single write.
+whose visit came within ``CLOCK_SKEW`` of an epoch's beginning costs its visitor that single
+write.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from django.dispatch import receiver
-
 from whos_online.backend import connection, keyspace
-from whos_online.config.settings import config_changed
+from whos_online.config.process import PerProcess
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -54,15 +52,9 @@ def new_epoch(now: float | None = None) -> str:
     return f"{began:x}-{secrets.token_urlsafe(EPOCH_BYTES)}"
 
 
-def began(epoch: str) -> float | None:
-    """When ``epoch`` began, if it says (an epoch of an older release does not)."""
-    stamp, dash, _random = epoch.partition("-")
-    if not dash or not stamp:
-        return None
-    try:
-        return float(int(stamp, 16))
-    except ValueError:
-        return None
+def began(epoch: str) -> float:
+    """When ``epoch`` (one of ``new_epoch``) began."""
+    return float(int(epoch.partition("-")[0], 16))
 
 
 class Epochs:
@@ -107,9 +99,9 @@ class Epochs:
 
     def outdated(self, epoch: str, config: Config, visited: float | None = None) -> bool:
         """Whether a cookie carrying ``epoch`` should no longer spare a write: gone, or issued
-        without an epoch (by a process that did not know it yet, or before epochs existed)
-        where every shard has one now, unless every shard's epoch began before its visit, at
-        ``visited`` (see the module's docstring). Its visitor is written once more and handed
+        without an epoch (by a process that did not know it yet) where every shard has one
+        now, unless every shard's epoch began before its visit, at ``visited`` (see the
+        module's docstring). Its visitor is written once more and handed
         a cookie that carries their shard's epoch, so that a later loss is noticed for them
         too."""
         current = self._current(config)
@@ -119,8 +111,8 @@ class Epochs:
             return epoch not in current
         if visited is None:
             return True
-        starts = [began(known) for known in current]
-        return any(start is None or start > visited - CLOCK_SKEW for start in starts)
+        # A shard without an epoch ("") lost its data: a cookie of before spares nothing.
+        return any(not known or began(known) > visited - CLOCK_SKEW for known in current)
 
     def _current(self, config: Config) -> frozenset[str] | None:
         """The epochs of the configured layout's shards, or None while one is not known."""
@@ -139,22 +131,17 @@ class Epochs:
         self._cached = (shards, known, frozen)
         return frozen
 
-    def clear(self) -> None:
-        with self._lock:
-            self._known = {}
-            self.changes = 0
+
+_epochs: Final = PerProcess(Epochs)
 
 
-epochs: Final = Epochs()
+def current() -> Epochs:
+    """The epochs this process knows (``config.process``)."""
+    return _epochs.get()
 
 
 def generation() -> int:
     """A number that changes whenever what this process stored may have been lost: a Redis call
     failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
     current generation only (``throttle.RecentVisitors``)."""
-    return connection.failures() + epochs.changes
-
-
-@receiver(config_changed, dispatch_uid="whos_online.store.epochs.reset")
-def reset(**kwargs: object) -> None:
-    epochs.clear()
+    return connection.failures() + current().changes

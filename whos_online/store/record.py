@@ -14,10 +14,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from django.dispatch import receiver
-
 from whos_online.backend import keyspace
-from whos_online.config.settings import config_changed
+from whos_online.config.process import PerProcess
 from whos_online.store import counters, lua
 from whos_online.store.items import KEEP
 from whos_online.store.keys import (
@@ -266,7 +264,7 @@ def _call(
     keys = list(shard_keys.keys)
     sampling = "0"
     if shard.is_base and fixed.samples and entries:
-        sampling = _sampling.flag(int(now))
+        sampling = _sampling.get().flag(int(now))
     header: dict[str, str | int | float] = {
         "now": score(now),
         "online_since": score(now - config.window),
@@ -409,12 +407,7 @@ class _SamplingSeconds:
         return "1"
 
 
-_sampling: Final = _SamplingSeconds()
-
-
-@receiver(config_changed, dispatch_uid="whos_online.store.record.reset")
-def reset(**kwargs: object) -> None:
-    _sampling.last = -1
+_sampling: Final = PerProcess(_SamplingSeconds)
 
 
 @functools.lru_cache(maxsize=8)
@@ -457,10 +450,8 @@ class Reply:
 
 
 def parse_reply(raw: Sequence[object]) -> Reply:
-    """Read a reply; one without room changes (three values, as the script answered before it
-    reported them) has none."""
-    epoch, arrived, layouts = raw[:3]
-    flat = raw[3] if len(raw) > 3 else ()
+    """Read the record script's reply: its epoch, arrived, layouts and room changes."""
+    epoch, arrived, layouts, flat = raw
     assert isinstance(flat, (list, tuple))
     assert isinstance(layouts, (int, str, bytes))
     changes = tuple(

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
-from whos_online import api, signals
+from whos_online import api
 from whos_online.backend.clients import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
 from whos_online.store import cleanup, counters, keys, snapshot
@@ -163,7 +163,7 @@ class Command(BaseCommand):
                 # what it removed so far is in the log either way.
                 removed: dict[str, int] = {}
                 with self.reporting(lambda: self.report(removed, now, "Removed")):
-                    reported = signals.reporter(api.prune)
+                    reported = api.reporter(api.prune)
                     cleanup.prune_with(
                         client,
                         config,

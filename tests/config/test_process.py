@@ -1,0 +1,115 @@
+"""A process's state is made at its first use, in that process, and dropped as one when settings
+change: importing whos_online makes no lock, and keeps nothing in the process's home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from whos_online.config import process
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+#: Imports every module of whos_online (but those of an optional dependency that is missing)
+#: with the makers of locks counted, and prints the modules whose top-level code made one, and
+#: the pieces of state the process's home holds then.
+IMPORT_ALL = """
+import importlib
+import json
+import os
+import pkgutil
+import sys
+import threading
+
+made = []
+
+
+def counted(real):
+    def make(*args, **kwargs):
+        frame = sys._getframe(1)
+        if frame.f_globals.get("__name__") == "django.dispatch.dispatcher":
+            return real(*args, **kwargs)  # a Signal's, as Django's own signals have
+        while frame is not None and frame.f_code.co_name != "<module>":
+            frame = frame.f_back
+        module = "" if frame is None else frame.f_globals.get("__name__", "")
+        if module.startswith("whos_online"):
+            made.append(module)
+        return real(*args, **kwargs)
+
+    return make
+
+
+for name in ("Lock", "RLock", "Condition", "Event", "Semaphore"):
+    setattr(threading, name, counted(getattr(threading, name)))
+
+import django
+
+django.setup()
+import whos_online
+from whos_online.config import process
+
+for module in pkgutil.walk_packages(whos_online.__path__, "whos_online."):
+    try:
+        importlib.import_module(module.name)
+    except ImportError as error:
+        if (error.name or "").startswith("whos_online"):
+            raise
+print(json.dumps({"made": sorted(set(made)), "home": len(process._homes.get(os.getpid(), {}))}))
+"""
+
+
+def test_importing_whos_online_makes_no_lock_and_no_state():
+    """A lock made at import is made before a gevent or eventlet worker patches ``threading``
+    (gunicorn's ``--preload``), and one held by another thread at a fork stays held for ever."""
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL],
+        cwd=ROOT,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {"made": [], "home": 0}
+
+
+def test_a_reset_drops_every_piece_each_before_those_it_uses():
+    dropped: list[str] = []
+    lower = process.PerProcess(lambda: "lower", dropped=dropped.append)
+    upper = process.PerProcess(lambda: "upper", dropped=dropped.append)
+    try:
+        assert (lower.get(), upper.get()) == ("lower", "upper")
+
+        process.reset_home()
+
+        assert dropped == ["upper", "lower"]
+        assert lower.peek() is None
+        assert upper.peek() is None
+    finally:
+        process._pieces.remove(lower)
+        process._pieces.remove(upper)
+
+
+def test_a_forked_process_makes_its_own_pieces(monkeypatch):
+    made: list[object] = []
+    piece = process.PerProcess(object, started=made.append)
+    process.reset_home()  # the fork below leaves the parent's home behind: nothing in it
+    try:
+        ours = piece.get()
+        monkeypatch.setattr(os, "getpid", lambda: -1)
+
+        theirs = piece.get()
+
+        assert theirs is not ours
+        assert made == [ours, theirs]
+        process.reset_home()
+    finally:
+        process._pieces.remove(piece)
