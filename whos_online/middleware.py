@@ -16,12 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings
 from django.utils.http import http_date
 
 from whos_online.config.settings import Config, get_config
-from whos_online.recording import rooms, throttle, visits
-from whos_online.recording.state import RequestState, is_not_recorded, state_of
+from whos_online.recording import guests, rooms, throttle, visits
+from whos_online.recording.state import is_not_recorded, state_of
 from whos_online.store import epochs
 from whos_online.store.items import STAYS_PUT, Placement
 
@@ -102,7 +101,7 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
         return IGNORE
     state = state_of(request)
     state.seen = True
-    binding = _binding_before_view(request, state, config)
+    binding = throttle.binding(guests.session_key(request, sent=True), state.bound_address(config))
     cookie = throttle.read_cookie(
         request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
     )
@@ -149,8 +148,7 @@ def after_view(
         visits.count_hit(now)
     if moved and (
         state.logged_in_as is not None
-        or _binding_after_view(request, state, config)
-        != _binding_before_view(request, state, config)
+        or guests.session_key(request) != guests.session_key(request, sent=True)
     ):
         # A login or logout: the cookie spoke for another session, or another visitor.
         state.cookie = None
@@ -169,7 +167,7 @@ def hand_out_cookie(
     response.set_cookie(
         throttle.COOKIE_NAME,
         throttle.make_cookie(
-            _binding_after_view(request, state_of(request), config),
+            throttle.binding(guests.session_key(request), state_of(request).bound_address(config)),
             recorded.at,
             config.throttle,
             arrived=recorded.outcome == visits.ARRIVED,
@@ -197,19 +195,3 @@ def _expires(max_age: int) -> str:
     if cached[0] != second or cached[1] != max_age:
         cached = _expiry_text = (second, max_age, http_date(second + max_age))
     return cached[2]
-
-
-def _binding_before_view(request: HttpRequest, state: RequestState, config: Config) -> str:
-    session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_cookie, state.bound_address(config))
-
-
-def _binding_after_view(request: HttpRequest, state: RequestState, config: Config) -> str:
-    # The view may have logged someone in or out, which gave the session a new key: bind the
-    # cookie to the key the browser will send next, not the one it sent.
-    session = getattr(request, "session", None)
-    if session is not None:
-        session_key = session.session_key or ""
-    else:
-        session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_key, state.bound_address(config))
