@@ -20,7 +20,7 @@ from django.utils.http import http_date
 
 from whos_online.config.settings import Config, get_config
 from whos_online.recording import guests, rooms, throttle, visits
-from whos_online.recording.state import is_not_recorded, state_of
+from whos_online.recording.state import RequestState, state_of
 from whos_online.store import epochs
 from whos_online.store.items import STAYS_PUT, Placement
 
@@ -54,14 +54,15 @@ class WhosOnlineMiddleware:
             return self.__acall__(request)
         config = get_config()
         now = time.time()
-        decision = needs_recording(request, config, now)
+        state = state_of(request)
+        decision = needs_recording(state, request.path_info, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
         if decision:
-            placement = after_view(request, response, config, now, decision)
+            placement = after_view(state, response, config, now, decision)
             if placement is not None:
-                recorded = visits.record_request(request, config, now, placement)
-                hand_out_cookie(request, response, config, recorded)
+                recorded = visits.record_request(state, config, now, placement)
+                hand_out_cookie(state, response, config, recorded)
             else:
                 visits.flush_if_stopping()
         return response
@@ -69,15 +70,16 @@ class WhosOnlineMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         config = get_config()
         now = time.time()
-        decision = needs_recording(request, config, now)
+        state = state_of(request)
+        decision = needs_recording(state, request.path_info, config, now)
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response
         if decision:
-            placement = after_view(request, result, config, now, decision)
+            placement = after_view(state, result, config, now, decision)
             if placement is not None:
-                recorded = await visits.arecord_request(request, config, now, placement)
-                hand_out_cookie(request, result, config, recorded)
+                recorded = await visits.arecord_request(state, config, now, placement)
+                hand_out_cookie(state, result, config, recorded)
             else:
                 await visits.aflush_if_stopping()
         return result
@@ -90,17 +92,16 @@ THROTTLED: Final = 1
 RECORD: Final = 2
 
 
-def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
+def needs_recording(state: RequestState, path: str, config: Config, now: float) -> int:
     """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
     RECORD. Whether the request moves its person to another room is left for after it.
 
     The throttle cookie is noted on the request's state, for after the view and for the
     template tags, which count the viewer in when it says they are not online yet."""
-    path = request.path_info
     if any(pattern.search(path) for pattern in config.ignore_paths):
         return IGNORE
-    state = state_of(request)
     state.seen = True
+    request = state.request
     binding = throttle.binding(guests.session_key(request, sent=True), state.bound_address(config))
     cookie = throttle.read_cookie(
         request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
@@ -115,7 +116,11 @@ def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
 
 
 def after_view(
-    request: HttpRequest, response: HttpResponseBase, config: Config, now: float, decision: int
+    state: RequestState,
+    response: HttpResponseBase,
+    config: Config,
+    now: float,
+    decision: int,
 ) -> Placement | None:
     """Where to record the request's person, or None to write nothing; counts the page hit of a
     page view (in memory, no Redis call). Called unless the path is ignored.
@@ -127,13 +132,12 @@ def after_view(
     when a page view moves its person to another room. A view marked ``not_recorded`` is left
     alone.
     """
-    announced = rooms.announced_of(request)
-    page_view = announced is not None or rooms.is_page_view(request, response)
+    announced = state.announced
+    page_view = announced is not None or rooms.is_page_view(state.request, response)
     if page_view:
-        placement = Placement(rooms.room_of(request) if announced is None else announced)
+        placement = Placement(rooms.room_of(state) if announced is None else announced)
     else:
-        placement = rooms.stay_of(request) or STAYS_PUT
-    state = state_of(request)
+        placement = state.stay or STAYS_PUT
     if decision == THROTTLED:
         cookie = state.cookie
         assert cookie is not None
@@ -142,13 +146,13 @@ def after_view(
             return None  # the fast path: nothing to count or write
     else:
         moved = True
-    if is_not_recorded(request):
+    if state.is_not_recorded():
         return None
     if page_view and config.count_hits:
         visits.count_hit(now)
     if moved and (
         state.logged_in_as is not None
-        or guests.session_key(request) != guests.session_key(request, sent=True)
+        or guests.session_key(state.request) != guests.session_key(state.request, sent=True)
     ):
         # A login or logout: the cookie spoke for another session, or another visitor.
         state.cookie = None
@@ -157,17 +161,18 @@ def after_view(
 
 
 def hand_out_cookie(
-    request: HttpRequest, response: HttpResponseBase, config: Config, recorded: Recorded
+    state: RequestState, response: HttpResponseBase, config: Config, recorded: Recorded
 ) -> None:
     """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
     as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
     visit it speaks of (with THROTTLE 0, none)."""
     if recorded.outcome == visits.FAILED:
         return
+    request = state.request
     response.set_cookie(
         throttle.COOKIE_NAME,
         throttle.make_cookie(
-            throttle.binding(guests.session_key(request), state_of(request).bound_address(config)),
+            throttle.binding(guests.session_key(request), state.bound_address(config)),
             recorded.at,
             config.throttle,
             arrived=recorded.outcome == visits.ARRIVED,

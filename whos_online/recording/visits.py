@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.backend import keyspace
-    from whos_online.recording.state import Visitor
+    from whos_online.recording.state import RequestState, Visitor
+    from whos_online.recording.throttle import ThrottleCookie
 
 
 def user_visit(
@@ -226,10 +227,11 @@ class Recorded:
 
 
 def record_request(
-    request: HttpRequest, config: Config, now: float, placement: Placement
+    state: RequestState, config: Config, now: float, placement: Placement
 ) -> Recorded:
-    """Record whoever made ``request``, placed as ``placement`` says, unless this process's
-    memory spares the write: queue the visit, and with ``FLUSH_INTERVAL`` 0 write it now.
+    """Record whoever made the request of ``state``, placed as ``placement`` says, unless this
+    process's memory spares the write: queue the visit, and with ``FLUSH_INTERVAL`` 0 write it
+    now.
 
     The outcome is FAILED when the visit may not be stored (see ``queue``), so that the caller
     hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie (or
@@ -237,19 +239,19 @@ def record_request(
     process recorded them moments ago (a login records the user at once), so that their next
     page reads afresh, whichever process serves it; WRITTEN otherwise.
     """
-    visitor = state_of(request).visitor(config, now)
-    found = _spared(visitor, request, config, now, placement)
+    visitor = state.visitor(config, now)
+    found = _spared(visitor, state.cookie, config, now, placement)
     if isinstance(found, Recorded):
         return found
     assert visitor is not None
-    visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
+    visit = _visit_of(visitor, config, now, placement, state.room_title)
     queued = queue(config, visit, room_tag=found.room_tag)
     failed = flusher.after_recording(config)
-    return _recorded(config, request, visit, found, queued=queued, failed=failed)
+    return _recorded(config, state.cookie, visit, found, queued=queued, failed=failed)
 
 
 async def arecord_request(
-    request: HttpRequest, config: Config, now: float, placement: Placement
+    state: RequestState, config: Config, now: float, placement: Placement
 ) -> Recorded:
     """``record_request`` for an ASGI site: the person is who the view authenticated, as under
     WSGI, or the session's user, loaded with ``request.auser()`` (``RequestState.auser``); the
@@ -257,24 +259,23 @@ async def arecord_request(
     ``FLUSH_INTERVAL`` 0 the queue is written in a thread of its own, which a client that hangs
     up cannot cut off.
     """
-    state = state_of(request)
     visitor = state.visitor(config, now, await state.auser())
-    found = _spared(visitor, request, config, now, placement)
+    found = _spared(visitor, state.cookie, config, now, placement)
     if isinstance(found, Recorded):
         return found
     assert visitor is not None
     try:
-        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
+        visit = _visit_of(visitor, config, now, placement, state.room_title)
     except SynchronousOnlyOperation:
         # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
         await sync_to_async(visitor.details)(config)
-        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
+        visit = _visit_of(visitor, config, now, placement, state.room_title)
     queued = queue(config, visit, room_tag=found.room_tag)
     if flusher.writes_at_once(config):
         failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
     else:
         failed = flusher.after_recording(config)
-    return _recorded(config, request, visit, found, queued=queued, failed=failed)
+    return _recorded(config, state.cookie, visit, found, queued=queued, failed=failed)
 
 
 def _visit_of(
@@ -296,7 +297,7 @@ def _visit_of(
 
 def _recorded(
     config: Config,
-    request: HttpRequest,
+    cookie: ThrottleCookie | None,
     visit: Visit,
     found: _Writing,
     *,
@@ -308,15 +309,13 @@ def _recorded(
         return Recorded(FAILED, found.at, found.room_tag)
     if flusher.writes_at_once(config):
         remember(config, visit, found.room_tag)
-    cookie = state_of(request).cookie
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
         cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
     )
-    return Recorded(
-        ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.epochs.of(shard)
-    )
+    outcome = ARRIVED if arriving else WRITTEN
+    return Recorded(outcome, found.at, found.room_tag, epochs.epochs.of(shard))
 
 
 @dataclass(frozen=True)
@@ -329,13 +328,13 @@ class _Writing:
 
 def _spared(
     visitor: Visitor | None,
-    request: HttpRequest,
+    cookie: ThrottleCookie | None,
     config: Config,
     now: float,
     placement: Placement,
 ) -> Recorded | _Writing:
-    """What recording ``request`` comes to without a write (a ``Recorded``), or what its cookie
-    will say once queued.
+    """What recording a request, whose browser sent ``cookie``, comes to without a write (a
+    ``Recorded``), or what its cookie will say once queued.
 
     The process's memory is asked only for a browser that sent no genuine cookie: a cookie says
     where its browser was last put, whichever process did so, while the memory knows only what
@@ -343,7 +342,6 @@ def _spared(
     another process may have moved a client without cookies to another room since, and only a
     write puts them where their latest page is.
     """
-    cookie = state_of(request).cookie
     if placement.mode == GO:
         tag = rooms.room_tag(placement.room)
     elif cookie is not None:
