@@ -11,9 +11,10 @@ too, for the same reasons.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.utils.http import http_date
@@ -58,7 +59,7 @@ class WhosOnlineMiddleware:
         decision = needs_recording(state, request.path_info, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
-        if decision:
+        if decision is not Decision.IGNORE:
             placement = after_view(state, response, config, now, decision)
             if placement is not None:
                 recorded = visits.record_request(state, config, now, placement)
@@ -75,7 +76,7 @@ class WhosOnlineMiddleware:
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response
-        if decision:
+        if decision is not Decision.IGNORE:
             placement = after_view(state, result, config, now, decision)
             if placement is not None:
                 recorded = await visits.arecord_request(state, config, now, placement)
@@ -85,21 +86,23 @@ class WhosOnlineMiddleware:
         return result
 
 
-#: What ``needs_recording`` decides before the view: leave the request alone (an ignored path),
-#: record it unless its browser's cookie spares it (THROTTLED), or record it.
-IGNORE: Final = 0
-THROTTLED: Final = 1
-RECORD: Final = 2
+class Decision(enum.Enum):
+    """What ``needs_recording`` decides before the view: leave the request alone (an ignored
+    path), record it unless its browser's cookie spares it (THROTTLED), or record it."""
+
+    IGNORE = enum.auto()
+    THROTTLED = enum.auto()
+    RECORD = enum.auto()
 
 
-def needs_recording(state: RequestState, path: str, config: Config, now: float) -> int:
-    """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
-    RECORD. Whether the request moves its person to another room is left for after it.
+def needs_recording(state: RequestState, path: str, config: Config, now: float) -> Decision:
+    """Decide from cookies and headers alone what to do after the view. Whether the request
+    moves its person to another room is left for after it.
 
     The throttle cookie is noted on the request's state, for after the view and for the
     template tags, which count the viewer in when it says they are not online yet."""
     if any(pattern.search(path) for pattern in config.ignore_paths):
-        return IGNORE
+        return Decision.IGNORE
     state.seen = True
     request = state.request
     binding = throttle.binding(guests.session_key(request, sent=True), state.bound_address(config))
@@ -108,11 +111,12 @@ def needs_recording(state: RequestState, path: str, config: Config, now: float) 
     )
     state.cookie = cookie
     if cookie is None:
-        return RECORD
+        return Decision.RECORD
     visited = cookie.expiry - config.throttle
     if not cookie.fresh(now) or epochs.epochs.outdated(cookie.epoch, config, visited):
-        return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
-    return THROTTLED
+        # Redis lost the visit this cookie speaks of, or may: record it again now.
+        return Decision.RECORD
+    return Decision.THROTTLED
 
 
 def after_view(
@@ -120,7 +124,7 @@ def after_view(
     response: HttpResponseBase,
     config: Config,
     now: float,
-    decision: int,
+    decision: Decision,
 ) -> Placement | None:
     """Where to record the request's person, or None to write nothing; counts the page hit of a
     page view (in memory, no Redis call). Called unless the path is ignored.
@@ -138,7 +142,7 @@ def after_view(
         placement = Placement(rooms.room_of(state) if announced is None else announced)
     else:
         placement = state.stay or STAYS_PUT
-    if decision == THROTTLED:
+    if decision is Decision.THROTTLED:
         cookie = state.cookie
         assert cookie is not None
         moved = page_view and rooms.room_tag(placement.room) != cookie.room
@@ -166,7 +170,7 @@ def hand_out_cookie(
     """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
     as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
     visit it speaks of (with THROTTLE 0, none)."""
-    if recorded.outcome == visits.FAILED:
+    if recorded.outcome is visits.Outcome.FAILED:
         return
     request = state.request
     response.set_cookie(
@@ -175,7 +179,7 @@ def hand_out_cookie(
             throttle.binding(guests.session_key(request), state.bound_address(config)),
             recorded.at,
             config.throttle,
-            arrived=recorded.outcome == visits.ARRIVED,
+            arrived=recorded.outcome is visits.Outcome.ARRIVED,
             room=recorded.room_tag,
             epoch=recorded.epoch,
         ),

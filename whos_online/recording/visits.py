@@ -14,9 +14,10 @@ Redis is known to be down), so that no cookie spares the next request its write.
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
@@ -204,20 +205,22 @@ def flush_hits() -> bool:
     return flusher.flush()
 
 
-#: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
-#: queued for someone online already, or queued for someone who was not online (whose next page
-#: must not show a snapshot from before).
-FAILED: Final = 0
-WRITTEN: Final = 1
-ARRIVED: Final = 2
+class Outcome(enum.Enum):
+    """What recording a visit came to: not stored (Redis is known to be down, or the queue is
+    full), queued for someone online already, or queued for someone who was not online (whose
+    next page must not show a snapshot from before)."""
+
+    FAILED = enum.auto()
+    WRITTEN = enum.auto()
+    ARRIVED = enum.auto()
 
 
 @dataclass(frozen=True)
 class Recorded:
     """What recording a request came to, for the throttle cookie the middleware hands out."""
 
-    #: FAILED (no cookie: the visit may not be stored), WRITTEN or ARRIVED.
-    outcome: int
+    #: FAILED means no cookie: the visit may not be stored.
+    outcome: Outcome
     #: When the visit the cookie speaks of was recorded: now, or when this process last wrote it.
     at: float
     #: The tag of that visit's room ("" for none, ``throttle.UNKNOWN_ROOM`` if not known).
@@ -306,7 +309,7 @@ def _recorded(
 ) -> Recorded:
     shard = keys.member_shard(config, visit.joined, visit.member)
     if not queued or shard.tag in failed:
-        return Recorded(FAILED, found.at, found.room_tag)
+        return Recorded(Outcome.FAILED, found.at, found.room_tag)
     if flusher.writes_at_once(config):
         remember(config, visit, found.room_tag)
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
@@ -314,7 +317,7 @@ def _recorded(
     arriving = (
         cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
     )
-    outcome = ARRIVED if arriving else WRITTEN
+    outcome = Outcome.ARRIVED if arriving else Outcome.WRITTEN
     return Recorded(outcome, found.at, found.room_tag, epochs.epochs.of(shard))
 
 
@@ -352,13 +355,13 @@ def _spared(
         # (see lua/record.lua), so their next page view of it is written whatever it is.
         tag = throttle.UNKNOWN_ROOM
     if visitor is None:
-        return Recorded(WRITTEN, now, tag)
+        return Recorded(Outcome.WRITTEN, now, tag)
     if cookie is None and config.throttle:
         entry = recent.entry(visitor.key, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
             # The cookie handed out runs from the visit that was stored, not from now.
             epoch = epochs.epochs.of(_shard_of(visitor, config))
-            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1], epoch)
+            return Recorded(Outcome.ARRIVED, entry[0] - config.throttle, entry[1], epoch)
     return _Writing(now, tag)
 
 
