@@ -29,7 +29,6 @@ from whos_online.store.items import GO, STAYS_PUT, Placement
 if TYPE_CHECKING:
     from django.http.response import HttpResponseBase
 
-    from whos_online.backend import keyspace
     from whos_online.config.settings import Config
     from whos_online.recording.state import RequestState, Visitor
     from whos_online.recording.throttle import ThrottleCookie
@@ -229,15 +228,16 @@ def _recorded(
     shard = keys.member_shard(config, visit.joined, visit.member)
     if not queued or shard.tag in failed:
         return Recorded(Outcome.FAILED, found.at, found.room_tag)
-    if flusher.writes_at_once(config):
-        visits.remember(config, visit, found.room_tag)
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
         cookie is None or epochs.epochs.gone(cookie.epoch, config) or cookie.room != found.room_tag
     )
     outcome = Outcome.ARRIVED if arriving else Outcome.WRITTEN
-    return Recorded(outcome, found.at, found.room_tag, epochs.epochs.of(shard))
+    recorded = Recorded(outcome, found.at, found.room_tag, epochs.epochs.of(shard))
+    if flusher.writes_at_once(config):
+        visits.remember(config, visit, found.room_tag)
+    return recorded
 
 
 @dataclass(frozen=True)
@@ -279,15 +279,10 @@ def _spared(
         entry = recent.entry(visitor.key, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
             # The cookie handed out runs from the visit that was stored, not from now.
-            epoch = epochs.epochs.of(_shard_of(visitor, config))
+            kind = visitor.kind if visitor.user is None else "users"
+            epoch = epochs.epochs.of(keys.member_shard(config, kind, visitor.member))
             return Recorded(Outcome.ARRIVED, entry[0] - config.throttle, entry[1], epoch)
     return _Writing(now, tag)
-
-
-def _shard_of(visitor: Visitor, config: Config) -> keyspace.Shard:
-    if visitor.user is not None:
-        return keys.user_shard(config, visitor.member)
-    return keys.member_shard(config, visitor.kind, visitor.member)
 
 
 def _memory_spares(remembered: str, placement: Placement, tag: str, config: Config) -> bool:
