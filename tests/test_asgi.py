@@ -15,7 +15,7 @@ from django.test import AsyncClient
 
 import whos_online
 from tests.support.helpers import configure, guest, log_in_quietly, members
-from whos_online.recording import throttle, visits
+from whos_online.recording import requests, throttle
 
 COOKIE = throttle.COOKIE_NAME
 
@@ -32,7 +32,7 @@ def queued(settings, monkeypatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("recorded through sync_to_async")
 
-    monkeypatch.setattr(visits, "sync_to_async", refuse)
+    monkeypatch.setattr(requests, "sync_to_async", refuse)
 
 
 def test_a_guest_is_queued_on_the_event_loop(r, queued, redis_calls):

@@ -8,10 +8,10 @@ from django.test import AsyncClient
 
 from tests.support.helpers import client_of, configure, members
 from tests.urls import async_poll, poll
-from whos_online import middleware
 from whos_online.decorators import not_recorded
 from whos_online.flushing import batches
 from whos_online.recording.state import VIEW_ATTRIBUTE as ATTRIBUTE
+from whos_online.recording.state import RequestState
 from whos_online.recording.throttle import COOKIE_NAME
 
 
@@ -82,9 +82,9 @@ def test_a_throttled_request_does_not_look_at_the_view(r, client, monkeypatch):
     client.get("/plain/")
     assert COOKIE_NAME in client.cookies
 
-    def fail(request):
+    def fail(state):
         raise AssertionError("looked at the view of a throttled request")
 
-    monkeypatch.setattr(middleware, "is_not_recorded", fail)
+    monkeypatch.setattr(RequestState, "is_not_recorded", fail)
     assert client.get("/poll/").status_code == 200
     assert client.get("/plain/").status_code == 200

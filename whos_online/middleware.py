@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.conf import settings
-from django.utils.http import http_date
 
-from whos_online.config.settings import Config, get_config
-from whos_online.recording import rooms, throttle, visits
-from whos_online.recording.state import RequestState, is_not_recorded, state_of
-from whos_online.store import epochs
-from whos_online.store.items import STAYS_PUT, Placement
+from whos_online.config.settings import get_config
+from whos_online.recording import requests, visits
+from whos_online.recording.requests import Decision
+from whos_online.recording.state import state_of
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
     from django.http.response import HttpResponseBase
-
-    from whos_online.recording.visits import Recorded
 
 
 class WhosOnlineMiddleware:
@@ -55,14 +50,15 @@ class WhosOnlineMiddleware:
             return self.__acall__(request)
         config = get_config()
         now = time.time()
-        decision = needs_recording(request, config, now)
+        state = state_of(request)
+        decision = requests.needs_recording(state, request.path_info, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
-        if decision:
-            placement = after_view(request, response, config, now, decision)
+        if decision is not Decision.IGNORE:
+            placement = requests.after_view(state, response, config, now, decision)
             if placement is not None:
-                recorded = visits.record_request(request, config, now, placement)
-                hand_out_cookie(request, response, config, recorded)
+                recorded = requests.record_request(state, config, now, placement)
+                requests.hand_out_cookie(state, response, config, recorded)
             else:
                 visits.flush_if_stopping()
         return response
@@ -70,146 +66,16 @@ class WhosOnlineMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         config = get_config()
         now = time.time()
-        decision = needs_recording(request, config, now)
+        state = state_of(request)
+        decision = requests.needs_recording(state, request.path_info, config, now)
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response
-        if decision:
-            placement = after_view(request, result, config, now, decision)
+        if decision is not Decision.IGNORE:
+            placement = requests.after_view(state, result, config, now, decision)
             if placement is not None:
-                recorded = await visits.arecord_request(request, config, now, placement)
-                hand_out_cookie(request, result, config, recorded)
+                recorded = await requests.arecord_request(state, config, now, placement)
+                requests.hand_out_cookie(state, result, config, recorded)
             else:
                 await visits.aflush_if_stopping()
         return result
-
-
-#: What ``needs_recording`` decides before the view: leave the request alone (an ignored path),
-#: record it unless its browser's cookie spares it (THROTTLED), or record it.
-IGNORE: Final = 0
-THROTTLED: Final = 1
-RECORD: Final = 2
-
-
-def needs_recording(request: HttpRequest, config: Config, now: float) -> int:
-    """Decide from cookies and headers alone what to do after the view: IGNORE, THROTTLED or
-    RECORD. Whether the request moves its person to another room is left for after it.
-
-    The throttle cookie is noted on the request's state, for after the view and for the
-    template tags, which count the viewer in when it says they are not online yet."""
-    path = request.path_info
-    if any(pattern.search(path) for pattern in config.ignore_paths):
-        return IGNORE
-    state = state_of(request)
-    state.seen = True
-    binding = _binding_before_view(request, state, config)
-    cookie = throttle.read_cookie(
-        request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
-    )
-    state.cookie = cookie
-    if cookie is None:
-        return RECORD
-    visited = cookie.expiry - config.throttle
-    if not cookie.fresh(now) or epochs.current().outdated(cookie.epoch, config, visited):
-        return RECORD  # Redis lost the visit this cookie speaks of, or may: record it again now
-    return THROTTLED
-
-
-def after_view(
-    request: HttpRequest, response: HttpResponseBase, config: Config, now: float, decision: int
-) -> Placement | None:
-    """Where to record the request's person, or None to write nothing; counts the page hit of a
-    page view (in memory, no Redis call). Called unless the path is ignored.
-
-    Only a page view (``pageviews``, or one a page's script announced, ``views.page_view``) puts
-    its person in its room, or takes them out of theirs when it has none; a page's own "still
-    here" (``views.presence``) may put them back in its room; any other request leaves them
-    where they are. A throttled request is recorded only
-    when a page view moves its person to another room. A view marked ``not_recorded`` is left
-    alone.
-    """
-    announced = rooms.announced_of(request)
-    page_view = announced is not None or rooms.is_page_view(request, response)
-    if page_view:
-        placement = Placement(rooms.room_of(request) if announced is None else announced)
-    else:
-        placement = rooms.stay_of(request) or STAYS_PUT
-    state = state_of(request)
-    if decision == THROTTLED:
-        cookie = state.cookie
-        assert cookie is not None
-        moved = page_view and rooms.room_tag(placement.room) != cookie.room
-        if not moved and not (page_view and config.count_hits):
-            return None  # the fast path: nothing to count or write
-    else:
-        moved = True
-    if is_not_recorded(request):
-        return None
-    if page_view and config.count_hits:
-        visits.count_hit(now)
-    if moved and (
-        state.logged_in_as is not None
-        or _binding_after_view(request, state, config)
-        != _binding_before_view(request, state, config)
-    ):
-        # A login or logout: the cookie spoke for another session, or another visitor.
-        state.cookie = None
-        state.forget_visitor()
-    return placement if moved else None
-
-
-def hand_out_cookie(
-    request: HttpRequest, response: HttpResponseBase, config: Config, recorded: Recorded
-) -> None:
-    """Set the throttle cookie for a visit that was stored (not FAILED). The browser keeps it
-    as long as the visit counts (WINDOW); it spares writes for THROTTLE seconds from the
-    visit it speaks of (with THROTTLE 0, none)."""
-    if recorded.outcome == visits.FAILED:
-        return
-    response.set_cookie(
-        throttle.COOKIE_NAME,
-        throttle.make_cookie(
-            _binding_after_view(request, state_of(request), config),
-            recorded.at,
-            config.throttle,
-            arrived=recorded.outcome == visits.ARRIVED,
-            room=recorded.room_tag,
-            epoch=recorded.epoch,
-        ),
-        max_age=config.window,
-        expires=_expires(config.window),
-        httponly=True,
-        samesite="Lax",
-        secure=request.is_secure(),
-    )
-
-
-#: The ``Expires`` of a cookie handed out this second, by max-age: (second, max-age, text).
-_expiry_text: tuple[int, int, str] = (0, 0, "")
-
-
-def _expires(max_age: int) -> str:
-    """What Django's ``set_cookie(max_age=…)`` writes as the cookie's ``Expires``, worked out
-    once a second rather than formatted anew for every cookie handed out."""
-    global _expiry_text  # noqa: PLW0603 (one tuple, swapped whole: safe across threads)
-    second = int(time.time())
-    cached = _expiry_text
-    if cached[0] != second or cached[1] != max_age:
-        cached = _expiry_text = (second, max_age, http_date(second + max_age))
-    return cached[2]
-
-
-def _binding_before_view(request: HttpRequest, state: RequestState, config: Config) -> str:
-    session_cookie = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_cookie, state.bound_address(config))
-
-
-def _binding_after_view(request: HttpRequest, state: RequestState, config: Config) -> str:
-    # The view may have logged someone in or out, which gave the session a new key: bind the
-    # cookie to the key the browser will send next, not the one it sent.
-    session = getattr(request, "session", None)
-    if session is not None:
-        session_key = session.session_key or ""
-    else:
-        session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    return throttle.binding(session_key, state.bound_address(config))

@@ -42,7 +42,7 @@ from whos_online.live.widget import (
 )
 from whos_online.reading import access, snapshots, viewer
 from whos_online.reading.access import may_see_names, shows_names_to_everyone
-from whos_online.recording import rooms, throttle, visits
+from whos_online.recording import guests, rooms, throttle, visits
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def _poll_cache_control(
     if (
         (names and not shows_names_to_everyone(config))
         or (by_room and config.room_access)
-        or (by_room and access.viewer_of(request))
+        or (by_room and guests.session_key(request, live=True))
         or (reader is not None and reader.added)
     ):
         patch_cache_control(response, private=True, max_age=config.json_max_age)

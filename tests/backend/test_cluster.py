@@ -179,13 +179,13 @@ def test_an_asgi_visit_is_queued_and_flushed_to_its_shard(sharded, settings, mon
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
-    from whos_online.recording import visits
+    from whos_online.recording import requests
 
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("recorded through sync_to_async")
 
     configure(settings, FLUSH_INTERVAL=10)
-    monkeypatch.setattr(visits, "sync_to_async", refuse)
+    monkeypatch.setattr(requests, "sync_to_async", refuse)
     response = async_to_sync(AsyncClient().get)("/async/")
 
     assert response.status_code == 200

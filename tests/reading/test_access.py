@@ -29,6 +29,7 @@ from whos_online.config.settings import get_config
 from whos_online.live import subscription
 from whos_online.reading import access, viewer
 from whos_online.reading.access import check_token, room_token
+from whos_online.recording import guests
 from whos_online.recording.state import state_of
 
 pytestmark = pytest.mark.urls(__name__)
@@ -395,10 +396,10 @@ def test_a_tag_rendered_in_an_event_loop_binds_the_key_unchecked(alice):
     request.session = import_module(django_settings.SESSION_ENGINE).SessionStore(key)
 
     async def in_a_view() -> str:
-        return access.viewer_of(request)
+        return guests.session_key(request, live=True)
 
     assert asyncio.run(in_a_view()) == key
-    assert access.viewer_of(request) == ""  # checked, out of the loop: it is dead
+    assert guests.session_key(request, live=True) == ""  # checked, out of the loop: it is dead
 
 
 def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(

@@ -23,8 +23,9 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
 from whos_online.live.widget import render_answers, rooms_of, widget_answers
-from whos_online.reading import access, snapshots, viewer
+from whos_online.reading import snapshots, viewer
 from whos_online.reading.access import may_see_names
+from whos_online.recording import guests
 from whos_online.store.results import EMPTY_SNAPSHOT
 from whos_online.views import MAX_WIDGETS, answers_body, read_for_widgets
 
@@ -73,7 +74,7 @@ class Stream:
         #: query (tokens and language included) and status, the viewer, and the names rule.
         self._key = (
             names,
-            access.viewer_of(request),
+            guests.session_key(request, live=True),
             tuple(widget.query.urlencode() for widget in accepted),
             tuple(answer["status"] for answer in answers),
         )

@@ -17,11 +17,10 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
-from django.contrib.sessions.backends.base import SessionBase
-from django.core.exceptions import SynchronousOnlyOperation
 from django.utils.crypto import constant_time_compare
 from django.utils.http import int_to_base36
 
+from whos_online.recording.guests import session_key
 from whos_online.recording.state import state_of
 
 if TYPE_CHECKING:
@@ -41,42 +40,6 @@ CLOCK_SKEW: Final = 60
 MAX_TOKEN_LENGTH: Final = 48
 
 
-def viewer_of(request: HttpRequest | None) -> str:
-    """Whom a token is bound to: the live session the browser will send next ("" for none).
-
-    A view that logged someone in or out has given the session a new key, which the browser
-    sends from the next request on. Django takes the key from any well-formed cookie, so the
-    session is loaded first (``live_key``): a key that names no live session is no viewer."""
-    if request is None:
-        return ""
-    session = getattr(request, "session", None)
-    if session is None:  # no SessionMiddleware: the cookie is all there is
-        return request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
-    key = live_key(session) if isinstance(session, SessionBase) else None
-    return key or ""
-
-
-def live_key(session: SessionBase) -> str | None:
-    """``session``'s key if its store holds it, alive; None for none, or for one logged out,
-    flushed or expired.
-
-    Loading a session makes Django's stores (database, cache, cached database, file) drop a
-    key they do not hold, or hold expired (the file store gives a new, empty session its own
-    key instead). The session is loaded once per request, and not at all where the request
-    has read it already (its user, say). A signed-cookie session is its cookie: it cannot be
-    revoked, and its key stays whatever the store says. An event loop may not load a session
-    from the database: there the key goes unchecked, and the views that check a token, which
-    run in a thread, refuse it if its session is dead."""
-    key = session.session_key
-    if key is None:
-        return None
-    try:
-        session.keys()  # loads the session unless it is loaded
-    except SynchronousOnlyOperation:
-        return key
-    return session.session_key
-
-
 def room_token(room: str, request: HttpRequest | None = None, *, now: float | None = None) -> str:
     """The token that lets the viewer of ``request`` read ``room`` through the JSON, widget and
     presence views for ``ROOM_TOKEN_MAX_AGE`` seconds. Without a request, the token of a viewer
@@ -84,7 +47,8 @@ def room_token(room: str, request: HttpRequest | None = None, *, now: float | No
     issued = state_of(request).token_issued if request is not None else None
     if issued is None:
         issued = int(time.time() if now is None else now)
-    return f"{int_to_base36(issued)}.{_mac(room, viewer_of(request), issued, settings.SECRET_KEY)}"
+    viewer = session_key(request, live=True) if request is not None else ""
+    return f"{int_to_base36(issued)}.{_mac(room, viewer, issued, settings.SECRET_KEY)}"
 
 
 def renew_in(request: HttpRequest | None, max_age: int, *, now: float | None = None) -> int:
@@ -116,7 +80,7 @@ def check_token(
     current = time.time() if now is None else now
     if not current - max_age <= issued <= current + CLOCK_SKEW:
         return False
-    viewer = viewer_of(request)
+    viewer = session_key(request, live=True)
     secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
     # Every secret is tried, whichever matches: the time taken says nothing of which one did.
     matched = [constant_time_compare(mac, _mac(room, viewer, issued, secret)) for secret in secrets]

@@ -210,7 +210,7 @@ def _shows_its_viewer(request: HttpRequest, room: str) -> bool:
         return False
     if not room:
         return True
-    return room == rooms.room_of(request) and rooms.may_be_page_view(request)
+    return room == rooms.room_of(state) and rooms.may_be_page_view(request)
 
 
 def _counted(

@@ -1,4 +1,5 @@
-"""Who made a request: the client IP, the guest's daily pseudonym, and whether it is a bot.
+"""Who made a request: the client IP, the session its browser speaks for, the guest's daily
+pseudonym, and whether it is a bot.
 
 Nothing here calls Redis. What runs on every request is cached: parsing an address and deriving
 the day's key (from ``SECRET_KEY``, which is why the caches are dropped when settings change) both
@@ -14,6 +15,8 @@ import ipaddress
 from typing import TYPE_CHECKING, Final
 
 from django.conf import settings
+from django.contrib.sessions.backends.base import SessionBase
+from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online.config import process
 from whos_online.store.keys import utc_day
@@ -24,6 +27,41 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+
+
+def session_key(request: HttpRequest, *, sent: bool = False, live: bool = False) -> str:
+    """The session a browser speaks for ("" for none): the one whose key it sent (``sent``),
+    or by default the one it will send next, a view that logged someone in or out having given
+    the session a new key; with ``live``, only if that session is alive (``live_key``).
+
+    Without ``SessionMiddleware`` the session cookie is all there is."""
+    session = None if sent else getattr(request, "session", None)
+    if session is None:
+        return request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+    if live:
+        return (live_key(session) if isinstance(session, SessionBase) else None) or ""
+    return session.session_key or ""
+
+
+def live_key(session: SessionBase) -> str | None:
+    """``session``'s key if its store holds it, alive; None for none, or for one logged out,
+    flushed or expired.
+
+    Django takes the key from any well-formed cookie, and loading a session makes its store
+    (database, cache, cached database, file) drop a key it does not hold, or holds expired. The
+    session is loaded once per request, and not at all where the request has read it already.
+    A signed-cookie session cannot be revoked. An event loop may not load a session from the
+    database: there the key goes unchecked, and the views that check a token, which run in a
+    thread, refuse it if its session is dead."""
+    key = session.session_key
+    if key is None:
+        return None
+    try:
+        session.keys()  # loads the session unless it is loaded
+    except SynchronousOnlyOperation:
+        return key
+    return session.session_key
+
 
 #: Longest text that can be an address in any form a proxy writes (``[v6%zone]:port``).
 MAX_ADDRESS_LENGTH = 64

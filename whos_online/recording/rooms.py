@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from django.http.response import HttpResponseBase
 
     from whos_online.config.settings import Config
+    from whos_online.recording.state import RequestState
 
 
 logger = logging.getLogger("whos_online")
@@ -75,20 +76,10 @@ def stay_in(request: HttpRequest, room: str) -> None:
     state_of(request).stay = Placement(check_room(room), STAY)
 
 
-def stay_of(request: HttpRequest) -> Placement | None:
-    return state_of(request).stay
-
-
 def announce_page_view(request: HttpRequest, room: str) -> None:
     """Take ``request`` as a page view in ``room`` ("" for none): a page's script says its reader
     went to another page without a reload (``views.page_view``)."""
     state_of(request).announced = check_room(room) if room else ""
-
-
-def announced_of(request: HttpRequest) -> str | None:
-    """The room of the page view a page's script announced with ``request`` ("" for none), or
-    None when it announced none."""
-    return state_of(request).announced
 
 
 class _Usage:
@@ -106,17 +97,16 @@ def in_use(config: Config) -> bool:
     return bool(config.rooms) or _usage.get().seen
 
 
-def room_of(request: HttpRequest) -> str:
-    """The room of ``request``, or "" for none: the one its view set, else the one ``ROOMS``
-    gives its URL (once the URL is resolved, that is from the view on)."""
-    state = state_of(request)
+def room_of(state: RequestState) -> str:
+    """The room of the request of ``state``, or "" for none: the one its view set, else the one
+    ``ROOMS`` gives its URL (once the URL is resolved, that is from the view on)."""
     if state.room is not None:
         return state.room
     if state.room_by_url is not None:
         return state.room_by_url
-    if getattr(request, "resolver_match", None) is None:
+    if getattr(state.request, "resolver_match", None) is None:
         return ""  # not resolved yet (or no URL matched): not worth keeping
-    room, title = room_by_url(request, get_config())
+    room, title = room_by_url(state.request, get_config())
     state.room_by_url, state.room_title = room, title
     if room:
         _usage.get().seen = True

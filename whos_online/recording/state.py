@@ -338,8 +338,3 @@ def state_of(request: HttpRequest) -> RequestState:
     state = RequestState(request)
     setattr(request, ATTRIBUTE, state)
     return state
-
-
-def is_not_recorded(request: HttpRequest) -> bool:
-    """``RequestState.is_not_recorded`` of ``request``."""
-    return state_of(request).is_not_recorded()

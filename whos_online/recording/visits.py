@@ -5,21 +5,14 @@ A visit is queued in the process and written with the others of the next flush
 ``FLUSH_INTERVAL`` is 0; the API's ``record_user`` and ``record_guest``, called outside a
 request, write at once. A queued visit is remembered in the process's memory of recent visitors
 (``throttle.recent()``), so that a client without cookies costs one write per ``THROTTLE``.
-
-Recording a request (``record_request``) also tells the middleware what the throttle cookie it
-hands out must say: whether the visitor arrived (their next page must read afresh), the room the
-visit left them in, and their shard's epoch; or that the visit may not be stored (``FAILED``:
-Redis is known to be down), so that no cookie spares the next request its write.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online.backend import connection
 from whos_online.config import process
@@ -40,7 +33,6 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.backend import keyspace
     from whos_online.recording.state import Visitor
 
 
@@ -203,81 +195,7 @@ def flush_hits() -> bool:
     return flusher.flush()
 
 
-#: What recording a visit came to: not stored (Redis is known to be down, or the queue is full),
-#: queued for someone online already, or queued for someone who was not online (whose next page
-#: must not show a snapshot from before).
-FAILED: Final = 0
-WRITTEN: Final = 1
-ARRIVED: Final = 2
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """What recording a request came to, for the throttle cookie the middleware hands out."""
-
-    #: FAILED (no cookie: the visit may not be stored), WRITTEN or ARRIVED.
-    outcome: int
-    #: When the visit the cookie speaks of was recorded: now, or when this process last wrote it.
-    at: float
-    #: The tag of that visit's room ("" for none, ``throttle.UNKNOWN_ROOM`` if not known).
-    room_tag: str
-    #: The epoch of the visitor's shard, as far as the process knows ("" if it does not).
-    epoch: str = ""
-
-
-def record_request(
-    request: HttpRequest, config: Config, now: float, placement: Placement
-) -> Recorded:
-    """Record whoever made ``request``, placed as ``placement`` says, unless this process's
-    memory spares the write: queue the visit, and with ``FLUSH_INTERVAL`` 0 write it now.
-
-    The outcome is FAILED when the visit may not be stored (see ``queue``), so that the caller
-    hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie (or
-    one from before Redis lost its data), or the visit moved them to another room, or this
-    process recorded them moments ago (a login records the user at once), so that their next
-    page reads afresh, whichever process serves it; WRITTEN otherwise.
-    """
-    visitor = state_of(request).visitor(config, now)
-    found = _spared(visitor, request, config, now, placement)
-    if isinstance(found, Recorded):
-        return found
-    assert visitor is not None
-    visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
-    queued = queue(config, visit, room_tag=found.room_tag)
-    failed = flusher.after_recording(config)
-    return _recorded(config, request, visit, found, queued=queued, failed=failed)
-
-
-async def arecord_request(
-    request: HttpRequest, config: Config, now: float, placement: Placement
-) -> Recorded:
-    """``record_request`` for an ASGI site: the person is who the view authenticated, as under
-    WSGI, or the session's user, loaded with ``request.auser()`` (``RequestState.auser``); the
-    visit is queued from the event loop, which never waits on Redis for it. With
-    ``FLUSH_INTERVAL`` 0 the queue is written in a thread of its own, which a client that hangs
-    up cannot cut off.
-    """
-    state = state_of(request)
-    visitor = state.visitor(config, now, await state.auser())
-    found = _spared(visitor, request, config, now, placement)
-    if isinstance(found, Recorded):
-        return found
-    assert visitor is not None
-    try:
-        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
-    except SynchronousOnlyOperation:
-        # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
-        await sync_to_async(visitor.details)(config)
-        visit = _visit_of(visitor, config, now, placement, state_of(request).room_title)
-    queued = queue(config, visit, room_tag=found.room_tag)
-    if flusher.writes_at_once(config):
-        failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
-    else:
-        failed = flusher.after_recording(config)
-    return _recorded(config, request, visit, found, queued=queued, failed=failed)
-
-
-def _visit_of(
+def visit_of(
     visitor: Visitor, config: Config, now: float, placement: Placement, title: str
 ) -> Visit:
     title = title if placement.mode == GO and placement.room else ""
@@ -292,93 +210,6 @@ def _visit_of(
             title=title,
         )
     return user_visit(details, now, room=placement.room, room_mode=placement.mode, title=title)
-
-
-def _recorded(
-    config: Config,
-    request: HttpRequest,
-    visit: Visit,
-    found: _Writing,
-    *,
-    queued: bool,
-    failed: frozenset[str],
-) -> Recorded:
-    shard = keys.member_shard(config, visit.joined, visit.member)
-    if not queued or shard.tag in failed:
-        return Recorded(FAILED, found.at, found.room_tag)
-    if flusher.writes_at_once(config):
-        remember(config, visit, found.room_tag)
-    cookie = state_of(request).cookie
-    # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
-    # another room. Either way the next page must not show a snapshot read before this visit.
-    arriving = (
-        cookie is None
-        or epochs.current().gone(cookie.epoch, config)
-        or cookie.room != found.room_tag
-    )
-    return Recorded(
-        ARRIVED if arriving else WRITTEN, found.at, found.room_tag, epochs.current().of(shard)
-    )
-
-
-@dataclass(frozen=True)
-class _Writing:
-    """A visit about to be queued: what its cookie will say of it."""
-
-    at: float
-    room_tag: str
-
-
-def _spared(
-    visitor: Visitor | None,
-    request: HttpRequest,
-    config: Config,
-    now: float,
-    placement: Placement,
-) -> Recorded | _Writing:
-    """What recording ``request`` comes to without a write (a ``Recorded``), or what its cookie
-    will say once queued.
-
-    The process's memory is asked only for a browser that sent no genuine cookie: a cookie says
-    where its browser was last put, whichever process did so, while the memory knows only what
-    this process wrote. For a page view it spares the write only on a site that uses no rooms:
-    another process may have moved a client without cookies to another room since, and only a
-    write puts them where their latest page is.
-    """
-    cookie = state_of(request).cookie
-    if placement.mode == GO:
-        tag = rooms.room_tag(placement.room)
-    elif cookie is not None:
-        # Not a page view: the visitor stays where their browser's latest page view put them.
-        tag = cookie.room
-    else:
-        # Not known here: a page's "still here" may find that its reader left the room for good
-        # (see lua/record.lua), so their next page view of it is written whatever it is.
-        tag = throttle.UNKNOWN_ROOM
-    if visitor is None:
-        return Recorded(WRITTEN, now, tag)
-    if cookie is None and config.throttle:
-        entry = recent().entry(visitor.key, now, epochs.generation())
-        if entry is not None and _memory_spares(entry[1], placement, tag, config):
-            # The cookie handed out runs from the visit that was stored, not from now.
-            epoch = epochs.current().of(_shard_of(visitor, config))
-            return Recorded(ARRIVED, entry[0] - config.throttle, entry[1], epoch)
-    return _Writing(now, tag)
-
-
-def _shard_of(visitor: Visitor, config: Config) -> keyspace.Shard:
-    if visitor.user is not None:
-        return keys.user_shard(config, visitor.member)
-    return keys.member_shard(config, visitor.kind, visitor.member)
-
-
-def _memory_spares(remembered: str, placement: Placement, tag: str, config: Config) -> bool:
-    """Whether a visitor this process wrote within THROTTLE, in the room of tag ``remembered``,
-    needs no write for this visit: one that places them nowhere new, or a page view in the same
-    room on a site that uses no rooms (see ``_spared``)."""
-    if placement.mode != GO:
-        return True
-    return remembered == tag and not rooms.in_use(config)
 
 
 def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
@@ -420,10 +251,10 @@ def record_again(visitor: Visitor, config: Config, room: str = "") -> bool:
     if config.throttle and recent().entry(visitor.key, now, epochs.generation()) is not None:
         return False
     if room:
-        visit = _visit_of(visitor, config, now, Placement(room, STAY), "")
+        visit = visit_of(visitor, config, now, Placement(room, STAY), "")
         queued = queue(config, visit, room_tag=rooms.room_tag(room))
     else:  # online, wherever they were
-        visit = _visit_of(visitor, config, now, STAYS_PUT, "")
+        visit = visit_of(visitor, config, now, STAYS_PUT, "")
         queued = queue(config, visit, room_tag=throttle.UNKNOWN_ROOM)
     flusher.after_recording(config)
     return queued

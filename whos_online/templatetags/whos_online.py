@@ -97,7 +97,7 @@ def _room_argument(context: template.Context, room: str | None, here: object) ->
         msg = "whos_online tags take room= or here=True, not both."
         raise template.TemplateSyntaxError(msg)
     request = context.get("request")
-    return (rooms.room_of(request) or None) if request is not None else None
+    return (rooms.room_of(state_of(request)) or None) if request is not None else None
 
 
 @register.inclusion_tag("whos_online/online.html", takes_context=True)
