@@ -543,7 +543,7 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
         visitor = identity.visitor_id(f"g:{member}", NOW)
-        visits.append(items.Visit(kind="guests", member=member, now=NOW, visitor=visitor))
+        visits.append(items.Visit(kind="guests", member=member, seen_at=NOW, visitor=visitor))
     record.record(admin_client(), config, visits)
 
     estimate = api.unique_visitors(TODAY)

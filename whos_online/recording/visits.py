@@ -57,7 +57,7 @@ def user_visit(
     return Visit(
         kind="users",
         member=pk,
-        now=timestamp,
+        seen_at=timestamp,
         user=details,
         former=former_guest,
         visitor=guests.visitor_id(user_person_key(pk), timestamp),
@@ -82,7 +82,7 @@ def member_visit(
     return Visit(
         kind=kind,
         member=member,
-        now=timestamp,
+        seen_at=timestamp,
         former=former_user,
         visitor=visitor,
         room=room,
@@ -118,7 +118,7 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
     if not config.throttle:
         return
     tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
-    recent.remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
+    recent.remember(visit.person, visit.seen_at + config.throttle, epochs.generation(), tag)
     if visit.former and visit.kind == "users":
         recent.forget(former_guest_keys(visit.former))
 

@@ -50,7 +50,7 @@ class Visit:
 
     kind: str
     member: str
-    now: float
+    seen_at: float
     user: UserDetails | None = None
     former: str = ""
     visitor: str = ""
@@ -76,7 +76,7 @@ class Visit:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A connection of a person entering (or renewing) ``room``, or ``leaving`` it, at ``now``.
+    """A connection of a person entering (or renewing) ``room``, or ``leaving`` it, at ``seen_at``.
 
     ``connection`` is the caller's id of one connection (a Channels consumer's
     ``channel_name``). A person is in a room while any of their connections there was renewed
@@ -89,7 +89,7 @@ class Link:
     member: str
     room: str
     connection: str
-    now: float
+    seen_at: float
     leaving: bool = False
     user: UserDetails | None = None
     visitor: str = ""

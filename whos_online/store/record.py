@@ -126,7 +126,7 @@ _FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users",
 def entries_of(config: Config, visit: Visit) -> list[Entry]:
     """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
     shard, for a former identity that lives in another."""
-    kind, user, member, now = visit.joined, visit.user, visit.member, visit.now
+    kind, user, member, now = visit.joined, visit.user, visit.member, visit.seen_at
     shard = member_shard(config, kind, member)
     former = visit.former
     entries = []
@@ -168,19 +168,19 @@ def link_entry(config: Config, link: Link) -> Entry:
             op=EXIT,
             kind=link.kind,
             member=link.member,
-            score=score(link.now),
+            score=score(link.seen_at),
             hll="0",
             room=link.room,
             connection=link.connection,
         )
         return Entry(shard, None, fields)
     user = link.user
-    day = int(link.now // 86400) if link.visitor else None
+    day = int(link.seen_at // 86400) if link.visitor else None
     fields = _entry(
         op=ENTER,
         kind=link.kind,
         member=link.member,
-        score=score(link.now),
+        score=score(link.seen_at),
         visitor=link.visitor,
         hll="0",
         day_end=_day_end(day or 0),
@@ -190,7 +190,7 @@ def link_entry(config: Config, link: Link) -> Entry:
         mode=KEEP,
         connection=link.connection,
     )
-    return Entry(shard, day, fields, link.now)
+    return Entry(shard, day, fields, link.seen_at)
 
 
 @functools.lru_cache(maxsize=4)
@@ -316,7 +316,7 @@ def record(
     for visit in visits:
         for entry in entries_of(config, visit):
             groups.setdefault(entry.shard.tag, (entry.shard, []))[1].append(entry)
-    now = max((visit.now for visit in visits), default=0.0)
+    now = max((visit.seen_at for visit in visits), default=0.0)
     calls = [
         call
         for shard, entries in groups.values()
