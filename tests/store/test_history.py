@@ -529,8 +529,8 @@ def test_visitors_hold_keyed_hashes_not_addresses_or_user_ids(
     for raw in dict.fromkeys(raws):
         assert pfadd_changes(r, key, raw) is True, raw
     # What was added: the day's keyed hashes of the namespaced identities.
-    assert pfadd_changes(r, key, identity.visitor_id(f"g:{member}", NOW)) is False
-    assert pfadd_changes(r, key, identity.visitor_id(f"u:{alice.pk}", NOW)) is False
+    assert pfadd_changes(r, key, identity.daily_id(f"g:{member}", NOW)) is False
+    assert pfadd_changes(r, key, identity.daily_id(f"u:{alice.pk}", NOW)) is False
 
 
 def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
@@ -542,8 +542,8 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     visits = []
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
-        visitor = identity.visitor_id(f"g:{member}", NOW)
-        visits.append(items.Visit(kind="guests", member=member, seen_at=NOW, visitor=visitor))
+        daily_id = identity.daily_id(f"g:{member}", NOW)
+        visits.append(items.Visit(kind="guests", member=member, seen_at=NOW, daily_id=daily_id))
     record.record(admin_client(), config, visits)
 
     estimate = api.unique_visitors(TODAY)

@@ -74,7 +74,7 @@ def merge(earlier: Visit, later: Visit) -> Visit:
     return replace(
         later,
         former=later.former or earlier.former,
-        visitor=later.visitor or earlier.visitor,
+        daily_id=later.daily_id or earlier.daily_id,
         room=room,
         room_mode=mode,
     )

@@ -60,7 +60,7 @@ def user_visit(
         seen_at=timestamp,
         user=details,
         former=former_guest,
-        visitor=guests.visitor_id(user_person_key(pk), timestamp),
+        daily_id=guests.daily_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
         title=title,
@@ -78,13 +78,13 @@ def member_visit(
     title: str = "",
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
-    visitor = "" if kind == "bots" else guests.visitor_id(f"g:{member}", timestamp)
+    daily_id = "" if kind == "bots" else guests.daily_id(f"g:{member}", timestamp)
     return Visit(
         kind=kind,
         member=member,
         seen_at=timestamp,
         former=former_user,
-        visitor=visitor,
+        daily_id=daily_id,
         room=room,
         room_mode=room_mode,
         title=title,

@@ -44,7 +44,7 @@ class Visit:
     ``kind`` is the set the visitor joins ("users", "guests" or "bots"; a user also gives
     ``user``, whose ``hidden`` moves them to "hidden"). ``former`` is who the visitor was until
     this visit, taken off the online sets in the same step: the guest's (or bot's) member when a
-    user logs in, the user's pk when they log out ("" for none). ``visitor`` is what the day's
+    user logs in, the user's pk when they log out ("" for none). ``daily_id`` is what the day's
     unique-visitor HyperLogLog receives ("" adds nothing).
     """
 
@@ -53,7 +53,7 @@ class Visit:
     seen_at: float
     user: UserDetails | None = None
     former: str = ""
-    visitor: str = ""
+    daily_id: str = ""
     #: The room the visit is in ("" for none: the visitor leaves the room they were in).
     room: str = ""
     #: How the visit places the visitor (``GO``, ``KEEP`` or ``STAY``).
@@ -82,7 +82,7 @@ class Link:
     ``channel_name``). A person is in a room while any of their connections there was renewed
     within ``WINDOW``, whatever their page room (``lua/record.lua``); entering is also a visit
     that keeps them where they are, so ``kind`` is the set they join ("users", "hidden", "guests"),
-    with ``user`` for a user and ``visitor`` for the day's HyperLogLog, as a ``Visit``'s.
+    with ``user`` for a user and ``daily_id`` for the day's HyperLogLog, as a ``Visit``'s.
     """
 
     kind: str
@@ -92,7 +92,7 @@ class Link:
     seen_at: float
     leaving: bool = False
     user: UserDetails | None = None
-    visitor: str = ""
+    daily_id: str = ""
 
     @property
     def person(self) -> str:

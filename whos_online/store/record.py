@@ -136,15 +136,15 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
         if former_shard != shard:
             entries.append(_leaving(former_shard, former_kind, former, now))
             former = ""
-    visitor = visit.visitor
-    day = int(now // 86400) if visitor else None
+    daily_id = visit.daily_id
+    day = int(now // 86400) if daily_id else None
     # In ENTRY_ARGUMENTS order, written out: this runs for every visit of every flush.
     fields = (
         VISIT,
         kind,
         member,
         score(now),
-        visitor,
+        daily_id,
         "0",
         _day_end(day or 0),
         "" if user is None else user.name,
@@ -175,13 +175,13 @@ def link_entry(config: Config, link: Link) -> Entry:
         )
         return Entry(shard, None, fields)
     user = link.user
-    day = int(link.seen_at // 86400) if link.visitor else None
+    day = int(link.seen_at // 86400) if link.daily_id else None
     fields = _entry(
         op=ENTER,
         kind=link.kind,
         member=link.member,
         score=score(link.seen_at),
-        visitor=link.visitor,
+        visitor=link.daily_id,
         hll="0",
         day_end=_day_end(day or 0),
         name="" if user is None else user.name,
