@@ -543,7 +543,9 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     for number in range(total):
         member = identity.guest_id(ip(number), config, NOW)
         daily_id = identity.daily_id(f"g:{member}", NOW)
-        visits.append(items.Visit(kind="guests", member=member, seen_at=NOW, daily_id=daily_id))
+        visits.append(
+            items.Visit(unhidden_kind="guests", member=member, seen_at=NOW, daily_id=daily_id)
+        )
     record.record(admin_client(), config, visits)
 
     estimate = api.unique_visitors(TODAY)

@@ -55,7 +55,7 @@ def user_visit(
 ) -> Visit:
     pk = details.pk
     return Visit(
-        kind="users",
+        unhidden_kind="users",
         member=pk,
         seen_at=timestamp,
         user=details,
@@ -80,7 +80,7 @@ def member_visit(
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
     daily_id = "" if kind == "bots" else guests.daily_id(f"g:{member}", timestamp)
     return Visit(
-        kind=kind,
+        unhidden_kind=kind,
         member=member,
         seen_at=timestamp,
         former=former_user,
@@ -105,7 +105,7 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.kind, visit.member)
     if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
@@ -119,7 +119,7 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
         return
     tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
     recent.remember(visit.person, visit.seen_at + config.throttle, epochs.generation(), tag)
-    if visit.former and visit.kind == "users":
+    if visit.former and visit.unhidden_kind == "users":
         recent.forget(former_guest_keys(visit.former))
 
 
@@ -130,7 +130,7 @@ def record_soon(config: Config, visit: Visit) -> None:
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif keys.member_shard(config, visit.joined, visit.member).tag not in flusher.current().flush():
+    elif keys.member_shard(config, visit.kind, visit.member).tag not in flusher.current().flush():
         remember(config, visit)
 
 
@@ -139,7 +139,7 @@ def _written(config: Config, visit: Visit) -> bool:
     it was written."""
     if not queue(config, visit):
         return False
-    if keys.member_shard(config, visit.joined, visit.member).tag in flusher.current().flush():
+    if keys.member_shard(config, visit.kind, visit.member).tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True
@@ -303,7 +303,7 @@ def _recorded(
     queued: bool,
     failed: frozenset[str],
 ) -> Recorded:
-    shard = keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.kind, visit.member)
     if not queued or shard.tag in failed:
         return Recorded(FAILED, found.at, found.room_tag)
     if flusher.writes_at_once(config):

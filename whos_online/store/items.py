@@ -41,14 +41,15 @@ class Visit:
     """One visit to record (with slots: a process may queue 20 000 of them during an outage,
     and a visit without a ``__dict__`` takes an eighth less memory there).
 
-    ``kind`` is the set the visitor joins ("users", "guests" or "bots"; a user also gives
-    ``user``, whose ``hidden`` moves them to "hidden"). ``former`` is who the visitor was until
+    ``unhidden_kind`` says whether the person is a user, a guest or a bot ("users", "guests" or
+    "bots"); ``kind``, the set they join, is the same but for a user whose ``hidden`` moves them
+    to "hidden". ``former`` is who the visitor was until
     this visit, taken off the online sets in the same step: the guest's (or bot's) member when a
     user logs in, the user's pk when they log out ("" for none). ``daily_id`` is what the day's
     unique-visitor HyperLogLog receives ("" adds nothing).
     """
 
-    kind: str
+    unhidden_kind: str
     member: str
     seen_at: float
     user: UserDetails | None = None
@@ -62,10 +63,10 @@ class Visit:
     title: str = ""
 
     @property
-    def joined(self) -> str:
+    def kind(self) -> str:
         """The set the visitor joins: a user's depends on whether they are hidden."""
         if self.user is None:
-            return self.kind
+            return self.unhidden_kind
         return "hidden" if self.user.hidden else "users"
 
     @property

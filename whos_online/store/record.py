@@ -126,7 +126,7 @@ _FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users",
 def entries_of(config: Config, visit: Visit) -> list[Entry]:
     """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
     shard, for a former identity that lives in another."""
-    kind, user, member, now = visit.joined, visit.user, visit.member, visit.seen_at
+    kind, user, member, now = visit.kind, visit.user, visit.member, visit.seen_at
     shard = member_shard(config, kind, member)
     former = visit.former
     entries = []
