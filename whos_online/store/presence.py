@@ -55,7 +55,7 @@ def remove_user(
     and drop their last-seen record too.
 
     An erasure also takes them out of the rooms their connections hold, and forgets those; a
-    logout leaves them there (a connection holds the identity it was opened with until it
+    logout leaves them there (a connection holds the person it was opened with until it
     leaves). Either way a mark says when they left (the time, no more), so that a visit of
     theirs from before, still on its way from a process or sent again after an outage, does not
     bring them back: for ``WINDOW`` after a logout (a visit older than that no longer counts

@@ -118,14 +118,14 @@ def _entry(**named: str) -> tuple[str, ...]:
     return tuple(named.get(name, "") for name in ENTRY_ARGUMENTS)
 
 
-#: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
+#: The sets a former person leaves: a user's pk leaves both user sets, a guest's (or bot's)
 #: member both anonymous sets; by the kind of the visitor.
 _FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users", "bots": "users"}
 
 
 def entries_of(config: Config, visit: Visit) -> list[Entry]:
     """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
-    shard, for a former identity that lives in another."""
+    shard, for a former person who lives in another."""
     kind, user, member, now = visit.kind, visit.user, visit.member, visit.seen_at
     shard = member_shard(config, kind, member)
     former = visit.former
