@@ -9,6 +9,7 @@ and the circuit breakers (``breakers``) keep further calls from waiting on Redis
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,8 +26,8 @@ from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, scripts, snapshot
-from whos_online.store.keys import layouts_known, user_person_key
-from whos_online.store.presence import ask_online_user_pks, ask_users_presence, remove_user
+from whos_online.store.keys import user_person_key
+from whos_online.store.presence import ask_online_user_pks, ask_users_presence, erase_user
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -93,10 +94,8 @@ __all__ = [
 
 
 def online_users(limit: int | None = None, room: str | None = None) -> list[OnlineUser]:
-    """Users online now, newest first (in ``room``, if given); hidden users are never listed.
-
-    ``limit=None`` lists everyone online, which is O(N): on a big site pass a limit.
-    """
+    """Users online now, newest first (in ``room``, if given), hidden users never; ``limit=None``
+    lists everyone online, which is O(N): on a big site pass a limit."""
     found = snapshots.read(limit, room=_room(room))
     return [] if found is None else found.users
 
@@ -120,22 +119,16 @@ def _room(room: str | None) -> str:
 def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Whether ``user`` was seen within ``WINDOW``: the truth, for a hidden user too (code that
     shows it to others shows a hidden user only to themselves and staff, as ``{% last_seen %}``)."""
-    if not user.is_authenticated:
-        return False
-    now = time.time()
-    score, _ = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
-    return score is not None and score >= now - get_config().window
+    return user.is_authenticated and _presence_of(user).online
 
 
 def last_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
     """When the user was last recorded (kept ``LAST_SEEN_DAYS``); the truth, as ``is_online``."""
-    if not user.is_authenticated:
-        return None
-    _, seen = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
-    return None if seen is None else as_datetime(seen)
+    return _presence_of(user).last_seen if user.is_authenticated else None
 
 
-_UNKNOWN_PRESENCE: tuple[float | None, float | None] = (None, None)
+def _presence_of(user: AbstractBaseUser | AnonymousUser) -> Presence:
+    return next(iter(presence([user]).values()))
 
 
 def _read_after_own_visits(
@@ -187,22 +180,6 @@ def online_user_pks(limit: int) -> list[object] | None:
     return None if found is None else pk_values(found)
 
 
-def _presence(
-    user: AbstractBaseUser | AnonymousUser,
-) -> Callable[
-    [Pipeline | ClusterPipeline, Config], Callable[[list[Any]], tuple[float | None, float | None]]
-]:
-    pk = pk_text(user)
-
-    def ask(
-        pipe: Pipeline | ClusterPipeline, config: Config
-    ) -> Callable[[list[Any]], tuple[float | None, float | None]]:
-        answer = ask_users_presence(pipe, config, [pk])
-        return lambda replies: answer(replies)[0]
-
-    return ask
-
-
 def record_user(
     user: AbstractBaseUser | AnonymousUser,
     *,
@@ -224,8 +201,7 @@ def record_user(
 def record_guest(
     ip: str, *, bot: bool = False, now: float | datetime | None = None, room: str | None = None
 ) -> bool:
-    """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip'),
-    in ``room`` if given."""
+    """Record the guest (or bot) at address ``ip``, in ``room`` if given."""
     address = guests.normalize_ip(ip)
     if address is None:
         msg = f"record_guest() needs an IPv4 or IPv6 address, not {ip!r}."
@@ -244,17 +220,8 @@ def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
     recent.forget([user_person_key(pk)])
     flusher.current().forget([user_person_key(pk)])
     now = time.time()
-
-    def erase(client: Client, config: Config) -> bool:
-        # Every layout the site's processes have written in (each registers its own) and the
-        # cleanup has seen: a user recorded before SHARDS changed has their last-seen record in
-        # the old one until it expires.
-        for shards in layouts_known(client, config):
-            remove_user(client, config, pk, now=now, erase=True, shards=shards)
-        return True
-
     snapshots.invalidate()
-    return connection.call(False, erase, writes=True)
+    return connection.call(False, functools.partial(erase_user, pk=pk, now=now), writes=True)
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:

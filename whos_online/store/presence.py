@@ -18,6 +18,7 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_WHERE,
     gone_key,
+    layouts_known,
     links_key,
     score,
     user_key,
@@ -39,6 +40,15 @@ if TYPE_CHECKING:
 #: Seconds the mark of an erasure lives: longer than any batch stays on its way, short enough
 #: that nothing keyed by the erased user's primary key outlives the day.
 ERASURE_MARK_LIVES: Final = 86400
+
+
+def erase_user(client: Client, config: Config, pk: str, *, now: float) -> bool:
+    """Erase a user from every layout the site's processes have written in and the cleanup has
+    seen: a user recorded before ``SHARDS`` changed has their last-seen record in the old one
+    until it expires."""
+    for shards in layouts_known(client, config):
+        remove_user(client, config, pk, now=now, erase=True, shards=shards)
+    return True
 
 
 def remove_user(
