@@ -56,7 +56,9 @@ def details_bytes(client: redis.Redis, config: whos.Config, count: int) -> float
 
     def record(pk: int) -> None:
         details = whos.users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
-        visit = whos.Visit(kind="users", member=details.pk, now=time.time(), user=details)
+        visit = whos.Visit(
+            unhidden_kind="users", member=details.pk, seen_at=time.time(), user=details
+        )
         whos.record.record(client, config, [visit])
 
     record(0)  # the keys every visit shares: the peak, the counters
@@ -78,8 +80,8 @@ def week_of_counters(client: redis.Redis, config: whos.Config) -> tuple[int, int
     times = [end - WEEK + minute * 60 for minute in range(WEEK // 60 - 3)]
     times += [end - 180 + second for second in range(181)]
     for index, now in enumerate(times):
-        member, visitor = f"g{index % WEEK_GUESTS}", f"v{index % 5000}"
-        visit = whos.Visit(kind="guests", member=member, now=now, visitor=visitor)
+        member, daily = f"g{index % WEEK_GUESTS}", f"v{index % 5000}"
+        visit = whos.Visit(unhidden_kind="guests", member=member, seen_at=now, daily_id=daily)
         whos.record.record(client, config, [visit])
         if index % 60 == 0:  # the cleanup command, hourly in simulated time
             whos.counters.clean(client, config, now=now)

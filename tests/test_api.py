@@ -19,7 +19,7 @@ from whos_online.api import OnlineCounts, OnlineUser
 from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.reading import snapshots
-from whos_online.recording import guests as identity
+from whos_online.recording import guests
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
 from whos_online.store.users import MAX_DISPLAY_NAME_LENGTH
@@ -372,8 +372,8 @@ def test_record_guest_stores_a_pseudonym_not_the_ip(backend, r):
     config = get_config()
     assert sorted(_set(r, "{whos_online}:guests")) == sorted(
         [
-            (identity.guest_id("192.0.2.1", config, now), now),
-            (identity.guest_id("2001:db8::1", config, now), now),
+            (guests.guest_id("192.0.2.1", config, now), now),
+            (guests.guest_id("2001:db8::1", config, now), now),
         ]
     )
     stored = b"".join(r.zrange("{whos_online}:guests", 0, -1))
@@ -408,7 +408,7 @@ def test_record_guest_as_bot(backend, r):
 
     assert r.exists("{whos_online}:guests") == 0
     assert _set(r, "{whos_online}:bots") == [
-        (identity.guest_id("2001:db8::7", get_config(), now), now)
+        (guests.guest_id("2001:db8::7", get_config(), now), now)
     ]
     assert whos_online.online_counts() == OnlineCounts(users=0, guests=0, bots=1, total=0)
 
@@ -512,8 +512,8 @@ def test_prune_removes_exactly_the_stale_members(r, alice, bob, carol):
     config = get_config()
     assert _set(r, "{whos_online}:users") == [(str(carol.pk), now)]
     assert r.exists("{whos_online}:hidden") == 0
-    assert _set(r, "{whos_online}:guests") == [(identity.guest_id("192.0.2.3", config, now), now)]
-    assert _set(r, "{whos_online}:bots") == [(identity.guest_id("198.51.100.2", config, now), now)]
+    assert _set(r, "{whos_online}:guests") == [(guests.guest_id("192.0.2.3", config, now), now)]
+    assert _set(r, "{whos_online}:bots") == [(guests.guest_id("198.51.100.2", config, now), now)]
     # Pruning ends the visit, not the memory of it.
     assert whos_online.last_seen(alice) == _utc(stale)
     assert whos_online.last_seen(bob) == _utc(stale)
@@ -579,7 +579,7 @@ def test_prune_drops_the_in_process_memory(backend, settings):
     configure(settings, THROTTLE=120)
     stale = _recent_second() - WINDOW - 1
     whos_online.record_guest("192.0.2.1", now=stale)
-    member = identity.guest_id("192.0.2.1", get_config(), stale)
+    member = guests.guest_id("192.0.2.1", get_config(), stale)
     assert recent().seen_recently(f"guests:{member}", stale) is True
 
     whos_online.prune()

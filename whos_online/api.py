@@ -9,8 +9,8 @@ and the circuit breakers (``breakers``) keep further calls from waiting on Redis
 
 from __future__ import annotations
 
+import functools
 import time
-from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -26,8 +26,8 @@ from whos_online.recording import connections, guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, scripts, snapshot
-from whos_online.store.keys import USER_KINDS, layouts_known, person_key, user_person_key
-from whos_online.store.presence import ask_online_user_pks, ask_users_presence, remove_user
+from whos_online.store.keys import USER_KINDS, person_key, user_person_key
+from whos_online.store.presence import ask_online_user_pks, ask_users_presence, erase_user
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -38,11 +38,13 @@ from whos_online.store.results import (
     as_datetime,
     as_peak,
     as_timestamp,
+    as_utc_date,
 )
 from whos_online.store.users import pk_text, pk_values
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
+    from datetime import date, datetime
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
@@ -92,10 +94,8 @@ __all__ = [
 
 
 def online_users(limit: int | None = None, room: str | None = None) -> list[OnlineUser]:
-    """Users online now, newest first (in ``room``, if given); hidden users are never listed.
-
-    ``limit=None`` lists everyone online, which is O(N): on a big site pass a limit.
-    """
+    """Users online now, newest first (in ``room``, if given), hidden users never; ``limit=None``
+    lists everyone online, which is O(N): on a big site pass a limit."""
     found = snapshots.read(limit, room=_room(room))
     return [] if found is None else found.users
 
@@ -117,41 +117,26 @@ def _room(room: str | None) -> str:
 
 
 def is_online(user: AbstractBaseUser | AnonymousUser) -> bool:
-    """Whether ``user`` was seen within ``WINDOW``.
-
-    The truth, for a user ``HIDE_USER`` hides too: this is for code. Code that shows the answer
-    to others should show nothing of a hidden user to anyone but that user and staff, as
-    ``{% last_seen %}`` does.
-    """
-    if not user.is_authenticated:
-        return False
-    now = time.time()
-    score, _ = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
-    return score is not None and score >= now - get_config().window
+    """Whether ``user`` was seen within ``WINDOW``: the truth, for a hidden user too (code that
+    shows it to others shows a hidden user only to themselves and staff, as ``{% last_seen %}``)."""
+    return user.is_authenticated and _presence_of(user).online
 
 
 def last_seen(user: AbstractBaseUser | AnonymousUser) -> datetime | None:
-    """When the user was last recorded; kept ``LAST_SEEN_DAYS`` after they leave.
-
-    The truth, for a user ``HIDE_USER`` hides too (see ``is_online``); ``{% last_seen %}``
-    shows it only to those who may see it.
-    """
-    if not user.is_authenticated:
-        return None
-    _, seen = _read_after_own_visits(_UNKNOWN_PRESENCE, _presence(user))
-    return None if seen is None else as_datetime(seen)
+    """When the user was last recorded (kept ``LAST_SEEN_DAYS``); the truth, as ``is_online``."""
+    return _presence_of(user).last_seen if user.is_authenticated else None
 
 
-_UNKNOWN_PRESENCE: tuple[float | None, float | None] = (None, None)
+def _presence_of(user: AbstractBaseUser | AnonymousUser) -> Presence:
+    return next(iter(presence([user]).values()))
 
 
 def _read_after_own_visits(
     default: T, ask: Callable[[Pipeline | ClusterPipeline, Config], Callable[[list[Any]], T]]
 ) -> T:
-    """A read made of plain commands (``ask`` queues them on a pipeline and returns what makes
-    the answer of their replies), after what this process has queued is written, so that it
-    sees its own visits: in the same round trip on one Redis (``Flusher.flush_with``; on a
-    cluster, the flush goes first). ``default`` if Redis failed."""
+    """A read of plain commands (``ask`` queues them and returns what answers from their replies)
+    after this process's queue is written, so that it sees its own visits; ``default`` if Redis
+    failed."""
     return flusher.current().flush_with(
         lambda client, config, calls: scripts.run_then(
             client, calls, lambda pipe: ask(pipe, config)
@@ -161,15 +146,9 @@ def _read_after_own_visits(
 
 
 def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presence]:
-    """Whether each of ``users`` (users or primary keys) is online, and when each was last
-    seen, keyed by primary key: one Redis round trip for all of them, so that a list of users
-    (an admin changelist, say) costs one read, not one per row. If Redis fails, everyone is
-    offline and unseen.
-
-    Hidden users (``HIDE_USER``) are reported as they are, online and seen: the admin's columns,
-    which only staff see, show them so. Code that shows the answer to others applies the rule
-    of ``is_online``.
-    """
+    """Whether each of ``users`` (users or pks) is online and when last seen, by pk, in one round
+    trip (an admin changelist costs one read, not one per row); everyone offline and unseen if
+    Redis fails. Hidden users are reported as they are, as by ``is_online``."""
     keys = [getattr(user, "pk", user) for user in users]
     texts = [pk_text(key) for key in keys]
     if not texts:
@@ -191,32 +170,14 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
 
 
 def online_user_pks(limit: int) -> list[object] | None:
-    """Primary keys of up to ``limit`` users online, hidden ones included; None if Redis fails.
-
-    For filtering a queryset of users; O(log N + limit), so pass a bound.
-    """
+    """Primary keys of up to ``limit`` users online, hidden ones included (to filter a
+    queryset; O(log N + limit)); None if Redis fails."""
     now = time.time()
     found = _read_after_own_visits(
         None,
         lambda pipe, config: ask_online_user_pks(pipe, config, now=now, limit=limit),
     )
     return None if found is None else pk_values(found)
-
-
-def _presence(
-    user: AbstractBaseUser | AnonymousUser,
-) -> Callable[
-    [Pipeline | ClusterPipeline, Config], Callable[[list[Any]], tuple[float | None, float | None]]
-]:
-    pk = pk_text(user)
-
-    def ask(
-        pipe: Pipeline | ClusterPipeline, config: Config
-    ) -> Callable[[list[Any]], tuple[float | None, float | None]]:
-        answer = ask_users_presence(pipe, config, [pk])
-        return lambda replies: answer(replies)[0]
-
-    return ask
 
 
 def record_user(
@@ -226,18 +187,10 @@ def record_user(
     former_guest: str = "",
     room: str | None = None,
 ) -> bool:
-    """Record ``user`` as online now. Returns False if Redis could not be written.
-
-    ``former_guest`` is the member the visitor had as a guest (or bot) before logging in; it
-    leaves the guests and bots in the same step, and this process forgets having recorded it, so
-    that another browser at the same address is counted as a guest again at once. With ``room``,
-    the user is in that room (and leaves the one they were in); without, they leave theirs.
-
-    ``HIDE_USER`` and ``DISPLAY_NAME`` run now. A site that changes what they read (a user who
-    turns invisible, or renames themselves) calls this to apply it at once: the user moves
-    between the named and the hidden users in this write, where their pages would otherwise
-    leave them as they were for up to ``THROTTLE`` seconds.
-    """
+    """Record ``user`` as online now (in ``room``, else in none); False if Redis could not be
+    written. ``former_guest``, the member they had as a guest or bot before logging in, leaves
+    the anonymous sets in the same step. ``HIDE_USER`` and ``DISPLAY_NAME`` run now: a site that
+    changes what they read calls this to apply it at once, not after ``THROTTLE``."""
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
@@ -248,8 +201,7 @@ def record_user(
 def record_guest(
     ip: str, *, bot: bool = False, now: float | datetime | None = None, room: str | None = None
 ) -> bool:
-    """Record a visitor by IP address (stored as the day's pseudonym unless GUEST_IDENTITY='ip'),
-    in ``room`` if given."""
+    """Record the guest (or bot) at address ``ip``, in ``room`` if given."""
     address = guests.normalize_ip(ip)
     if address is None:
         msg = f"record_guest() needs an IPv4 or IPv6 address, not {ip!r}."
@@ -262,41 +214,21 @@ def record_guest(
 
 
 def forget_user(user: AbstractBaseUser | AnonymousUser | object) -> bool:
-    """Erase everything whos_online holds about a user (for a data-protection request).
-
-    Accepts a user or a primary key. Returns False if Redis could not be reached, so that the
-    caller can retry: an erasure must not be silently skipped.
-    """
+    """Erase everything whos_online holds about a user or pk (a data-protection request);
+    False if Redis could not be reached, so that the caller retries rather than skips it."""
     pk = pk_text(user)
     recent().forget([user_person_key(pk)])
     flusher.current().forget([user_person_key(pk)])
     now = time.time()
-
-    def erase(client: Client, config: Config) -> bool:
-        # Every layout the site's processes have written in (each registers its own) and the
-        # cleanup has seen: a user recorded before SHARDS changed has their last-seen record in
-        # the old one until it expires.
-        for shards in layouts_known(client, config):
-            remove_user(client, config, pk, now=now, erase=True, shards=shards)
-        return True
-
     snapshots.invalidate()
-    return connection.call(False, erase, writes=True)
+    return connection.call(False, functools.partial(erase_user, pk=pk, now=now), writes=True)
 
 
 def update_counter(name: str, count: int = 1, now: float | datetime | None = None) -> bool:
-    """Add ``count`` to the counter ``name`` at every precision, in one round trip.
-
-    Returns False if Redis could not be written. Raises TypeError or ValueError for a bad name or
-    count, since those are mistakes in the calling code rather than conditions of the moment.
-    """
+    """Add ``count`` to the counter ``name`` at every precision, in one round trip; False if
+    Redis could not be written, TypeError or ValueError for a bad name or count (a caller's bug)."""
     counters.check_name(name)
-    if not _is_whole_number(count):
-        msg = f"update_counter() counts in whole numbers, not {type(count).__name__}."
-        raise TypeError(msg)
-    if not counters.MIN_COUNT <= count <= counters.MAX_COUNT:
-        msg = f"update_counter() counts must be in Redis's 64-bit integer range, not {count}."
-        raise ValueError(msg)
+    counters.check_count(count, "update_counter")
     timestamp = as_timestamp(now)
 
     def write(client: Client, config: Config) -> bool:
@@ -306,24 +238,11 @@ def update_counter(name: str, count: int = 1, now: float | datetime | None = Non
     return connection.call(False, write, writes=True)
 
 
-def _is_whole_number(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
     """The samples of counter ``name`` at ``precision``: (slice start in Unix seconds, count),
     oldest first; empty for an unknown counter or when Redis fails."""
     counters.check_name(name)
-    precisions = get_config().counter_precisions
-    if not _is_whole_number(precision):
-        msg = f"get_counter() precision is a whole number of seconds, not {precision!r}."
-        raise TypeError(msg)
-    if precision not in precisions:
-        msg = (
-            f"get_counter() precision must be one of COUNTER_PRECISIONS {list(precisions)}, "
-            f"not {precision!r}."
-        )
-        raise ValueError(msg)
+    counters.check_precision(precision, get_config().counter_precisions, "get_counter")
     return connection.call([], lambda client, config: counters.get(client, config, name, precision))
 
 
@@ -344,13 +263,9 @@ def reporter(sender: object) -> Callable[[str, list[str]], None]:
 
 
 def prune(now: float | datetime | None = None) -> int:
-    """Remove everyone last seen before the window, from the site and from the rooms; returns how
-    many members left the site's sets. The users among them are sent with
-    ``users_went_offline``.
-
-    What this process has queued is written first, as every read of the process does: a visit
-    queued just before must not land after the prune, which would have taken its person for
-    gone (and said so) a moment before they came back."""
+    """Remove everyone last seen before the window, from the site and the rooms; returns how many
+    left the site's sets (the users among them go to ``users_went_offline``). The process's queue
+    is written first, so that a visit queued just before does not land after the prune."""
     timestamp = as_timestamp(now)
     gone = reporter(prune)
     flusher.current().flush()
@@ -380,17 +295,9 @@ def peak() -> Peak:
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
-    """About how many distinct users and guests visited on a UTC day (today by default).
-
-    A HyperLogLog estimate: within about 1 % of the true number. A guest who logs in counts once
-    as a guest and once as a user. Kept ``LAST_SEEN_DAYS`` days after the day ends.
-    """
-    if day is None:
-        wanted = _utc_date(time.time())
-    elif isinstance(day, datetime):
-        wanted = _utc_date(day.timestamp()) if day.tzinfo else day.date()
-    else:
-        wanted = day
+    """About how many distinct users and guests visited on a UTC day (today by default): a
+    HyperLogLog's estimate, within about 1 %, kept ``LAST_SEEN_DAYS`` after the day."""
+    wanted = as_utc_date(day, time.time())
     if get_config().redis_cluster:
         # A cluster's pipelines refuse PFCOUNT: the flush, then the read.
         flusher.current().flush()
@@ -402,10 +309,6 @@ def unique_visitors(day: date | datetime | None = None) -> int:
     )
 
 
-def _utc_date(timestamp: float) -> date:
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).date()
-
-
 def enter(
     room: str,
     *,
@@ -414,28 +317,13 @@ def enter(
     connection: str,
     now: float | datetime | None = None,
 ) -> bool:
-    """Put the person of ``connection`` in ``room`` while it stays (a chat's WebSocket, say):
-    ``user`` if authenticated, else the guest at ``address`` (``record_guest``'s pseudonym; which
-    address is the client's, behind proxies, is the caller's to say). Call it again within
-    ``WINDOW`` to renew it, and ``leave`` when it closes.
-
-    A person is in a room while any of their connections there is (renewed within ``WINDOW``),
-    apart from the room of their page: a page view elsewhere takes them out of none, and leaving
-    takes them off no page. Entering keeps them online site-wide too. Queued and written with
-    the process's next flush; False when it may not be stored soon (Redis known to be down, the
-    queue full). Runs ``HIDE_USER`` and ``DISPLAY_NAME``, which may read the database: from
-    async code, call ``aenter``.
-    """
-    timestamp = as_timestamp(now)
+    """Put the person of ``connection`` (``user`` if authenticated, else the guest at
+    ``address``) in ``room`` while it stays open, apart from their page's room; call it again
+    within ``WINDOW`` to renew it, and ``leave`` when it closes. Queued; False when it may not be
+    stored soon. ``HIDE_USER`` and ``DISPLAY_NAME`` may read the database: async code calls
+    ``aenter``."""
     config = get_config()
-    link = connections.entering(
-        config,
-        _room(room),
-        connections.check_connection(connection),
-        timestamp,
-        user=user,
-        address=address,
-    )
+    link = connections.entering(config, *_where(room, connection, now), user=user, address=address)
     return connections.send(config, link)
 
 
@@ -450,25 +338,18 @@ def leave(
     """Take ``connection`` out of ``room`` (``enter``'s, with the same person): its person
     leaves the room with the last of their connections there, unless it is the room of their
     page. Queued like ``enter``; never reads the database."""
-    timestamp = as_timestamp(now)
     config = get_config()
-    link = connections.leaving(
-        config,
-        _room(room),
-        connections.check_connection(connection),
-        timestamp,
-        user=user,
-        address=address,
-    )
+    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
     return connections.send(config, link)
 
 
-# The async API. Writes (``aenter``, ``aleave``) queue from the event loop, which never waits on
-# Redis for them; only a write at once (FLUSH_INTERVAL 0, a stopping process) and a HIDE_USER or
-# DISPLAY_NAME that reads the database go to a thread. Reads run the sync API in a thread of
-# asgiref's pool (not Django's one thread for the database, where they would queue behind the
-# site's queries): they go through the same client, breakers and flush-before-read as the sync
-# API, on one Redis, a Sentinel's master or a Cluster alike.
+def _where(room: str, connection: str, now: float | datetime | None) -> tuple[str, str, float]:
+    """``enter``'s and ``leave``'s room, connection and time, checked."""
+    return _room(room), connections.check_connection(connection), as_timestamp(now)
+
+
+# The async API: writes queue from the event loop; reads run the sync API in a thread of
+# asgiref's pool, not Django's one database thread, where they would queue behind queries.
 
 
 async def aenter(
@@ -480,16 +361,9 @@ async def aenter(
     now: float | datetime | None = None,
 ) -> bool:
     """``enter`` for async code (a Channels consumer): never blocks the event loop."""
-    timestamp = as_timestamp(now)
     config = get_config()
-    link = await connections.aentering(
-        config,
-        _room(room),
-        connections.check_connection(connection),
-        timestamp,
-        user=user,
-        address=address,
-    )
+    where = _where(room, connection, now)
+    link = await connections.aentering(config, *where, user=user, address=address)
     return await connections.asend(config, link)
 
 
@@ -502,16 +376,8 @@ async def aleave(
     now: float | datetime | None = None,
 ) -> bool:
     """``leave`` for async code: never blocks the event loop."""
-    timestamp = as_timestamp(now)
     config = get_config()
-    link = connections.leaving(
-        config,
-        _room(room),
-        connections.check_connection(connection),
-        timestamp,
-        user=user,
-        address=address,
-    )
+    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
     return await connections.asend(config, link)
 
 

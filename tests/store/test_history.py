@@ -25,7 +25,7 @@ from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import batches
 from whos_online.reading import snapshots
-from whos_online.recording import guests as identity
+from whos_online.recording import guests
 from whos_online.store import items, record
 
 if TYPE_CHECKING:
@@ -517,7 +517,7 @@ def test_visitors_hold_keyed_hashes_not_addresses_or_user_ids(
     api.record_guest(address, now=NOW)
     api.record_user(alice, now=NOW)
     key = "{whos_online}:visitors:2100-01-04"
-    member = identity.guest_id(address, get_config(), NOW)
+    member = guests.guest_id(address, get_config(), NOW)
     assert (member == address) is (guest_identity == "ip")
 
     if backend == "real":
@@ -529,8 +529,8 @@ def test_visitors_hold_keyed_hashes_not_addresses_or_user_ids(
     for raw in dict.fromkeys(raws):
         assert pfadd_changes(r, key, raw) is True, raw
     # What was added: the day's keyed hashes of the namespaced identities.
-    assert pfadd_changes(r, key, identity.visitor_id(f"g:{member}", NOW)) is False
-    assert pfadd_changes(r, key, identity.visitor_id(f"u:{alice.pk}", NOW)) is False
+    assert pfadd_changes(r, key, guests.daily_id(f"g:{member}", NOW)) is False
+    assert pfadd_changes(r, key, guests.daily_id(f"u:{alice.pk}", NOW)) is False
 
 
 def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
@@ -541,9 +541,11 @@ def test_unique_visitors_estimate_is_close_on_a_real_server(backend, settings):
     total = 2000
     visits = []
     for number in range(total):
-        member = identity.guest_id(ip(number), config, NOW)
-        visitor = identity.visitor_id(f"g:{member}", NOW)
-        visits.append(items.Visit(kind="guests", member=member, now=NOW, visitor=visitor))
+        member = guests.guest_id(ip(number), config, NOW)
+        daily_id = guests.daily_id(f"g:{member}", NOW)
+        visits.append(
+            items.Visit(unhidden_kind="guests", member=member, seen_at=NOW, daily_id=daily_id)
+        )
     record.record(admin_client(), config, visits)
 
     estimate = api.unique_visitors(TODAY)
@@ -595,20 +597,20 @@ def test_tag_says_nothing_of_a_peak_not_recorded(backend, clock):
 
 
 @pytest.mark.parametrize(
-    ("guests", "line"), [(1, "1 unique visitor today"), (3, "3 unique visitors today")]
+    ("guest_count", "line"), [(1, "1 unique visitor today"), (3, "3 unique visitors today")]
 )
-def test_tag_shows_todays_unique_visitors_when_asked(backend, clock, guests, line):
+def test_tag_shows_todays_unique_visitors_when_asked(backend, clock, guest_count, line):
     api.record_guest("192.0.2.200", bot=True, now=NOW)
-    for number in range(guests):
+    for number in range(guest_count):
         api.record_guest(f"192.0.2.{number + 1}", now=NOW - DAY)  # yesterday's do not count
         api.record_guest(f"192.0.2.{number + 1}", now=NOW)
 
     markup = render("{% load whos_online %}{% whos_online visitors=True peak=False %}")
     plain = render("{% load whos_online %}{% whos_online peak=False %}")
 
-    guests_text = "1 guest" if guests == 1 else f"{guests} guests"
+    guests_text = "1 guest" if guest_count == 1 else f"{guest_count} guests"
     assert widget_text(markup) == f"Who's online: {guests_text} and 1 bot {line}"
-    assert f'data-visitors="{guests}"' in markup
+    assert f'data-visitors="{guest_count}"' in markup
     assert "unique" not in plain
 
 

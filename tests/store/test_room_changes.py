@@ -25,7 +25,7 @@ def visit(member: str = "g1", room: str = "", mode: str = GO, **more) -> record.
     made = Visit(
         more.pop("kind", "guests"),
         member,
-        more.pop("now", time.time()),
+        more.pop("seen_at", time.time()),
         room=room,
         room_mode=mode,
         **more,
@@ -90,7 +90,7 @@ def test_a_login_takes_the_guest_out_of_its_room_by_name(r):
 
 def test_a_hidden_users_logout_is_told_as_hidden(r):
     user = UserDetails(pk="7", hidden=True, name="bob", url="")
-    write(r, visit("7", kind="users", user=user, room="a", now=time.time() - 1))
+    write(r, visit("7", kind="users", user=user, room="a", seen_at=time.time() - 1))
 
     reply = write(r, visit("g1", former="7", room=""))
 

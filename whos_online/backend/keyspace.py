@@ -100,18 +100,18 @@ def _shards(prefix: str, count: int) -> tuple[Shard, ...]:
     return tuple(Shard(index, tag) for index, tag in enumerate(shard_tags(prefix, count)))
 
 
-def shard_of(config: Config, identity: str) -> Shard:
+def shard_of(config: Config, person: str) -> Shard:
     """The shard a person belongs to, by a stable hash of who they are (``u:<pk>`` for a user,
     the stored member for a guest or bot), the same in every process."""
     shards = _layout_of(config)
     if len(shards) == 1:
         return shards[0]
-    return shards[bucket(identity, len(shards))]
+    return shards[bucket(person, len(shards))]
 
 
 @functools.lru_cache(maxsize=8192)
-def bucket(identity: str, count: int) -> int:
-    digest = hashlib.blake2b(identity.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+def bucket(person: str, count: int) -> int:
+    digest = hashlib.blake2b(person.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % count
 
 

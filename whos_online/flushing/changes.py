@@ -10,7 +10,7 @@ which rooms each entry left and entered (``store.record``). The flusher notes th
   one room to another left one and entered the other);
 - at most one message per ``PUBLISH_EVERY`` seconds per process on ``{prefix}:changes``: the
   rooms changed since the last one and whether the site's list changed (someone came online, or
-  an identity left the online sets: a login's guest, a logout's user). A reader who left a page
+  a former person left the online sets: a login's guest, a logout's user). A reader who left a page
   still counts in its room for ``LEAVE_GRACE`` seconds (a reload must not take them out), so
   their room is published again once those have passed, when the pages can show them gone.
 

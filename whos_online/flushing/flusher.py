@@ -1,35 +1,8 @@
-"""Writing what a process queued: every ``FLUSH_INTERVAL``, all of a shard's visits in one call,
-all the calls of one flush in one round trip on one Redis.
-
-A recorded request puts its visit in the process's queue (``visit_queue``) and returns: it never
-waits on Redis. A thread of the process (started with the first visit) writes the queue at most
-``FLUSH_INTERVAL`` seconds after something was queued, with the page hits counted since and, on
-the shard whose slot holds the site-wide keys, the layout the process writes in. Redis does a
-visit's work for about a tenth of its per-call cost when visits come in batches of twenty or more
-(see the performance page), and a frozen or slow Redis costs the pages nothing.
-
-A flush whose write fails puts what it took back in the queue, ahead of what was queued since,
-where a person's visits merge as usual: while Redis cannot be written, a person holds one visit
-however many pages they open, and the queue's bound counts people. The breaker logs the outage
-once. While a breaker says that writes fail, a flush leaves the queue as it is, neither taken nor
-encoded (a read that writes the queue first reads alone), and the thread waits out the back-off
-whatever the pages queue meanwhile. A write that only timed out, which does not open the breaker
-by itself (``breakers``), goes again with the next flush. A queue that fills up while Redis
-cannot be written drops the visits of people not queued yet and counts them
-(``VisitQueue.dropped``); the log says so when it starts, and how many it dropped once a write
-succeeds again. ``forget`` drops what the process holds of given persons, queued or kept after a
-failure, for an erasure or a logout.
-
-Reads made by the process (the snapshot of the tags and the JSON view, the API's reads) write
-its queue first (``flush_with``), so that it always sees its own visits: in the same round trip
-on one Redis; on a cluster, whose pipelines refuse scripts, the flush goes just before the read.
-``flush()`` writes the queue now: for tests, scripts and shutdown hooks. With ``FLUSH_INTERVAL``
-0 each recorded request writes the queue itself; the thread then only tells what changed.
-
-What the process holds when it stops is written as it exits (``stopping``), and from the moment
-it is asked to stop or begins to exit, a write that fails is tried again through a short stall
-of Redis, for ``STOP_TIMEOUT`` (``write_until``). What the flushes changed is told from the thread
-(``events``): signals, and one message on Redis per second.
+"""The process's flusher: what requests queued is written off the request path every
+``FLUSH_INTERVAL``, each shard's visits in one call, all the calls in one round trip, because a
+slow Redis must cost the pages nothing and batches cost Redis a tenth per visit (performance
+page). A failed write goes back to the queue, ahead of newer visits; reads write the queue first
+(``flush_with``) to see their process's visits; a stopping process writes all it holds (``close``).
 """
 
 from __future__ import annotations
@@ -62,9 +35,8 @@ T = TypeVar("T")
 
 #: Longest an exiting process waits for a flush its thread has started.
 EXIT_WAIT: Final = 2.0
-#: Passes of one flush at most: a second one writes what the first left (page hits counted
-#: while a failed batch of them waited, visits queued meanwhile); more would let a busy process
-#: keep its flushing thread, and a caller of ``flush``, writing for ever.
+#: Passes of one flush at most: a second writes what the first left (hits counted while a failed
+#: batch waited, visits queued meanwhile); more would let a busy process write for ever.
 FLUSH_PASSES: Final = 2
 
 
@@ -81,15 +53,12 @@ class Flusher:
         self.changes = changes.Pending()
         #: When the process's layout was last registered with a batch.
         self.registration = batches.Registration()
-        #: Whether the site has kept data in another layout of shards, as the base shard's last
-        #: batch said (until one has, assumed so: a logout then reads which).
+        #: Whether the site kept data in another layout of shards (as its last batch says).
         self.layouts_in_use = True
-        #: How many batches of page hits there were when the key that remembers them was last
-        #: forgotten: a process's second exit hook (atexit and multiprocessing's) has nothing to do.
+        #: Batches of page hits when their key was last forgotten: a second exit hook does nothing.
         self._hits_forgotten_at = 0
-        #: Until when (monotonic) a write of the stopping process, which has tried once and
-        #: failed, goes on trying (``write_until``); None before. For the SIGTERM handler, which
-        #: waits for such a write: it is not held up by a lock of the thread the handler runs on.
+        #: Until when (monotonic) a failed write of the stopping process goes on trying, for the
+        #: SIGTERM handler, which waits for it without a lock (``write_until``); None before.
         self.retrying_until: float | None = None
         #: Whether this process has said what its stop could not write (once: ``report_lost``).
         self._reported_loss = False
@@ -101,31 +70,23 @@ class Flusher:
         return self.queue.put(item)
 
     def schedule(self, delay: float) -> None:
-        """Flush at most ``delay`` seconds from now, from the process's flushing thread; after
-        a failed flush, no earlier than its back-off."""
+        """Flush within ``delay`` seconds from the flushing thread (not before a back-off)."""
         self.thread.schedule(delay)
 
     # Flushing
 
     def flush(self) -> frozenset[str]:
-        """Write what is queued now; returns the tags of the shards whose write failed, or
-        which a breaker keeps from being tried (what was for them goes back to the queue, ahead
-        of what was queued since, or stays there). Once the process is stopping, a write that
-        fails is tried again until ``STOP_TIMEOUT`` after the stop began (``write_until``), but on
-        the flushing thread, which tries again after the back-off as ever: the stop's own
-        writes try meanwhile.
-
-        A batch of page hits that failed before goes alone, before the hits counted since: those
-        follow in a second pass, as does what was queued while the first was on its way."""
+        """Write what is queued now; returns the tags of the shards that failed or a breaker held
+        back (their items stay queued, ahead of newer ones). A stopping process's write tries
+        again until ``STOP_TIMEOUT``, except on the flushing thread, which backs off as ever."""
         if process.stop_began() is not None and not self.thread.is_current():
             return self._flush_while_stopping()
         with self._lock:
             return self._flush(get_config())
 
     def _flush_while_stopping(self) -> frozenset[str]:
-        """``flush`` through a stall, letting go of the lock between two tries: the process's
-        other writes then wait for one try at most (and find nothing left once one succeeded),
-        and its reads meanwhile do not wait for the stall to end."""
+        """``flush`` through a stall, letting go of the lock between two tries, so that the
+        process's reads and other writes do not wait for the stall to end."""
         config = get_config()
         failed = schedule.write_until(
             lambda: self._flush_with_lock(config), schedule.deadline(config), self._retrying
@@ -146,13 +107,8 @@ class Flusher:
         if self._reported_loss:
             return
         self._reported_loss = True
-        buffered = batches.held()
-        schedule.report_lost(
-            config,
-            len(self.queue),
-            buffered.total() if buffered is not None else 0,
-            len(self.jobs),
-        )
+        hits = buffered.total() if (buffered := batches.held()) is not None else 0
+        schedule.report_lost(config, len(self.queue), hits, len(self.jobs))
 
     def _on_thread(self) -> bool:
         """Flush, then tell what flushes changed, whichever thread wrote them; True if failed."""
@@ -167,10 +123,8 @@ class Flusher:
         return self._run_jobs(config) | self._write_queue(config)
 
     def _run_jobs(self, config: Config) -> frozenset[str]:
-        """A logout's jobs, which go before the queue, as they came before what is queued now:
-        a login in the same millisecond stands (a visit is recorded unless it is older than the
-        logout). One that is refused backs off like a failed batch: on a cluster, one shard
-        refusing keeps the thread away too."""
+        """A logout's jobs, which go before the queue, as they came before what is queued now; one
+        that is refused backs off like a failed batch."""
         failed = self.jobs.run() if len(self.jobs) else frozenset()
         if failed:
             self._back_off_after(config, failed)
@@ -191,13 +145,8 @@ class Flusher:
         return frozenset()
 
     def _held_back(self, config: Config) -> frozenset[str]:
-        """The tags of the shards, when something waits to be written and a breaker says that
-        writes to every one of them fail; else none.
-
-        The queue then stays as it is, not taken and encoded for a write that would not be
-        tried: during an outage that would cost every flush, and every read that writes the
-        queue first, the encoding of the whole backlog. A stopping process's write, which goes
-        past the breakers (``write_until``), is never held back."""
+        """The tags of the shards, when something waits and a breaker says every one fails: the
+        queue then stays as it is, not encoded for a write that would not be tried."""
         if connection.breakers_passed():
             return frozenset()
         shards = keyspace.layout(config)
@@ -219,10 +168,8 @@ class Flusher:
         self.thread.back_off(config.failure_backoff or 1.0)
 
     def _back_off_after(self, config: Config, failed: Iterable[str]) -> None:
-        """After a write to the shards ``failed`` failed: wait out the back-off if a breaker
-        is open for one of them; if the failure was a timeout that only struck the breaker
-        (one slow reply is no outage), the next flush, ``FLUSH_INTERVAL`` from now, tries
-        again."""
+        """After a write to the shards ``failed`` failed: wait out the back-off if a breaker is
+        open for one of them, else (one slow reply is no outage) try again with the next flush."""
         shards = {shard.tag: shard for shard in keyspace.layout(config)}
         if any(connection.known_to_fail(config, shards.get(tag), writes=True) for tag in failed):
             self._back_off(config)
@@ -235,12 +182,8 @@ class Flusher:
         default: T,
     ) -> T:
         """Write what is queued and make a read, in one round trip where the client allows:
-        ``read(client, config, calls)`` runs ``calls`` (the flush's) before its own, and returns
-        their replies and what it read. ``default`` if Redis failed (the flush is kept).
-
-        When the process holds nothing and no flush is under way, the read goes alone, without
-        the lock, so that the reads of a process's threads go on side by side: whatever this
-        thread queued before has been written by then."""
+        ``read(client, config, calls)`` runs the flush's ``calls``, then its own, and returns
+        both replies; ``default`` if Redis failed. With nothing queued, it reads without a lock."""
         if not self._lock.locked() and not self.pending():
             found = connection.call(None, lambda client, config: read(client, config, []))
             return default if found is None else found[1]
@@ -329,9 +272,8 @@ class Flusher:
         return bool(len(self.queue) or batches.buffer().total() or len(self.jobs))
 
     def idle(self) -> bool:
-        """Whether no visit or job waits, none is being queued, and no flush is under way, as
-        far as can be told without taking a lock: for a signal handler, which may have stopped
-        the holder of one (``holds_anything``)."""
+        """Whether nothing waits, is being queued or is being flushed, as far as can be told
+        without a lock: for a signal handler, which may have stopped its holder."""
         return not (len(self.queue) or self.queue.busy() or len(self.jobs) or self._lock.locked())
 
     def add_job(self, job: Job) -> bool:
@@ -340,29 +282,20 @@ class Flusher:
         return self.jobs.add(job)
 
     def may_hold_other_layouts(self) -> bool:
-        """Whether the site may keep data in a layout of another ``SHARDS``, as the base shard's
-        last batch said (until one has, assumed so)."""
+        """Whether the site may keep data in another layout of shards, as the last batch said."""
         return self.layouts_in_use
 
     def forget(self, persons: Iterable[str]) -> None:
-        """Drop every visit (and word of leaving a room) of ``persons`` that the process holds,
-        queued or waiting to be sent again, and what comes back of them from a write under way
-        that fails: so that nothing of theirs the process held is written later (an erasure, a
-        logout). Persons as the queue names them (``record.person``: ``u:<pk>``,
-        ``guests:<member>``, ``bots:<member>``). A write under way that succeeds still lands."""
+        """Drop all the process holds of ``persons`` (by their keys, ``u:<pk>``...), queued or to
+        be sent again, so that nothing of theirs is written later (an erasure, a logout)."""
         for who in persons:
             self.queue.forget(who)
 
     # Stopping
 
     def close(self) -> None:
-        """Write what the process holds as it exits: first let a flush the thread has started
-        finish (the exit would cut it off), then flush, trying again through a stall of Redis
-        until ``STOP_TIMEOUT`` after the stop began (``write_until``), holding the lock throughout:
-        nothing comes after; and once the page hits are all written, forget the key that
-        remembered this process's batches of them; then tell what changed.
-        With nothing to write nor a key to forget, the settings are not read, which a process
-        that never recorded (a site not configured yet) may not have right."""
+        """Write what the process holds as it exits, through a stall until ``STOP_TIMEOUT``, and
+        tell what changed; with nothing to write, the settings are not even read."""
         self.thread.stop()
         if not self._lock.acquire(timeout=EXIT_WAIT):
             return
@@ -389,11 +322,9 @@ class Flusher:
 
 
 def _register_exit(made: Flusher) -> None:
-    # In the process that made the flusher: a child of multiprocessing (fork, forkserver) starts
-    # with the finalizers its parent registered cleared and ends with os._exit, which skips
-    # atexit, so a finalizer registered here is what runs as it ends. Elsewhere multiprocessing
-    # runs its finalizers at exit too (apps.py registers atexit as well; writing twice is
-    # harmless: the second finds nothing).
+    # A child of multiprocessing starts with its parent's finalizers cleared and ends with
+    # os._exit, which skips atexit: a finalizer registered here runs as it ends (apps.py also
+    # registers atexit; writing twice is harmless).
     multiprocessing.util.Finalize(None, write_at_exit, exitpriority=10)
 
 
@@ -412,8 +343,7 @@ def current() -> Flusher:
 
 
 def write_at_exit() -> None:
-    """Write what this process holds as it exits (see ``Flusher.close``); nothing if it never
-    made a flusher, which it does for its first visit or page hit."""
+    """Write what this process holds as it exits (``Flusher.close``), if it made a flusher."""
     process.exiting()
     made = _flushers.peek()
     if made is not None:
@@ -427,17 +357,15 @@ def flush() -> bool:
 
 
 def holds_anything() -> bool:
-    """Whether this process holds visits, page hits or a logout's jobs not written yet, or is
-    writing some now, as far as can be told without making the flusher or the hit buffer, and
-    without taking a lock (for a signal handler: see ``Flusher.idle``)."""
+    """Whether this process holds or is writing anything, told without making the flusher or the
+    hit buffer and without a lock (for a signal handler: see ``Flusher.idle``)."""
     made = _flushers.peek()
     buffered = batches.held()
     return (made is not None and not made.idle()) or (buffered is not None and buffered.holds())
 
 
 def writes_at_once(config: Config) -> bool:
-    """Whether a recorded request writes the queue itself: with ``FLUSH_INTERVAL`` 0, or once
-    the process has been asked to stop."""
+    """Whether a recorded request writes the queue itself (``FLUSH_INTERVAL`` 0, or stopping)."""
     return not config.flush_interval or process.is_stopping()
 
 

@@ -65,7 +65,7 @@ Item = Visit | RoomLeave | Link
 
 def merge(earlier: Visit, later: Visit) -> Visit:
     """One visit for two of the same person queued one after the other: the later one, which
-    also takes the earlier one off its former identity, and leaves the room the earlier one put
+    also takes the earlier one off its former person, and leaves the room the earlier one put
     them in as the later one's mode says (a request that is not a page view leaves the person in
     the room of the page view before it; a page's "still here" does not undo a later page)."""
     room, mode = later.room, later.room_mode
@@ -74,7 +74,7 @@ def merge(earlier: Visit, later: Visit) -> Visit:
     return replace(
         later,
         former=later.former or earlier.former,
-        visitor=later.visitor or earlier.visitor,
+        daily_id=later.daily_id or earlier.daily_id,
         room=room,
         room_mode=mode,
     )

@@ -1,40 +1,9 @@
 """The process's one subscription to what the flushes publish, fanned out to its open streams.
 
-The first live stream of a process (of its event loop: ASGI) starts it: an asyncio task that
-subscribes to ``{prefix}:changes`` (``flushing.changes``) with a redis.asyncio client
-(``backend.clients``), however many streams are open. For a message, the snapshots of the
-rooms that the streams concerned show are read in ONE read, in a thread (the request path's own
-code, ``snapshots.read_many``), and each of those streams renders its widgets from it in that
-same thread (``Listener.render``; streams that would render the same answer share one). The
-messages that come in while a read is under way are taken together by the next one: a process
-makes one read at a time, whatever the number of processes that publish.
-
-Everything is read again every ``REFRESH_INTERVAL`` seconds, since nothing is published when
-someone's window runs out, and after a subscription was made again. The streams' readers are
-looked for where they may not be counted yet (``reading.viewer``); once Redis came back from an
-outage, or a read shows that it lost its data (a shard's epoch changed), each stream has its
-reader recorded again at once, and the streams get their next state only from a read made
-after that.
-
-While it cannot subscribe (Redis down, a failover), the streams are told they are stale (their
-widgets poll meanwhile), the log says so once per outage (``breaker``), and it subscribes again
-after a back-off that doubles from ``FIRST_BACKOFF`` up to ``FAILURE_BACKOFF``. Subscribed again,
-it has seen Redis answer: the request path's breaker, which the outage may have opened for
-``FAILURE_BACKOFF`` (a page or a poll served meanwhile), lets calls through at once, so that
-the streams' next state and their readers' new visits wait for no more. Without a message
-for ``HEALTH_EVERY`` seconds it pings, so that a Redis that stopped answering is noticed too.
-Once no stream has been open for ``LINGER`` seconds, it ends.
-
-Its one periodic task (``tick``, every ``TICK`` seconds) does what each stream would otherwise
-need a timer for (``outbox``): a heartbeat after a silence, the end at a stream's end time, the
-cancellation of a stream whose send does not complete, or that does not end when told to.
-
-SIGTERM (``flushing.stopping``, through ``process.asked_to_stop``) has every hub of the process
-end its streams (``shut_down``): each is sent its end and its response ends, those that cannot
-send it are cancelled after ``streaming.END_GRACE`` seconds, the subscription stops, and the view
-refuses new streams. An ASGI server waits for the responses under way before it exits, so this
-is what lets it exit. uvicorn, run as one process, takes SIGTERM for itself after the site was
-loaded: the first hub of the process installs the handler again, over uvicorn's.
+One subscription and one read per message for all of an event loop's streams (a ``Hub``), so
+that Redis's load grows with the processes, not the open pages; it also keeps each stream's
+timers (``tick``), re-records readers when Redis lost its data, and ends the streams at SIGTERM
+so that an ASGI server can exit. docs/how-it-works.md ("Live streams") tells how.
 """
 
 from __future__ import annotations
@@ -81,10 +50,8 @@ TICK: Final = 1.0
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
 _POLL: Final = 1.0
-#: Streams of one event loop that read their first state at the same time, at most. Django runs
-#: each ASGI request's sync code in a thread of its own: the pages that all reconnect after a
-#: restart would otherwise read at once on more connections than the request client's pool
-#: holds (redis-py's default 100), and its breaker would take that for an outage.
+#: Streams of one event loop that read their first state at once, at most: pages reconnecting
+#: after a restart would otherwise outnumber the client's pool, and its breaker see an outage.
 OPENING: Final = 8
 
 _breaker: Final = PerProcess(
@@ -108,9 +75,8 @@ class Listener(Protocol):
     rooms: frozenset[str]
 
     def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
-        """Its event for these snapshots (of its rooms, at least), or None when it has nothing
-        new to send; ``shared`` holds the answers rendered for the others of the same read. Run
-        in a thread."""
+        """Its event for these snapshots, or None when it has nothing new; ``shared`` holds the
+        answers rendered for the others of the same read. Run in a thread."""
 
     def send(self, event: str) -> None:
         """Hand it ``event`` to send (on the event loop)."""
@@ -172,8 +138,7 @@ class Hub:
             listener.stale()
 
     def catch_up(self, listener: Listener) -> None:
-        """Read ``listener``'s rooms for it: something changed between its first read and its
-        joining."""
+        """Read ``listener``'s rooms again: something changed since its first read."""
         self._joining.add(listener)
         self._wake.set()
 
@@ -198,8 +163,7 @@ class Hub:
             task.cancel()
 
     def shut_down(self) -> None:
-        """End every stream and the subscription (the process was asked to stop): the tick
-        goes on until the last stream has gone, cancelling those that do not end in time."""
+        """End every stream and the subscription (asked to stop); the tick cancels laggards."""
         for task in self._tasks[:2]:
             task.cancel()
         for listener in list(self.listeners):
@@ -270,10 +234,8 @@ class Hub:
                 self.changed(None)
 
     def _up(self, config: Config, requests: int) -> None:
-        """Subscribed: Redis answered. The request path's breaker, which the outage may have
-        opened for ``FAILURE_BACKOFF``, is closed too (unless one of its calls failed since
-        ``requests``, its generation when the subscription was asked for), so that the read
-        that follows brings the streams their state, and the flush writes their readers, now."""
+        """Subscribed: Redis answered, so the request path's breaker closes too (unless one of its
+        calls failed since ``requests``), and the streams get their state now."""
         target = config.redis_target
         if self.down:
             self._lost = True  # it may have lost its data, or a reader their window, meanwhile
@@ -295,10 +257,8 @@ class Hub:
     # Reading for the streams
 
     def _read_again(self) -> None:
-        """A read failed while the subscription may be up (the request path's breaker, opened
-        by a failure the subscription did not see, or after it subscribed): read every room again
-        once that breaker may let it through, instead of leaving the streams stale until the
-        next message or ``REFRESH_INTERVAL``. While the subscription is down, ``_up`` does."""
+        """A read failed while the subscription may be up: read every room again once the request
+        path's breaker may let it through, not at the next message (``_up`` does when down)."""
         if self._retrying:
             return
         self._retrying = True
@@ -350,11 +310,8 @@ def read_and_render(
     lost: bool = False,
 ) -> list[str | None] | None:
     """One read of ``rooms``, and each listener's event from it (in a thread); None when Redis
-    could not be read, and no event at all (an empty list) when the read shows that Redis lost
-    its data since ``epochs`` (the shards' epochs the last read saw, brought up to date here), or
-    with ``lost`` (Redis came back from an outage): each listener's reader is then recorded
-    again, to be found by the next read. Only after this read, which tells the process whether
-    the data it wrote is gone: before it, a reader this process wrote lately would be spared."""
+    could not be read; no event (``[]``) when it lost its data since ``epochs`` (updated here),
+    or with ``lost``: each listener's reader is then recorded again, for the next read."""
     config = get_config()
     sought: dict[str, dict[str, Person]] = {}
     for listener in listeners:

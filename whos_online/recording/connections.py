@@ -79,11 +79,11 @@ def entering(
         assert user is not None
         found = details if details is not None else users.details(user, config)
         kind = "hidden" if found.hidden else "users"
-        visitor = guests.visitor_id(user_person_key(found.pk), now)
-        return Link(kind, found.pk, room, connection, now, user=found, visitor=visitor)
+        daily_id = guests.daily_id(user_person_key(found.pk), now)
+        return Link(kind, found.pk, room, connection, now, user=found, daily_id=daily_id)
     member = _guest(config, address, now)
-    visitor = guests.visitor_id(f"g:{member}", now)
-    return Link("guests", member, room, connection, now, visitor=visitor)
+    daily_id = guests.daily_id(f"g:{member}", now)
+    return Link("guests", member, room, connection, now, daily_id=daily_id)
 
 
 def leaving(

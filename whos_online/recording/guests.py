@@ -251,7 +251,7 @@ def guest_network(ip: str, prefix: int) -> str:
     return str(network)
 
 
-def visitor_id(member: str, now: float) -> str:
+def daily_id(member: str, now: float) -> str:
     """What the day's unique-visitor HyperLogLog receives: always a keyed hash, whatever
     ``GUEST_IDENTITY`` says, so that nobody without ``SECRET_KEY`` can test whether a given user
     or address is among a day's visitors."""

@@ -225,7 +225,7 @@ def _recorded(
     queued: bool,
     failed: frozenset[str],
 ) -> Recorded:
-    shard = keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.kind, visit.member)
     if not queued or shard.tag in failed:
         return Recorded(Outcome.FAILED, found.at, found.room_tag)
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in

@@ -47,12 +47,12 @@ def user_visit(
 ) -> Visit:
     pk = details.pk
     return Visit(
-        kind="users",
+        unhidden_kind="users",
         member=pk,
-        now=timestamp,
+        seen_at=timestamp,
         user=details,
         former=former_guest,
-        visitor=guests.visitor_id(user_person_key(pk), timestamp),
+        daily_id=guests.daily_id(user_person_key(pk), timestamp),
         room=room,
         room_mode=room_mode,
         title=title,
@@ -70,13 +70,13 @@ def member_visit(
     title: str = "",
 ) -> Visit:
     # Bots are not visitors; guests are namespaced apart from user ids in the HyperLogLog.
-    visitor = "" if kind == "bots" else guests.visitor_id(f"g:{member}", timestamp)
+    daily_id = "" if kind == "bots" else guests.daily_id(f"g:{member}", timestamp)
     return Visit(
-        kind=kind,
+        unhidden_kind=kind,
         member=member,
-        now=timestamp,
+        seen_at=timestamp,
         former=former_user,
-        visitor=visitor,
+        daily_id=daily_id,
         room=room,
         room_mode=room_mode,
         title=title,
@@ -97,7 +97,7 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = keys.member_shard(config, visit.joined, visit.member)
+    shard = keys.member_shard(config, visit.kind, visit.member)
     if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
@@ -110,8 +110,8 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
     if not config.throttle:
         return
     tag = rooms.room_tag(visit.room) if room_tag is None else room_tag
-    recent().remember(visit.person, visit.now + config.throttle, epochs.generation(), tag)
-    if visit.former and visit.kind == "users":
+    recent().remember(visit.person, visit.seen_at + config.throttle, epochs.generation(), tag)
+    if visit.former and visit.unhidden_kind == "users":
         recent().forget(former_guest_keys(visit.former))
 
 
@@ -122,7 +122,7 @@ def record_soon(config: Config, visit: Visit) -> None:
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif keys.member_shard(config, visit.joined, visit.member).tag not in flusher.current().flush():
+    elif keys.member_shard(config, visit.kind, visit.member).tag not in flusher.current().flush():
         remember(config, visit)
 
 
@@ -131,7 +131,7 @@ def _written(config: Config, visit: Visit) -> bool:
     it was written."""
     if not queue(config, visit):
         return False
-    if keys.member_shard(config, visit.joined, visit.member).tag in flusher.current().flush():
+    if keys.member_shard(config, visit.kind, visit.member).tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True

@@ -83,6 +83,37 @@ def check_name(name: object) -> str:
     return name
 
 
+def check_count(count: object, caller: str) -> int:
+    """Return ``count`` if ``caller`` may add it to a counter; raise TypeError or ValueError."""
+    if not _is_whole_number(count):
+        msg = f"{caller}() counts in whole numbers, not {type(count).__name__}."
+        raise TypeError(msg)
+    assert isinstance(count, int)
+    if not MIN_COUNT <= count <= MAX_COUNT:
+        msg = f"{caller}() counts must be in Redis's 64-bit integer range, not {count}."
+        raise ValueError(msg)
+    return count
+
+
+def check_precision(precision: object, precisions: Sequence[int], caller: str) -> int:
+    """Return ``precision`` if it is one of ``precisions``; raise TypeError or ValueError."""
+    if not _is_whole_number(precision):
+        msg = f"{caller}() precision is a whole number of seconds, not {precision!r}."
+        raise TypeError(msg)
+    if precision not in precisions:
+        msg = (
+            f"{caller}() precision must be one of COUNTER_PRECISIONS {list(precisions)}, "
+            f"not {precision!r}."
+        )
+        raise ValueError(msg)
+    assert isinstance(precision, int)
+    return precision
+
+
+def _is_whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @functools.lru_cache(maxsize=8)
 def precisions_arg(precisions: tuple[int, ...]) -> str:
     """The precisions as the scripts read them (``parse_precisions``)."""

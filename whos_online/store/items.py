@@ -41,19 +41,20 @@ class Visit:
     """One visit to record (with slots: a process may queue 20 000 of them during an outage,
     and a visit without a ``__dict__`` takes an eighth less memory there).
 
-    ``kind`` is the set the visitor joins ("users", "guests" or "bots"; a user also gives
-    ``user``, whose ``hidden`` moves them to "hidden"). ``former`` is who the visitor was until
+    ``unhidden_kind`` says whether the person is a user, a guest or a bot ("users", "guests" or
+    "bots"); ``kind``, the set they join, is the same but for a user whose ``hidden`` moves them
+    to "hidden". ``former`` is who the visitor was until
     this visit, taken off the online sets in the same step: the guest's (or bot's) member when a
-    user logs in, the user's pk when they log out ("" for none). ``visitor`` is what the day's
+    user logs in, the user's pk when they log out ("" for none). ``daily_id`` is what the day's
     unique-visitor HyperLogLog receives ("" adds nothing).
     """
 
-    kind: str
+    unhidden_kind: str
     member: str
-    now: float
+    seen_at: float
     user: UserDetails | None = None
     former: str = ""
-    visitor: str = ""
+    daily_id: str = ""
     #: The room the visit is in ("" for none: the visitor leaves the room they were in).
     room: str = ""
     #: How the visit places the visitor (``GO``, ``KEEP`` or ``STAY``).
@@ -62,10 +63,10 @@ class Visit:
     title: str = ""
 
     @property
-    def joined(self) -> str:
+    def kind(self) -> str:
         """The set the visitor joins: a user's depends on whether they are hidden."""
         if self.user is None:
-            return self.kind
+            return self.unhidden_kind
         return "hidden" if self.user.hidden else "users"
 
     @property
@@ -76,23 +77,23 @@ class Visit:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A connection of a person entering (or renewing) ``room``, or ``leaving`` it, at ``now``.
+    """A connection of a person entering (or renewing) ``room``, or ``leaving`` it, at ``seen_at``.
 
     ``connection`` is the caller's id of one connection (a Channels consumer's
     ``channel_name``). A person is in a room while any of their connections there was renewed
     within ``WINDOW``, whatever their page room (``lua/record.lua``); entering is also a visit
     that keeps them where they are, so ``kind`` is the set they join ("users", "hidden", "guests"),
-    with ``user`` for a user and ``visitor`` for the day's HyperLogLog, as a ``Visit``'s.
+    with ``user`` for a user and ``daily_id`` for the day's HyperLogLog, as a ``Visit``'s.
     """
 
     kind: str
     member: str
     room: str
     connection: str
-    now: float
+    seen_at: float
     leaving: bool = False
     user: UserDetails | None = None
-    visitor: str = ""
+    daily_id: str = ""
 
     @property
     def person(self) -> str:

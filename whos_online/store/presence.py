@@ -18,6 +18,7 @@ from whos_online.store.keys import (
     ROOM_PREFIX,
     ROOMS_WHERE,
     gone_key,
+    layouts_known,
     links_key,
     score,
     user_key,
@@ -41,6 +42,15 @@ if TYPE_CHECKING:
 ERASURE_MARK_LIVES: Final = 86400
 
 
+def erase_user(client: Client, config: Config, pk: str, *, now: float) -> bool:
+    """Erase a user from every layout the site's processes have written in and the cleanup has
+    seen: a user recorded before ``SHARDS`` changed has their last-seen record in the old one
+    until it expires."""
+    for shards in layouts_known(client, config):
+        remove_user(client, config, pk, now=now, erase=True, shards=shards)
+    return True
+
+
 def remove_user(
     client: Client,
     config: Config,
@@ -55,7 +65,7 @@ def remove_user(
     and drop their last-seen record too.
 
     An erasure also takes them out of the rooms their connections hold, and forgets those; a
-    logout leaves them there (a connection holds the identity it was opened with until it
+    logout leaves them there (a connection holds the person it was opened with until it
     leaves). Either way a mark says when they left (the time, no more), so that a visit of
     theirs from before, still on its way from a process or sent again after an outage, does not
     bring them back: for ``WINDOW`` after a logout (a visit older than that no longer counts

@@ -116,15 +116,15 @@ def _entry(**named: str) -> tuple[str, ...]:
     return tuple(named.get(name, "") for name in ENTRY_ARGUMENTS)
 
 
-#: The sets a former identity leaves: a user's pk leaves both user sets, a guest's (or bot's)
+#: The sets a former person leaves: a user's pk leaves both user sets, a guest's (or bot's)
 #: member both anonymous sets; by the kind of the visitor.
 _FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users", "bots": "users"}
 
 
 def entries_of(config: Config, visit: Visit) -> list[Entry]:
     """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
-    shard, for a former identity that lives in another."""
-    kind, user, member, now = visit.joined, visit.user, visit.member, visit.now
+    shard, for a former person who lives in another."""
+    kind, user, member, now = visit.kind, visit.user, visit.member, visit.seen_at
     shard = member_shard(config, kind, member)
     former = visit.former
     entries = []
@@ -134,15 +134,15 @@ def entries_of(config: Config, visit: Visit) -> list[Entry]:
         if former_shard != shard:
             entries.append(_leaving(former_shard, former_kind, former, now))
             former = ""
-    visitor = visit.visitor
-    day = int(now // 86400) if visitor else None
+    daily_id = visit.daily_id
+    day = int(now // 86400) if daily_id else None
     # In ENTRY_ARGUMENTS order, written out: this runs for every visit of every flush.
     fields = (
         VISIT,
         kind,
         member,
         score(now),
-        visitor,
+        daily_id,
         "0",
         _day_end(day or 0),
         "" if user is None else user.name,
@@ -166,20 +166,20 @@ def link_entry(config: Config, link: Link) -> Entry:
             op=EXIT,
             kind=link.kind,
             member=link.member,
-            score=score(link.now),
+            score=score(link.seen_at),
             hll="0",
             room=link.room,
             connection=link.connection,
         )
         return Entry(shard, None, fields)
     user = link.user
-    day = int(link.now // 86400) if link.visitor else None
+    day = int(link.seen_at // 86400) if link.daily_id else None
     fields = _entry(
         op=ENTER,
         kind=link.kind,
         member=link.member,
-        score=score(link.now),
-        visitor=link.visitor,
+        score=score(link.seen_at),
+        visitor=link.daily_id,
         hll="0",
         day_end=_day_end(day or 0),
         name="" if user is None else user.name,
@@ -188,7 +188,7 @@ def link_entry(config: Config, link: Link) -> Entry:
         mode=KEEP,
         connection=link.connection,
     )
-    return Entry(shard, day, fields, link.now)
+    return Entry(shard, day, fields, link.seen_at)
 
 
 @functools.lru_cache(maxsize=4)
@@ -314,7 +314,7 @@ def record(
     for visit in visits:
         for entry in entries_of(config, visit):
             groups.setdefault(entry.shard.tag, (entry.shard, []))[1].append(entry)
-    now = max((visit.now for visit in visits), default=0.0)
+    now = max((visit.seen_at for visit in visits), default=0.0)
     calls = [
         call
         for shard, entries in groups.values()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from whos_online.backend import keyspace
@@ -73,6 +73,15 @@ def as_timestamp(now: float | datetime | None) -> float:
     if isinstance(now, datetime):
         return now.timestamp()
     return float(now)
+
+
+def as_utc_date(day: date | datetime | None, now: float) -> date:
+    """A day the API was given: a date, the UTC day of an aware datetime, or None for ``now``'s."""
+    if day is None:
+        return as_datetime(now).date()
+    if isinstance(day, datetime):
+        return as_datetime(day.timestamp()).date() if day.tzinfo else day.date()
+    return day
 
 
 def as_datetime(timestamp: float) -> datetime:
