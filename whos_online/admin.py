@@ -1,15 +1,8 @@
 """Who is online, in a site's own user admin: columns and a filter for its ``UserAdmin``.
 
-whos_online registers no admin of its own: a site has one ``UserAdmin`` already, often a custom
-one, and adds the mixin to it::
-
-    @admin.register(User)
-    class UserAdmin(OnlineUserAdminMixin, auth_admin.UserAdmin):
-        pass
-
-The columns read Redis once per changelist page, for all its rows together, not once per row.
-Like every read of whos_online, they fail open: if Redis cannot be read, nobody is online and
-nobody has been seen.
+A mixin for the site's ``UserAdmin`` rather than an admin of its own, since a site has one
+already (docs/admin-and-metrics.md). The columns read Redis once per changelist page and fail
+open: if Redis cannot be read, nobody is online.
 """
 
 from __future__ import annotations

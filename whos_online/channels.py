@@ -1,24 +1,9 @@
 """Presence for Django Channels: a consumer mixin that holds its person in its rooms while its
 connection is open.
 
-Mix ``PresenceMixin`` into an async consumer (``AsyncWebsocketConsumer``,
-``AsyncJsonWebsocketConsumer``), before it::
-
-    class ChatConsumer(PresenceMixin, AsyncWebsocketConsumer):
-        def get_presence_rooms(self):
-            return [f"chat:{self.scope['url_route']['kwargs']['name']}"]
-
-Once the consumer accepts the connection, its person enters its rooms (``whos_online.aenter``);
-the mixin renews them every ``presence_renew_every`` seconds (a third of ``WINDOW`` by default)
-from a task of its own, and leaves them (``whos_online.aleave``) as the consumer ends, however it
-ends: a close by either side, or the server cancelling it. A process that dies leaves nothing to
-say so: its connections stop renewing, and drop out after ``WINDOW``.
-
-The person is ``scope["user"]`` when authenticated (Channels' ``AuthMiddlewareStack`` sets it),
-else a guest named by the client's address, found as the middleware finds it
-(``TRUSTED_PROXY_COUNT``, from the ``X-Forwarded-For`` header), so that the guest of a page and
-the guest of its socket are one. Nothing here imports Channels: whos_online does not depend on
-it.
+It enters the rooms once the consumer accepts, renews them from a task of its own and leaves them
+however the consumer ends, so that a socket counts as a page does (docs/connections.md). Nothing
+here imports Channels: whos_online does not depend on it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """System checks: every ``WHOS_ONLINE`` key, the middleware's place in ``MIDDLEWARE``, the URL
-names of ``ROOMS``, and (on ``check --deploy``) whether the cleanup command runs, whether
-whos_online has a Redis database of its own, and whether Redis can be reached.
+names of ``ROOMS``, and on ``check --deploy`` the cleanup, Redis's database and its reach.
 
-The settings are checked by ``config.settings.validate`` (each key by its row of the table, the
-fields of ``Config``, then the keys that depend on each other); ``get_config`` runs the same
-function, and refuses to build a ``Config`` from settings with errors. What each URL name of the
-URLconf passes its view, which a ``ROOMS`` pattern may be formatted with, is read here too
-(``url_captures``).
+The settings are checked by ``config.settings.validate``, which ``get_config`` runs too, so that
+settings the checks refuse never make a ``Config`` (docs/checks.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The staff dashboard: its views, for active staff users only, and what it shows, read from
 Redis in a bounded number of steps.
 
-A dashboard costs a few round trips: the snapshot (counts, names, peak, visitors), the names of
-the counters kept at the chosen precision, the samples of every chart, the rooms most recently
-active, and the oldest member of the online sets. Each read is bounded: at most ``NAMES_SHOWN``
-names, ``MAX_CHARTS`` charts and ``MAX_POINTS`` slices per chart, read by HMGET of exactly those
-slices, and ``ROOMS_READ`` rooms per shard. Like every reader of the request path it fails open:
-while Redis cannot be read the dashboard shows zeros, empty charts and a warning.
+Each read is bounded, so that a big site's dashboard costs Redis little ("Reading" in
+docs/how-it-works.md); while Redis cannot be read it shows zeros, empty charts and a warning.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Who is online, as Prometheus metrics: a collector to register with a site's registry.
 
-Needs ``prometheus_client`` (``pip install "whos-online[prometheus]"``)::
-
-    from prometheus_client import REGISTRY
-    from whos_online.metrics import OnlineCollector
-
-    REGISTRY.register(OnlineCollector())
-
-Each scrape reads Redis once, the same single read that ``{% whos_online %}`` makes (counts,
-peak and today's unique visitors together), whatever the number of people online. A scrape when
-Redis cannot be read reports ``whos_online_redis_up 0`` and leaves the other metrics out, rather
-than zeros that would look like an empty site on a graph.
+Needs ``prometheus_client`` (docs/admin-and-metrics.md). Each scrape reads Redis once; one that
+cannot reports ``whos_online_redis_up 0`` without the other metrics, rather than zeros that would
+look like an empty site on a graph.
 """
 
 from __future__ import annotations

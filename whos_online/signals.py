@@ -1,9 +1,4 @@
-"""Signals whos_online sends, for code of the site that reacts to presence.
-
-``came_online``, ``entered_room`` and ``left_room`` are sent by each process's flushing thread,
-once per change its flushes wrote, never on a request (``whos_online.flushing.changes`` says what
-a retried flush sends); ``went_offline`` and ``users_went_offline`` by the cleanup (the command,
-or ``prune``), once per chunk of people whose window ran out.
+"""Signals whos_online sends, for code of the site that reacts to presence (docs/api.md).
 
 Defined here, importing nothing of whos_online, so that the engine that sends them and the site
 that receives them import them from the same place.

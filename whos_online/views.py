@@ -1,17 +1,9 @@
-"""What pages poll (the live widget's HTML and the JSON view of the counts), and the dashboard.
+"""What pages poll (the live widget's HTML and the JSON view of the counts); the staff
+dashboard's views are in ``dashboard``.
 
-Both polled views record nobody (``not_recorded``) and read Redis once (``snapshots.read``). Their
-answers are publicly cacheable for ``JSON_MAX_AGE`` seconds unless they name people only some
-viewers may see, so that a CDN can absorb the polls of a busy site. They fail open: while Redis
-cannot be read they answer the zero counts, saying so (``"ok": false``, ``Whos-Online-Ok: 0``),
-which the live widget takes as "keep showing what you have".
-
-The live widget refreshes from ``widget``: ``{% whos_online live=True %}`` itself, rendered for
-the poll, so the site's own ``whos_online/online.html`` and the plural rules of every language
-apply to refreshes as they do to the page. A page refreshes all its widgets at once from
-``widgets``, which answers each of them as ``widget`` would, in one JSON document.
-
-The staff dashboard's views are in ``dashboard``.
+The polled views record nobody, read Redis once, are publicly cacheable unless they name people
+some viewers may not see, and fail open. A widget's refresh renders the tag itself, so that the
+site's template and every language's plurals apply to it as to the page.
 """
 
 from __future__ import annotations

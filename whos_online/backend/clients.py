@@ -1,13 +1,8 @@
-"""The Redis clients whos_online makes, one of each kind per process and Redis target, always
-with short timeouts and no retries: the *request* client (the middleware, the tags, the API), the
-patient *admin* client (the cleanup command, which should fail loudly), and the asyncio client of
-the live streams' subscription.
+"""The Redis clients whos_online makes, one of each kind per process and Redis target: the
+request client, the cleanup's patient admin client, and the live streams' asyncio client.
 
-They come from ``REDIS_URL`` (a node of a cluster with ``REDIS_CLUSTER``) or from the django-redis
-cache named by ``REDIS_ALIAS``: its host, password, TLS and connection class, or its Sentinels
-and service name. They are built here rather than taken from django-redis, so that every kind of
-deployment gets the timeouts and the no-retry policy: redis-py's default retry turns a refused
-connection into seconds and a frozen server into a minute per call.
+Built here rather than taken from django-redis, so that every deployment gets short timeouts and
+no retries ("Redis connections" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

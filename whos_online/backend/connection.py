@@ -1,11 +1,9 @@
-"""The one call that goes to Redis on the request path: with the request client, behind the
-circuit breakers that keep an outage off the page, failing open (``call``); on a Sentinel-managed
-master, asking the Sentinels which server is the master at most once a second, and once more when
-a call meets a replica.
+"""The one call that goes to Redis on the request path (``call``): with the request client,
+behind the circuit breakers that keep an outage off the page, failing open; and, under Sentinel,
+which server is the master now.
 
-After an outage is seen, a process stops calling that Redis target for ``FAILURE_BACKOFF``
-seconds: an outage costs each process one failed call per back-off, and the log one warning. A
-Redis that answers but refuses writes opens a breaker of its own, which stops writes only.
+An outage costs each process one failed call per ``FAILURE_BACKOFF`` and the log one warning
+("Redis connections" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Where whos_online's keys live in Redis, and how its Lua scripts are loaded.
+"""Where whos_online's keys live in Redis: their hash tags, the shards people are split over, and
+the removal of a test run's keys.
 
-Every key starts with a Redis Cluster hash tag, ``{…}``, so that the keys one script or
-transaction touches always share a slot. The site-wide keys (the peak, the counters, the cleanup
-lock) use the *base* tag ``{KEY_PREFIX}``. The people online are split into ``SHARDS`` shards, each
-with a tag of its own; with one shard (the default) that tag is the base tag, so everything sits
-in the one slot ``{KEY_PREFIX}``.
-
-With several shards the tags are chosen so that their slots spread evenly over the cluster's
-16384 slots, starting at the base tag's slot: shard 0 shares the base tag's slot (so that the read
-of shard 0 can carry the peak), and shard *i* lies about *i*/N of the way round from it. A cluster
-whose masters own equal, contiguous ranges of slots (as ``redis-cli --cluster create`` assigns
-them) thus holds about N / masters shards on each master. The tags carry the shard count
-(``{whos_online:2/4}``), so that a change of ``SHARDS`` starts a layout of its own instead of
-mixing two layouts in one set. Every key of a prefix starts with one of its tags, which is how a
-test process's keys are found and removed as it ends (``remove_prefix``).
+Every key starts with a Redis Cluster hash tag, so that the keys one script touches share a slot;
+``SHARDS`` splits the people over tags whose slots spread evenly over a cluster
+(docs/how-it-works.md, under the table of keys).
 """
 
 from __future__ import annotations

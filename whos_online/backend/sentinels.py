@@ -1,27 +1,8 @@
 """Following a Sentinel failover the moment the replica is promoted, not a second later.
 
-Sentinel names the promoted replica only once it has read the new role from the replica's INFO,
-about a second after sending it ``REPLICAOF NO ONE``; all that time the former master stays a
-writable master, and every write sent there is lost when Sentinel later turns it into a replica.
-Asking the Sentinels more often cannot close that gap: they do not know yet. The Sentinel leading
-the failover does announce the promotion on its pub/sub channels, though, as it sends the command
-(``+failover-state-wait-promotion``). So each process listens to every Sentinel on a daemon thread
-and, on that message, points its pool at the promoted replica at once. The Sentinels' own answer
-takes over again as soon as it names anything but the replaced master, when the failover is
-announced as aborted, or after ``PROMOTION_TRUST`` seconds in any case.
-
-An announcement moves the writes, and the Redis password with them, to the address it names, so
-it is followed only when that address is one the Sentinels know as a replica of the service's
-master: one Sentinel that announces a failover no quorum agreed to, naming a server none of the
-Sentinels knows, changes nothing. The replicas are asked for when a listener subscribes, when a
-Sentinel announces a new one (``+slave``) and after a followed failover; an address not among
-them is checked by asking the Sentinels again, with the request path's short timeouts, on the
-listener's thread.
-
-The listener is a help, never a dependency: a Sentinel that cannot be reached is tried again
-every ``LISTEN_RETRY`` seconds, and meanwhile ``connection.MasterWatch`` keeps asking the
-Sentinels once a second, as it would without it. Nothing a Sentinel sends stops it: a message
-that cannot be read (not UTF-8, not text at all, not the fields Sentinel sends) is ignored.
+The Sentinels name a promoted replica about a second after promoting it, and what is written to
+the former master meanwhile is lost; the Sentinel leading the failover announces the promotion at
+once, so each process listens for it ("Redis connections" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

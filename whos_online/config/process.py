@@ -1,22 +1,9 @@
-"""State of one process, in one home: each piece (``PerProcess``) made the first time the process
-asks for it, in that process, and all dropped together when settings change (``reset_home``);
-where the process is in its life (asked to stop, or writing what it holds as it exits); and the
-threads whos_online starts in it, which never take a stop signal (``start_thread``). Under a test
-run, a process also writes under a key prefix of its own, as Django gives the tests a database of
-their own, and removes those keys as it ends (``run_keys``).
+"""State of one process, in one home (``PerProcess``, ``reset_home``), where the process is in its
+life, and the threads whos_online starts in it (``start_thread``).
 
-The queue of visits, its flushing thread, the buffer of page hits and the Redis clients hold
-locks, threads and sockets that belong to the process that made them. A process forked from
-another (a gunicorn worker, a ``multiprocessing`` child, a fork of a fork) must not use its
-parent's: a lock another thread held at the fork stays held for ever, the thread did not come
-along, and the parent writes what it queued itself.
-
-Nothing is made at import time or in a fork hook: under gunicorn's gevent and eventlet workers
-with ``--preload``, the app is imported in the arbiter, before the worker patches ``threading``,
-and a lock made then is an OS lock, on which one greenlet waiting for another blocks the whole
-worker. Made at first use, in the worker, it is the patched kind. A fork is noticed by the
-process id, which costs one ``getpid`` per look-up, and is made safe without a lock: two
-threads that race to make the first value each make one, and the first stored wins.
+Each piece is made at first use in the process that asks, never at import or in a fork hook, so
+that a forked process or a gevent worker never uses another's lock, thread or socket
+("Per-process state" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

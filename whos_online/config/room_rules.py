@@ -1,18 +1,7 @@
 """``ROOMS``: what a URL name's entry says, checked and made into a rule the middleware applies.
 
-An entry gives the room of a request that resolved to that URL name, and may give it a title
-for people (the dashboard shows it instead of the room's name):
-
-- a pattern, ``"topic:{pk}"``, formatted with the URL's keyword arguments, or with its
-  positional captures by number (``"page:{0}"``, for a catch-all view such as a CMS's);
-- a dict, ``{"room": "post:{slug}", "title": "Post {slug}"}``: a pattern and a title pattern;
-- a dict ``{"call": "myapp.rooms.room_of"}`` (or the function itself) for what a pattern
-  cannot say, such as the page a CMS resolved: called with the request once its view is known,
-  it returns the room, a ``(room, title)`` pair, or None for no room.
-
-A pattern or a function that makes no room name (a capture too long, a function that fails)
-puts the request in no room rather than failing it: the system checks report entries that are
-malformed or that name captures a URL does not have.
+An entry is a pattern, a dict with a title, or a function (docs/rooms.md); one that makes no room
+name puts the request in no room rather than failing it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What a ``WHOS_ONLINE`` value may hold and what it becomes: the parts of the table of settings
 (``settings.Config``), a row of which ``setting`` makes.
 
-Each returns what is wrong with a value (nothing, or the phrases that finish
-"WHOS_ONLINE['KEY'] …"), so that ``settings.validate`` can report every problem at once. A check
-looks at its own value only; those that weigh two settings against each other are in
-``validation``. Who ``SHOW_NAMES_TO`` names, and who counts as staff, are rules on a user made
-here too (``name_audience``, ``is_staff``), apart from the views that apply them, and a Redis URL
-as log lines may show it (``redact_url``).
+Each check returns what is wrong with its own value, so that every problem is reported at once;
+those that weigh two settings are in ``validation``. The rules on users that settings name
+(``name_audience``, ``is_staff``) and ``redact_url`` live here too.
 """
 
 from __future__ import annotations

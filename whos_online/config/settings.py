@@ -1,11 +1,8 @@
 """The one place that reads ``settings.WHOS_ONLINE``, and the table of its keys.
 
-Each key is one field of ``Config`` (``rules.setting``: key, default, check with its id and hint,
-how the value is built), from which the defaults, the system checks and the ``Config`` are made:
-a new setting is one edit here. The frozen ``Config`` is made once per process (no dict look-up
-or regex on the request path) and dropped with the process's state (``process.reset_home``) when
-a setting it reads changes (``override_settings``). Invalid settings fail ``get_config`` as they
-fail the checks; under tests a process writes under keys of its own (``process.run_keys``).
+Each key is one field of ``Config``, from which the defaults, the checks and the ``Config`` are
+made, so that a new setting is one edit here. The ``Config`` is made once per process and dropped
+when a setting it reads changes.
 """
 
 from __future__ import annotations

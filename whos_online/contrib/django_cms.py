@@ -1,18 +1,8 @@
 """django CMS pages as rooms: ``WHOS_ONLINE = {"ROOMS": django_cms.ROOMS}``.
 
-django CMS serves every page through one view (``pages-details-by-slug``, which captures the
-page's path as ``slug``, and ``pages-root`` for the home page), and an editor works on a page in
-the admin's edit and preview views of its content (``admin:cms_placeholder_render_object_edit``
-and ``…_preview``, which take the content type's and the content's ids by position). ``ROOMS``
-points all four at ``page_room``, which names the room by the page's primary key, so that a
-reader, and an editor on the same page, are counted in one room, which keeps its name when the
-page moves or is renamed (its languages share it).
-
-A private page's room is for those shown its content: a page that needs a login, or that the
-viewer may not see (``user_can_view_page``, django CMS's own test), is in no room, whatever the
-response (the CMS answers those with a redirect to ``LOGIN_URL`` or a 404, which enter no room
-either). django CMS is imported when ``page_room`` is first called, never at import, so that a
-settings module can import this one.
+A page's readers and the editors working on it count in one room, named by the page's primary
+key so that it keeps its name when the page moves; a page the viewer may not see is in no room
+(docs/rooms-on-any-site.md). django CMS is imported at first use, so that settings can import this.
 """
 
 from __future__ import annotations

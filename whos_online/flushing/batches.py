@@ -1,14 +1,8 @@
 """What one flush sends: the queue's visits and the page hits, made into script calls shard by
 shard, and the replies handed back group by group.
 
-Each shard's entries go in one call of its record script (``record.batch_calls``), which
-loops over them. The base shard's call, the one whose slot holds the site-wide keys, also carries
-the page hits and the layout the process registers: never a call of its own.
-
-Page hits are counted in the process (``HitBuffer``, per second, so that each lands in its slice
-at every precision however late it is written) and leave it as numbered batches: a batch whose
-write failed is sent again as it is, and the script skips one it has added, so that each hit is
-added once.
+Page hits ride on the base shard's call as numbered batches, so that a batch sent again is added
+once ("The flusher" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """What the flushes changed, told off the request path: Django signals for the site's code, and
 one message on Redis for the open pages' live streams.
 
-A flush reads back from each shard's reply who came online (was not online until the visit) and
-which rooms each entry left and entered (``store.record``). The flusher notes that here
-(``Pending.take_in``), on whatever thread wrote the batch, and its own thread then sends it
-(``Pending.deliver``), so that neither a receiver nor the publish ever runs on a request:
-
-- one signal per change: ``came_online``, ``entered_room``, ``left_room`` (a person moving from
-  one room to another left one and entered the other);
-- at most one message per ``PUBLISH_EVERY`` seconds per process on ``{prefix}:changes``: the
-  rooms changed since the last one and whether the site's list changed (someone came online, or
-  a former person left the online sets: a login's guest, a logout's user). A reader who left a page
-  still counts in its room for ``LEAVE_GRACE`` seconds (a reload must not take them out), so
-  their room is published again once those have passed, when the pages can show them gone.
-
-What is sent when a flush is retried: a batch whose write failed is sent again, and its changes
-are told once it is written, as they are found then; a batch that was written but whose reply was
-lost (a timeout after Redis ran it) is not told, and its retry finds nobody new and no room
-changed. Receivers hear of a change at most once, and in the rare second case not at all. A
-receiver that raises is logged and the others still hear of it.
-
-``went_offline`` is sent by the cleanup (``whos_online.api.reporter``), not from here.
+Noted on the thread that wrote a batch and told from the flusher's thread, so that neither a
+receiver nor the publish runs on a request ("Changes" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""The visits a process has recorded and not written yet: one per person, in the order of each
-person's latest.
+"""The visits a process has recorded and not written yet: one per person, their latest.
 
-The request path puts a visit here and moves on; ``whos_online.flushing.flusher`` takes everything
-at once and writes it, and hands back what it could not write (``settle``), which goes back ahead of
-what was queued since. Two visits of one person before a write become one: their latest, which keeps
-what the earlier one did that the latest does not undo (see ``merge``). So while Redis cannot be
-written, a person who goes on browsing holds one visit here, however many pages they open.
-
-The queue is bounded, in people: a visit of someone not queued yet that finds it full is dropped
-and counted, which only happens while Redis cannot be written for long. What a write has taken
-counts against the bound until it is settled, so that what comes back always fits.
-
-Beside the visits wait the writes a logout makes with the next flush rather than in its request
-(``FlushJobs``): what does not fit an entry of a batch, run in the order they came, before the
-queue, which holds what came after them.
+The request path puts a visit here and moves on; the flusher takes everything and hands back what
+it could not write, ahead of what came since. Bounded in people, so that an outage costs memory
+per person, not per page ("The flusher" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

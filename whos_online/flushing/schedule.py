@@ -1,11 +1,8 @@
-"""When a process's writes are made: the thread that writes its queue (it sleeps until the
-earliest deadline it was given, flushes, and after a flush that failed waits out the back-off,
-whatever the pages queue meanwhile), and the tries of a stopping process's writes through a
-stall of Redis (``write_until``), past the breakers, until ``STOP_TIMEOUT`` after the stop began.
+"""When a process's writes are made: the thread that writes its queue at the deadlines it is
+given, and the tries of a stopping process's writes through a stall of Redis (``write_until``).
 
-Started with the first deadline, in the process that asks (a forked child starts its own, since
-the parent's thread did not come along; see ``config.process``), and stopped at exit or when
-the settings change (tests).
+Started with the first deadline, in the process that asks, and stopped at exit or when the
+settings change; a failed flush waits out the back-off, whatever the pages queue meanwhile.
 """
 
 from __future__ import annotations

@@ -1,54 +1,8 @@
-"""Writing what a process holds as it stops.
+"""Writing what a process holds as it stops, however it stops short of being killed.
 
-A process that exits normally writes what it holds at ``atexit``, and a process that
-multiprocessing started in its finalizers (``apps`` and ``flusher`` register both). Some never
-get there, because SIGTERM ends them by its default action: a ``multiprocessing`` pool's workers,
-which ``Pool.terminate`` (and so ``with Pool()``) stops that way; uvicorn's processes, which
-re-raise the SIGTERM they caught once their graceful shutdown is over, after putting back the
-handler they found; a script or a ``runserver`` told to stop. So ``apps.ready`` installs a SIGTERM
-handler, on the main thread, over the one it finds, whatever the server, and whether or not the
-process records anything: at the signal it writes what the process holds, has every visit and
-page hit written at once from then on (``process.stop_soon``), and hands the signal on to the
-handler it replaced, or to the default action.
-
-Where it is installed matters: uvicorn loads the site before it takes the signals when it runs
-one process, so the handler runs once, at the end, when uvicorn raises the signal again; its
-``--workers`` and ``--reload`` processes load the site inside, so the handler runs at the signal,
-before uvicorn's, and the requests the server finishes afterwards write their own visits and hits.
-(The first live stream of a one-process uvicorn installs the handler again, over uvicorn's, so
-that the signal ends the streams before uvicorn waits for them: ``live.subscription``.)
-A fork inherits the handler (a ``multiprocessing`` child, a fork of a fork); spawn and forkserver
-children install their own when they set Django up.
-
-Left alone: SIGINT, which Python turns into ``KeyboardInterrupt``: the process then unwinds and
-``atexit`` writes, and a shell or a command that catches it goes on as it would without us
-(uvicorn raises it again with the handler it found, Python's, in each of its processes). A SIGTERM
-that is ignored, or handled by code Python does not see, is left so too. gunicorn's workers, which
-leave through ``sys.exit`` (``atexit`` writes), keep their own handler: gunicorn sets it so that
-the signal does not interrupt a request's system calls, and under its gevent and eventlet
-workers a handler must not wait. Under gevent or eventlet elsewhere, the handler writes nothing
-itself (it may run in their hub, where waiting is an error) and only has each later visit written
-at once.
-
-The handler writes from a thread of its own: it runs on the main thread (an ASGI server's event
-loop), which the signal may have caught inside the queue's lock or the page hits'. The threads
-whos_online starts block SIGTERM (``process.start_thread``), so that the signal goes to a thread
-that acts on it, never to one that would leave the main thread waiting in C without knowing.
-
-In a child of ``multiprocessing`` the signal must end the process even when Python is slow to
-run the handler. Python runs a handler when the main thread next runs Python code, and a signal
-that lands just before the main thread blocks in C (a pool's worker going back to wait for a task
-on its queue's lock, which ``Pool.terminate`` holds) is noted and not acted on: the worker waits
-for ever, and ``terminate()`` with it, where the default action would have ended it. So there,
-where the handler goes over the default action, Python also writes the number of each signal it
-handles to a pipe (``signal.set_wakeup_fd``, unless something else, an event loop, owns that
-already), which a thread of ours reads (``MissedSignalWatch``): when the handler has not run
-shortly after a SIGTERM, the thread sends the signal again to the main thread, whose wait it
-interrupts, until the handler runs. Other processes (servers, scripts) keep no such thread: a
-server has its own handler, and a script's operator sends the signal again.
-
-A process that is killed (SIGKILL, a crash) loses what it held: at most the last
-``FLUSH_INTERVAL`` of visits and page hits, or what an outage kept queued.
+A SIGTERM's default action, uvicorn's SIGTERM raised again and a pool's ``terminate`` all skip
+``atexit``, so ``apps.ready`` installs a handler that writes what the process holds and hands the
+signal on. docs/how-it-works.md tells how, and docs/deployment.md what each server does.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What an open stream holds of its process, and no more: one of the streams the process opens
-(``MAX_STREAMS`` in all, ``MAX_STREAMS_PER_CLIENT`` per session, ``MAX_STREAMS_PER_ADDRESS`` per
-address without one), and, once it has sent its first state, neither its request's thread nor
-that thread's database connections (``let_go``).
+(``MAX_STREAMS``, and caps per session and per address) and, once it has sent its first state,
+neither its request's thread nor that thread's database connections (``let_go``).
 
-An open stream holds a connection, so a file descriptor: at the process's limit of open files the
-server would accept no connection at all, pages included. A refused stream is answered 503, its
-page polls, and the log says so once per episode of refusals.
+An open stream holds a file descriptor: at the process's limit of open files the server would
+accept no page either. A refused stream is answered 503, and its page polls.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """A live widget: its options, the URL that carries them, and the tag rendered for a refresh.
 
-``{% whos_online live=True %}`` refreshes from the widget views, which render the same tag with
-the same options in the page's language. Each option is one field of ``WidgetOptions``, which
-says its default and how the URL carries it: the tag takes the field as a keyword argument
-(``with_options``), writes it in the widget's URL (``WidgetOptions.query``), and the views read
-it back (``WidgetOptions.from_query``) and render the tag with it (``render``).
+Each option is one field of ``WidgetOptions``, from which the tag's argument, the widget URL's
+query and the views' reading of it are derived, so that a new option is one field.
 """
 
 from __future__ import annotations

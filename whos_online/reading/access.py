@@ -1,10 +1,8 @@
 """Who may see what: a room (its token, or ``ROOM_ACCESS``) and names (``SHOW_NAMES_TO``).
 
-A room token, carried in the URLs a tag renders, proves that a viewer was shown a room: when it
-was issued, and a keyed MAC over the room, the viewer's session and that time, accepted only
-exactly as issued, for ``ROOM_TOKEN_MAX_AGE`` seconds. Who may see names is decided without
-loading the session when the request carries no session cookie, so that the answer to everyone
-else stays one a cache may share.
+A room token, a keyed MAC over the room, the viewer's session and when it was issued, proves for
+``ROOM_TOKEN_MAX_AGE`` seconds that a viewer was shown a room. Names are decided without loading
+the session when there is no session cookie, so that the answer to others stays cacheable.
 """
 
 from __future__ import annotations

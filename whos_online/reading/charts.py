@@ -1,12 +1,8 @@
 """Line charts of counter samples as inline SVG, drawn on the server.
 
-Drawing on the server keeps the dashboard free of any external resource and of any JavaScript
-library: the page is complete as it arrives, and a refresh swaps in new markup. Everything here is
-a pure function of its arguments; every text that reaches the markup goes through ``format_html``,
-so titles and labels (counter names are anyone's text) are escaped.
-
-Colours come from CSS: lines and areas use ``currentColor``, so ``color`` on the ``<svg>`` (or an
-ancestor) picks the series colour, and the classes let a stylesheet restyle the rest.
+Drawn on the server, so that the dashboard needs no external resource nor JavaScript library:
+pure functions, every text escaped by ``format_html`` (counter names are anyone's text), colours
+from CSS (``currentColor``).
 """
 
 from __future__ import annotations

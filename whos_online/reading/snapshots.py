@@ -1,24 +1,8 @@
 """Reading the site's snapshot, and keeping the one a process read last for ``SNAPSHOT_MAX_AGE``.
 
-A read is one round trip on one Redis; on a cluster, one per shard, and a shard whose node fails
-counts as empty (its breaker logs the outage once) while the others are still shown.
-
-With ``{% whos_online %}`` on every page, reading Redis for every render makes the read path the
-limit of one Redis long before recording is. Keeping the last snapshot for a couple of seconds
-makes the read load grow with the number of processes instead of the number of page views.
-
-Someone who arrived moments ago (on the site, or in a room) is looked for instead
-(``reading.viewer``): the read of their page, which cannot be a kept one, tells whether Redis
-counts them yet. Someone online already is in the kept snapshot's counts anyway, so recording
-them again (most recorded visits) costs no read.
-
-Dropping the kept snapshot whenever a process records a visit would do the same for that process
-only, and at scale, where every process records visits all the time, it would make nearly every
-render read Redis again. A logout or an erasure this process handles does drop it, so that the
-person gone is not shown to the next pages it serves.
-
-Only the template tags, the JSON view and the metrics keep snapshots; the Python API and the
-dashboard read afresh.
+With the tag on every page a read per render would make reading the limit of one Redis; kept a
+moment, the read load grows with the processes instead of the page views ("Reading" in
+docs/how-it-works.md).
 """
 
 from __future__ import annotations

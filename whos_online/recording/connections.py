@@ -1,12 +1,8 @@
 """Connections entering and leaving rooms: what ``enter`` and ``leave`` queue.
 
-A connection (a WebSocket, a server-sent stream, any long-lived channel the site keeps) holds its
-person in a room while it is open: it enters, renews within ``WINDOW``, and leaves. What it says
-is queued in the process like a visit, and written with the next flush: the caller never waits on
-Redis. The person is a user, by primary key (with what ``HIDE_USER`` and ``DISPLAY_NAME`` say,
-which may read the database: an event loop runs them in a thread), or a guest, by the day's
-pseudonym of an address, as ``record_guest`` names them. Which address is the client's (behind
-proxies) is the caller's to say.
+A long-lived channel (a WebSocket, a server-sent stream) holds its person in a room while it is
+open; what it says is queued like a visit and written with the next flush, so that the caller
+never waits on Redis (docs/connections.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Rooms: who is on one page ("3 people are reading this topic"), besides who is on the site.
 
-A request is in a room when ``ROOMS`` names a room for its URL (a site's way to give rooms to the
-views of apps it did not write), or when its view says so with ``set_room`` (or the ``in_room``
-decorator), which wins. A person is in one room at a time, the room of their latest page view
-(``is_page_view``: a page opened in a tab or a frame, or a navigation that a library's request says
-it stands for, answered with a page); a page view without a room takes them out of theirs, and they
-stay online site-wide. Other requests (a page's own fetches, a form's POST, an error page, a page
-fetched ahead of time) keep them where they are.
-
-The throttle cookie says which room it was issued for, as a short keyed tag covered by its MAC,
-so that staying in one room costs nothing (no Redis, no SQL) while moving to another is recorded
-at once. A site that never names a room sends the same cookie as before.
+A request is in the room ``ROOMS`` names for its URL, or the one its view sets (``set_room``,
+which wins); a person is in the room of their latest page view (``is_page_view``), and the throttle
+cookie's room tag makes staying in a room cost nothing.
 """
 
 from __future__ import annotations

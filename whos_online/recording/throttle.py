@@ -1,22 +1,8 @@
 """The throttle cookie and the in-process memory that spare Redis on most requests.
 
-The cookie says "this browser was recorded at EXPIRY - THROTTLE, in THIS room, while it had THIS
-session and THIS address; it needs no new write before EXPIRY". It is bound to the raw session
-cookie, not to the user: Django rotates the session key on login and flushes it on logout, so a
-login, logout or switch of user invalidates the cookie without the middleware ever loading the
-session or the user on a throttled request.
-
-The browser keeps it for ``WINDOW`` seconds, as long as the visit it speaks of counts: after
-EXPIRY it no longer spares a write, but it still tells the template tags that its viewer is online
-already (``whos_online.reading.viewer``), and in which room.
-
-The value is ``EXPIRY.MAC`` with a keyed BLAKE2b MAC, checked in a few microseconds; Django's
-``TimestampSigner`` would do the same job several times slower on every request. Anything that
-does not verify, whatever its shape or size, counts as no cookie at all.
-
-Clients that drop cookies (curl, API clients, most bots) are remembered instead in a bounded
-per-process memory keyed by their identity, so that they too cost at most one write per
-``THROTTLE`` seconds per process.
+A browser recorded moments ago needs no write: its cookie says so, checked in microseconds without
+loading the session or the user; clients that keep no cookie are remembered in the process instead
+("The throttle cookie" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What the cleanup command removes, a step at a time: people gone from the sets and the rooms.
 
-Each call is bounded by ``PRUNE_CHUNK_SIZE`` members, and a rooms' call by ``ROOMS_PAGE_SIZE``
-rooms too, so that removing a million members or walking a million rooms never keeps Redis busy
-for long; ``prune_with`` and ``prune_rooms`` loop over the steps and report what went, to the
-cleanup command (its patient client, errors raised) and to the API's ``prune`` (behind the
-breaker).
+Each step is bounded (``PRUNE_CHUNK_SIZE`` members, ``ROOMS_PAGE_SIZE`` rooms), so that removing
+a million members never keeps Redis busy for long; the command and the API's ``prune`` loop.
 """
 
 from __future__ import annotations

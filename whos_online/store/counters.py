@@ -1,19 +1,8 @@
 """Time-series counters in Redis, kept at several precisions ("Redis in Action" 5.2).
 
-A counter ``name`` at precision ``p`` seconds is a HASH ``{prefix}:counter:<p>:<name>`` mapping the
-start of each ``p``-second slice (Unix seconds) to a count. The sorted set ``{prefix}:counters``
-names every such HASH by its member ``<p>:<name>`` (all scores 0, so that it can be walked in
-lexical order a page at a time). Cleaning keeps the newest ``COUNTER_SAMPLES`` slices of each.
-
-Two kinds of update share this layout: ``increments`` add to a slice (``update_counter``, page
-hits), and the online counts keep the largest value seen in a slice; that second kind lives in
-the record script, which shares the Lua functions of ``lua/includes/counters.lua`` with the
-scripts here.
-
-Every script keeps one invariant that makes cleaning race-free: a counter HASH that exists is
-named in the known set. Writers create a slice and add the name in one script; the cleaner drops
-the name only in a script that sees the HASH empty, so an update landing during a clean either
-runs before that script (and the name stays) or after it (and adds the name back).
+One HASH per counter and precision (slice start to count), and a sorted set naming them all so
+that the cleanup finds them; every script keeps a counter that exists named in that set, so that
+cleaning never loses an update (docs/counters.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""Noticing a Redis that lost its data: each shard keeps a random word, its *epoch*, while its data
-lasts.
+"""Noticing a Redis that lost its data: each shard keeps a random word, its *epoch*, while it lasts.
 
-A throttle cookie (and the process's memory of the visitors it recorded) says "recorded, no need
-to write again for THROTTLE seconds". After a Redis restarts without its data, or a ``FLUSHDB``
-(``cache.clear()`` on a shared database), that is no longer true, and without a way to tell, the
-people online would stay missing until their cookies ran out.
-
-So the first batch written to a shard that has no epoch sets one (``lua/record.lua``), every
-batch and every read tells the process the shard's epoch, and the cookie carries the epoch of its
-visitor's shard as it was when they were recorded. A cookie whose epoch the process knows to be
-gone no longer spares a write: the visitor is recorded again on their next page, and a Redis that
-came back empty is filled again as people browse. The process's memory of recent visitors is
-dropped whenever an epoch it knew changes.
-
-Until a process knows the epoch of every shard (it learns them with its first read of the site, or
-its first batches), it takes every cookie at its word. A cookie handed out meanwhile carries no
-epoch, only the time of its visit. An epoch says when it began (in hexadecimal seconds, before
-its random part), so that once the process knows every shard's, such a cookie still spares its
-writes if every epoch began before its visit: the data it speaks of has lasted since. A freshly
-started process therefore hands out no cookie that costs a second write later. Only a cookie
-whose visit came within ``CLOCK_SKEW`` of an epoch's beginning costs its visitor that single
-write.
+A throttle cookie carries its shard's epoch, so that after a restart without data, or a
+``FLUSHDB``, its visitor is recorded again on their next page instead of staying missing until the
+cookie runs out (docs/how-it-works.md tells how a process learns the epochs).
 """
 
 from __future__ import annotations

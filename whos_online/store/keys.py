@@ -1,17 +1,8 @@
 """The names of the presence keys in Redis, the layouts of shards that may hold them, and the
 one place that spells the strings naming a person.
 
-``keyspace`` gives every key its hash tag: the people online under the tag of their shard, the
-site-wide keys (the peak, the layouts seen) under the base tag. This module says what each key of
-a shard holds and which shard a person's keys live in, so that every other module of ``store``
-names keys the same way.
-
-A person is a member of one of the online sets: a user by primary key (in ``users``, or
-``hidden`` for those ``HIDE_USER`` hides), a guest or a bot by the pseudonym of their address.
-Besides the member itself, one more string names them: their *key*, ``u:<pk>`` for a user
-whichever set holds them, ``<kind>:<member>`` otherwise. The process's queue and its memory of
-recent visitors are keyed by it, the HASH of who is in which room holds it as a field, and a
-user's shard is chosen by it (a guest's by the member alone).
+Every other module of ``store`` names keys through here, so that they all agree; a person's *key*
+and *member* are in the glossary of docs/how-it-works.md.
 """
 
 from __future__ import annotations

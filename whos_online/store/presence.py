@@ -1,10 +1,8 @@
 """Whether given users are online, and taking one off (or out of a room): the reads and writes
 about a person.
 
-Each read is one pipeline, O(log N) per user or bounded by its ``limit``, never a walk of a set.
-The reads come as ``ask_*``, which queue their commands on a pipeline of the caller's and return
-what makes the answer of their replies: the API sends a read in the round trip that writes the
-process's queue (``store.scripts.run_then``).
+Each read is one pipeline, never a walk of a set, queued on the caller's pipeline (``ask_*``) so
+that the API reads in the round trip that writes the process's queue.
 """
 
 from __future__ import annotations

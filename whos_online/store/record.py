@@ -1,11 +1,8 @@
 """Recording visits: the batches of ``lua/record.lua``, one call per shard, that put people
 online, in their rooms, and what each call answers (``Reply``).
 
-A process queues the visits of its requests and writes them in batches
-(``whos_online.flushing.flusher``): each shard's entries go in one call, all the calls of one flush
-in one round trip on one Redis. This module turns visits into the entries of those batches, in their
-shards, and the entries of a shard into its call. What every call of a Config sends alike is worked
-out once and kept (``_Recording``), rather than anew on every flush.
+Queued visits become entries in their shards, and a shard's entries its call; what every call of
+a Config sends alike is worked out once (``_Recording``), not on every flush.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What reading whos_online returns: the values of the Python API, and the ``Snapshot`` that the
 template tags, the JSON view, the dashboard and the metrics read from.
 
-A ``Snapshot`` is one read of the whole site (counts, the newest names, the peak and the day's
-visitors), made in one round trip per shard. Everything shown about the site at one moment comes
-from one snapshot, so that a page never shows counts and names from two different moments; its
-properties turn the raw reply into API values only when a page asks for them.
+Everything shown of the site at one moment comes from one snapshot, so that a page never mixes
+two moments; its properties make API values only when a page asks for them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""One read of the site, or of a room: the counts, the newest names, the peak and the visitors;
-the site-wide figures alone (the all-time peak, the day's visitors), and the samples of them the
-cleanup takes with several shards (``sample``); and the rooms' titles for people, kept beside the
-HASH of who is where (``rooms:titles``).
+"""One read of the site, or of a room, in one round trip; the site-wide figures alone and their
+samples with several shards (``sample``); and the rooms' titles for people.
 
-A read is one ``lua/snapshot.lua`` call per shard, all sent in one round trip on one Redis, and
-combined here into one ``Snapshot`` of the whole site. Asking each shard for a share of the names
-rather than for all of them keeps the read small as shards are added (``shard_limit``).
+Each shard is asked for a share of the names, so that the read stays small as shards are added
+("Reading" in docs/how-it-works.md).
 """
 
 from __future__ import annotations

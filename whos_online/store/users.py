@@ -1,11 +1,8 @@
 """What whos_online stores about a user, and how a stored primary key becomes the user's again.
 
-A user is stored by primary key, as text, with a display HASH (name, profile URL, last seen) that
-the site's ``DISPLAY_NAME`` and ``HIDE_USER`` decide. Those run when the user is recorded, never
-when the list is read, so that rendering the list costs no SQL query. A name is shown to everyone,
-inside the page's own text, and a URL is linked: both are cleaned first (``clean_name``,
-``linkable_url``), so that neither can change how the page around them is laid out, nor run
-script.
+``DISPLAY_NAME`` and ``HIDE_USER`` run when the user is recorded, never when the list is read, so
+that the list costs no SQL; names and URLs are cleaned first, so that neither can change the page
+around them nor run script.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """``{% whos_online %}``, ``{% online_count %}`` and ``{% last_seen user %}``.
 
-Thin wrappers over the API. A page that uses several of them reads Redis once: the snapshot is
-kept on the request for the rest of the render.
-
-``{% whos_online live=True %}`` renders the same markup plus what ``static/whos_online/live.js``
-needs to refresh it: the URL of the widget view, which renders this same tag with the same
-arguments in the page's language, the interval, and the URL of the view that answers every
-widget of a page in one request (``views.widgets``). The sentence is thus written in one place
-(``whos_online/online.html``, with ``_names_html`` below for the list of names), whether on the
-page or in a refresh. Because the live widget's refreshes go to a public URL, it names people only
-to those ``SHOW_NAMES_TO`` allows, from the first render on; others see counts ("2 users and 12
-guests").
+Thin wrappers over the API; a page that uses several reads Redis once, the snapshot being kept on
+the request. A live widget's refresh renders this same tag, so that its sentence is written in one
+template (``whos_online/online.html``); it names people only to those ``SHOW_NAMES_TO`` allows.
 """
 
 from __future__ import annotations

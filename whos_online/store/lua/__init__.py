@@ -1,17 +1,8 @@
 """whos_online's Lua scripts, read from the ``.lua`` files beside this module once per process.
 
-Each script is a file of its own, readable and lintable whole: a header that says what it does,
-names every ``KEYS[i]`` and ``ARGV[i]`` and its reply, then the body. Functions that several
-scripts share live in ``includes/``; a script pulls one in with a line of its own::
-
-    --- @include "includes/sampling"
-
-which ``load`` replaces with that file's text before the script is sent to Redis. A file is
-included once per script, however many of its includes name it, so that no ``local function`` is
-defined twice.
-
-The sources are read here, at import, and kept as constants: the SHA1 that EVALSHA names is then
-worked out once per script and process (``store.scripts.sha1_of``), never per call.
+A script pulls shared functions in from ``includes/`` with an ``--- @include`` line, which
+``load`` expands; read at import, so that each script's SHA1 is worked out once per process
+(docs/how-it-works.md).
 """
 
 from __future__ import annotations
