@@ -143,20 +143,27 @@ def _room_refused(request: HttpRequest, room: str, config: Config) -> HttpRespon
     )
 
 
+def _room_asked(request: HttpRequest, config: Config) -> str | HttpResponse:
+    """The room of ``?room=`` ("" for the site), or the answer refusing it: 400 for a bad name,
+    403 without the room's token or when ``ROOM_ACCESS`` says no."""
+    raw = request.GET.get("room")
+    try:
+        room = "" if raw is None else rooms.check_room(raw)
+    except ValueError as error:
+        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
+    refused = _room_refused(request, room, config)
+    return room if refused is None else refused
+
+
 @not_recorded
 @require_safe
 def counts(request: HttpRequest) -> HttpResponse:
     """The counts as JSON; ``?room=name&token=…`` for a room's (400 for a bad name, 403 without
     the room's token, or when ``ROOM_ACCESS`` says no)."""
     config = get_config()
-    room = request.GET.get("room")
-    try:
-        name = "" if room is None else rooms.check_room(room)
-    except ValueError as error:
-        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
-    refused = _room_refused(request, name, config)
-    if refused is not None:
-        return refused
+    name = _room_asked(request, config)
+    if isinstance(name, HttpResponse):
+        return name
     names = may_see_names(request, config)
     reader = viewer.reader_of(request, config, [name])
     found = read_shown(request, config, [name], names=names, reader=reader)[name]
@@ -324,14 +331,9 @@ def page_view(request: HttpRequest) -> HttpResponse:
         return HttpResponseForbidden(
             "Only this site's pages say who is on them.", content_type="text/plain; charset=utf-8"
         )
-    raw = request.GET.get("room")
-    try:
-        room = "" if raw is None else rooms.check_room(raw)
-    except ValueError as error:
-        return HttpResponseBadRequest(str(error), content_type="text/plain; charset=utf-8")
-    refused = _room_refused(request, room, config)
-    if refused is not None:
-        return refused
+    room = _room_asked(request, config)
+    if isinstance(room, HttpResponse):
+        return room
     rooms.announce_page_view(request, room)
     document: dict[str, Any] = {}
     if room:
