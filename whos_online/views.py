@@ -9,7 +9,7 @@ site's template and every language's plurals apply to it as to the page.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.live.widget import Accepted
     from whos_online.reading.viewer import Reader
 
     View = Callable[..., HttpResponse]
@@ -198,6 +199,31 @@ def read_for_widgets(
     return {room for room, one in found.items() if one is None}
 
 
+class WidgetsRead(NamedTuple):
+    """The widgets of a refresh, answered: every answer, those accepted, whether names are
+    shown, the rooms read and the page's reader."""
+
+    answers: list[dict[str, Any]]
+    accepted: list[Accepted]
+    names: bool
+    shown: list[str]
+    reader: Reader | None
+
+
+def answer_widgets(request: HttpRequest, config: Config, queries: list[str]) -> WidgetsRead:
+    """Check every widget query, read their rooms in one round trip and render the accepted
+    ones: a refresh of a page's widgets and the first state of its stream alike."""
+    answers, accepted = widget_answers(request, config, queries)
+    names = may_see_names(request, config)
+    shown = rooms_of(accepted)
+    reader = viewer.reader_of(request, config, shown)
+    unread = (
+        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
+    )
+    render_answers(request, accepted, unread)
+    return WidgetsRead(answers, accepted, names, shown, reader)
+
+
 @not_recorded
 @require_safe
 def widget(request: HttpRequest) -> HttpResponse:
@@ -253,19 +279,14 @@ def widgets(request: HttpRequest) -> HttpResponse:
     if not 1 <= len(queries) <= MAX_WIDGETS:
         msg = f"Give 1 to {MAX_WIDGETS} widget= queries, not {len(queries)}."
         return HttpResponseBadRequest(msg, content_type="text/plain; charset=utf-8")
-    answers, accepted = widget_answers(request, config, queries)
-    names = may_see_names(request, config)
-    shown = rooms_of(accepted)
-    reader = viewer.reader_of(request, config, shown)
-    unread = (
-        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
-    )
-    render_answers(request, accepted, unread)
-    response = HttpResponse(answers_body(answers), content_type="application/json")
-    if any(answer["status"] == 403 for answer in answers):
+    read = answer_widgets(request, config, queries)
+    response = HttpResponse(answers_body(read.answers), content_type="application/json")
+    if any(answer["status"] == 403 for answer in read.answers):
         add_never_cache_headers(response)
     else:
-        _poll_cache_control(request, response, config, names=names, rooms=shown, reader=reader)
+        _poll_cache_control(
+            request, response, config, names=read.names, rooms=read.shown, reader=read.reader
+        )
     return response
 
 

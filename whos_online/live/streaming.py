@@ -22,12 +22,11 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
-from whos_online.live.widget import render_answers, rooms_of, widget_answers
-from whos_online.reading import snapshots, viewer
-from whos_online.reading.access import may_see_names
+from whos_online.live.widget import render_answers, rooms_of
+from whos_online.reading import snapshots
 from whos_online.recording import guests
 from whos_online.store.results import EMPTY_SNAPSHOT
-from whos_online.views import MAX_WIDGETS, answers_body, read_for_widgets
+from whos_online.views import MAX_WIDGETS, answer_widgets, answers_body
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -141,21 +140,16 @@ class Stream:
 def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
     """Check every widget, read their rooms and render the first state (in a thread: the rules
     may load the user, and the read is the request path's)."""
-    answers, accepted = widget_answers(request, config, queries)
-    names = may_see_names(request, config)
-    shown = rooms_of(accepted)
-    reader = viewer.reader_of(request, config, shown)
-    unread = (
-        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
-    )
-    render_answers(request, accepted, unread)
+    read = answer_widgets(request, config, queries)
     now = time.time()
     ends_at = now + config.room_token_max_age
     if config.room_access is None:
-        for widget in accepted:
+        for widget in read.accepted:
             if widget.options.room is not None and widget.issued is not None:
                 ends_at = min(ends_at, widget.issued + config.room_token_max_age)
-    return Stream(request, answers, accepted, names=names, ends_at=ends_at, reader=reader)
+    return Stream(
+        request, read.answers, read.accepted, names=read.names, ends_at=ends_at, reader=read.reader
+    )
 
 
 @not_recorded
