@@ -52,16 +52,23 @@ def _pattern_problem(pattern: object, what: str) -> str | None:
     return None
 
 
-def _call_problem(value: object) -> str | None:
+def callable_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a function or a function's dotted path, if anything: a
+    rule's ``call`` and the settings that name a function (``HIDE_USER``…) are checked alike."""
     if callable(value):
         return None
     if not isinstance(value, str):
-        return f"'call' must be a dotted path or a function, not {value!r}"
+        return f"must be a dotted path or a callable, not {value!r}"
     try:
         imported = import_string(value)
     except Exception as exc:  # any import-time failure is a settings problem to report
-        return f"'call' {value!r} cannot be imported: {exc}"
-    return None if callable(imported) else f"'call' names {value!r}, which is not callable"
+        return f"{value!r} cannot be imported: {exc}"
+    return None if callable(imported) else f"names {value!r}, which is not callable"
+
+
+def _call_problem(value: object) -> str | None:
+    problem = callable_problem(value)
+    return None if problem is None else f"'call' {problem}"
 
 
 def entry_problems(entry: object) -> list[str]:

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from whos_online.config.room_rules import entry_problems
+from whos_online.config.room_rules import callable_problem, entry_problems
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,22 +146,8 @@ def optional_regex(value: Any) -> list[str]:
     return [f"must be a valid regular expression or None: {problem}"] if problem else []
 
 
-def _callable_problem(value: object) -> str | None:
-    if value is None or callable(value):
-        return None
-    if not isinstance(value, str):
-        return f"must be a dotted path or a callable, not {value!r}"
-    try:
-        imported = import_string(value)
-    except Exception as exc:  # any import-time failure is a settings problem to report
-        return f"cannot be imported: {exc}"
-    if not callable(imported):
-        return f"names {value!r}, which is not callable"
-    return None
-
-
 def optional_callable(value: Any) -> list[str]:
-    problem = _callable_problem(value)
+    problem = None if value is None else callable_problem(value)
     return [problem] if problem else []
 
 
