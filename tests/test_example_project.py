@@ -14,7 +14,6 @@ import ast
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +23,8 @@ import pytest
 import redis
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.support.processes import run
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Imported from the repository, not installed: the example's own code and what it runs.
@@ -117,15 +118,7 @@ def run_example(real_redis_url: str) -> str:
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
         "ALLOWED_HOSTS": "testserver",
     }
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run([sys.executable, "-c", SCRIPT], env=env)
     assert result.returncode == 0, result.stderr
     ok, hint = result.stdout.strip().splitlines()
     assert ok == "ok"
@@ -154,15 +147,7 @@ def test_the_cleanup_command_on_the_home_page_cleans_the_sites_redis(real_redis_
         if name not in {"REDIS_URL", "DJANGO_SETTINGS_MODULE"}
     }
 
-    result = subprocess.run(
-        ["/bin/sh", "-c", hint],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run(["/bin/sh", "-c", hint], env=env)
 
     assert result.returncode == 0, result.stderr
     assert "Removed" in result.stdout

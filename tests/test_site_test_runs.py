@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 import re
-import subprocess
 import sys
 import textwrap
 from importlib.util import find_spec
@@ -24,6 +23,7 @@ import pytest
 
 import whos_online
 from tests.support.helpers import configure, single_redis, text
+from tests.support.processes import run
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -182,15 +182,7 @@ def run_tests(
         SITE_REPORT=str(report),
         SITE_WHOS_ONLINE=json.dumps(whos_online),
     )
-    result = subprocess.run(
-        [sys.executable, *command],
-        cwd=site,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run([sys.executable, *command], env=env, cwd=site)
     assert result.returncode == 0, result.stdout + result.stderr
     return [json.loads(line) for line in report.read_text().splitlines()]
 

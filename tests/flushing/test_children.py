@@ -10,14 +10,12 @@ writes anything before the children end: what Redis holds is what they wrote as 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import ROOT, load_env, run
+
 SCRIPT = ROOT / "tests" / "support" / "pool_children.py"
 #: What the script prints, one line per way of running children.
 FORMS = ("Process", "Pool", "with-Pool")
@@ -31,23 +29,9 @@ pytestmark = [
 
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_children_write_every_visit_and_page_hit_as_they_end(real_redis_url, tmp_path, method):
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "tests.load_settings",
-        "REDIS_URL": real_redis_url,
-        "WHOS_ONLINE_LOAD_DB": str(tmp_path / "unused.sqlite3"),
-        "FLUSH_INTERVAL": "10",
-    }
-
-    result = subprocess.run(
+    result = run(
         [sys.executable, str(SCRIPT), method, str(CHILDREN), str(PAGES)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        env=load_env(real_redis_url, tmp_path),
     )
 
     assert result.returncode == 0, result.stderr

@@ -23,7 +23,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
 import whos_online
-from tests.support import wsgi_server
+from tests.support import processes, wsgi_server
 from tests.support.helpers import configure, members
 from whos_online.backend import clients
 from whos_online.backend.clients import admin_client
@@ -550,23 +550,9 @@ def test_a_child_whose_main_thread_waits_in_c_as_the_signal_comes_still_ends(
     """Python runs a handler when the main thread next runs Python code: a pool's worker that
     the signal reaches just before it waits for a task would wait for ever, and the pool's
     ``terminate()`` with it (``stopping.MissedSignalWatch``). It ends, and writes what it held."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "tests.load_settings",
-        "REDIS_URL": real_redis_url,
-        "WHOS_ONLINE_LOAD_DB": str(tmp_path / "unused.sqlite3"),
-        "FLUSH_INTERVAL": "10",
-    }
-
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, str(ROOT / "tests" / "support" / "missed_signal.py"), method],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        env=processes.load_env(real_redis_url, tmp_path),
     )
 
     assert result.returncode == 0, result.stderr
