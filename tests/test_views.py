@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 import whos_online
-from tests.support.helpers import HOSTILE, client_of, configure, members
+from tests.support.helpers import HOSTILE, NAMES_RULE_CASES, client_of, configure, members
 from whos_online.flushing import batches
 from whos_online.recording.throttle import COOKIE_NAME
 
@@ -122,12 +122,7 @@ def test_hidden_users_are_counted_never_named(backend, hiding_bob, alice, bob, s
 @pytest.mark.parametrize(
     "case",
     [
-        ("staff", None, False),
-        ("staff", "alice", False),
-        ("staff", "sam", True),
-        ("authenticated", None, False),
-        ("authenticated", "alice", True),
-        ("everyone", None, True),
+        *NAMES_RULE_CASES,
         ("tests.test_views.named_carol", "alice", False),
         ("tests.test_views.named_carol", "carol", True),
     ],

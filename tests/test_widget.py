@@ -13,7 +13,15 @@ from django.urls import reverse
 from django.utils import translation
 
 import whos_online
-from tests.support.helpers import HOSTILE, client_of, configure, members, render, widget_text
+from tests.support.helpers import (
+    HOSTILE,
+    NAMES_RULE_CASES,
+    client_of,
+    configure,
+    members,
+    render,
+    widget_text,
+)
 from whos_online.flushing import batches
 from whos_online.recording.throttle import COOKIE_NAME
 
@@ -71,14 +79,7 @@ def test_staff_get_names(backend, alice, bob, staff):
 
 @pytest.mark.parametrize(
     "case",
-    [
-        ("staff", None, False),
-        ("staff", "alice", False),
-        ("staff", "sam", True),
-        ("authenticated", None, False),
-        ("authenticated", "alice", True),
-        ("everyone", None, True),
-    ],
+    NAMES_RULE_CASES,
     ids=lambda case: f"{case[0]}-{case[1]}",
 )
 @pytest.mark.usefixtures("backend", "staff")

@@ -38,6 +38,16 @@ JOIN_TIMEOUT = 30
 HOSTILE = '<img src=x onerror="alert(1)">&amp; "\u202e'
 #: A user agent that the default BOT_USER_AGENTS counts as a bot.
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+#: The names rule's cases: SHOW_NAMES_TO, the reader's username (None: a guest) and whether
+#: they are shown names, among the users of the ``alice`` and ``staff`` ("sam") fixtures.
+NAMES_RULE_CASES = [
+    ("staff", None, False),
+    ("staff", "alice", False),
+    ("staff", "sam", True),
+    ("authenticated", None, False),
+    ("authenticated", "alice", True),
+    ("everyone", None, True),
+]
 #: The address of the test clients: the ``client`` fixture's and ``client_of``'s.
 GUEST_IP = "203.0.113.7"
 
