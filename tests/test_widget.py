@@ -19,6 +19,7 @@ from tests.support.helpers import (
     client_of,
     configure,
     members,
+    override_widget_template,
     render,
     widget_text,
 )
@@ -107,20 +108,13 @@ def test_the_tag_arguments_come_from_the_query(backend, alice, bob):
 
 
 def test_the_refreshes_of_a_site_override_are_the_override(backend, settings, tmp_path, alice):
-    override = tmp_path / "whos_online" / "online.html"
-    override.parent.mkdir()
-    override.write_text(
+    override_widget_template(
+        settings,
+        tmp_path,
         '<p data-whos-online-live="{{ live.url }}">{% load i18n %}'
         "{% blocktranslate count people=counts.total %}{{ people }} soul aboard"
-        "{% plural %}{{ people }} souls aboard{% endblocktranslate %}</p>"
+        "{% plural %}{{ people }} souls aboard{% endblocktranslate %}</p>",
     )
-    settings.TEMPLATES = [
-        {
-            "BACKEND": "django.template.backends.django.DjangoTemplates",
-            "DIRS": [str(tmp_path)],
-            "APP_DIRS": True,
-        }
-    ]
     whos_online.record_user(alice)
 
     markup = get(client_of()).content.decode()

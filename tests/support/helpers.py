@@ -23,6 +23,7 @@ from whos_online.recording.guests import guest_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     import redis
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -102,6 +103,15 @@ def render(source: str, context: dict[str, Any] | None = None, request: Any = No
     if request is None:
         request = RequestFactory().get("/")
     return engines["django"].from_string(source).render(context or {}, request)
+
+
+def override_widget_template(settings: Any, tmp_path: Path, source: str) -> None:
+    """Give the site a ``whos_online/online.html`` of its own, ``source``, as a site overrides
+    the widget's template: in a templates folder ahead of the app's."""
+    override = tmp_path / "whos_online" / "online.html"
+    override.parent.mkdir()
+    override.write_text(source)
+    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
 
 
 def widget_text(markup: str, *, peak: bool = False) -> str:

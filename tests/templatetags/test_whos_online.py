@@ -12,7 +12,7 @@ from django.test import RequestFactory
 from django.utils.functional import SimpleLazyObject
 
 import whos_online
-from tests.support.helpers import configure, render, widget_text
+from tests.support.helpers import configure, override_widget_template, render, widget_text
 
 TAG = "{% load whos_online %}{% whos_online %}"
 
@@ -172,19 +172,12 @@ def test_profile_url_is_escaped(backend, monkeypatch, alice):
 
 
 def test_template_can_be_overridden(backend, settings, tmp_path, db):
-    override = tmp_path / "whos_online" / "online.html"
-    override.parent.mkdir()
-    override.write_text(
+    override_widget_template(
+        settings,
+        tmp_path,
         "{{ counts.total }} here:{% for user in users %} {{ user.name }}{% endfor %};"
-        " more={{ more }}"
+        " more={{ more }}",
     )
-    settings.TEMPLATES = [
-        {
-            "BACKEND": "django.template.backends.django.DjangoTemplates",
-            "DIRS": [str(tmp_path)],
-            "APP_DIRS": True,
-        }
-    ]
     _users("alice", "bob")
     _guests(1)
 
@@ -486,13 +479,12 @@ def test_site_beside_the_site_is_shown_once(backend, alice, bob):
 
 
 def test_an_overriding_template_is_given_the_site_s_list(backend, settings, tmp_path, alice, bob):
-    override = tmp_path / "whos_online" / "online.html"
-    override.parent.mkdir()
-    override.write_text(
+    override_widget_template(
+        settings,
+        tmp_path,
         "{{ counts.total }} here ({{ names }}), {{ site.counts.total }} on the site:"
-        "{% for user in site.users %} {{ user.name }}{% endfor %}; more={{ site.more }}"
+        "{% for user in site.users %} {{ user.name }}{% endfor %}; more={{ site.more }}",
     )
-    settings.TEMPLATES = [{**settings.TEMPLATES[0], "DIRS": [str(tmp_path)]}]
     _in_the_room_and_out(alice, bob)
 
     assert render(BOTH) == (
