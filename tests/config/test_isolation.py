@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from django.core import mail
 from django.test import override_settings
 
 from tests.support.helpers import configure
+from tests.support.processes import in_a_fork
 from whos_online.backend import keyspace
 from whos_online.config import process, rules
 from whos_online.config import settings as conf
@@ -142,24 +142,11 @@ def test_a_forked_process_has_a_prefix_of_its_own(isolated):
     """As a worker of Django's ``--parallel`` (fork) has, so that parallel test processes do not
     see each other's people."""
     parent = get_config().key_prefix
-    read_end, write_end = os.pipe()
 
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about forking with a thread running; the child exits at once.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.write(write_end, f"{get_config().key_prefix} {get_config().key_prefix}".encode())
-        finally:
-            os._exit(0)
+    report, code = in_a_fork(lambda: f"{get_config().key_prefix} {get_config().key_prefix}")
 
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        first, second = pipe.read().decode().split()
-    _, status = os.waitpid(pid, 0)
-
-    assert os.waitstatus_to_exitcode(status) == 0
+    first, second = report.split()
+    assert code == 0
     assert TEST_PREFIX.fullmatch(first)
     assert first == second != parent
     assert get_config().key_prefix == parent

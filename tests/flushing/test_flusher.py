@@ -22,6 +22,7 @@ from django.test import AsyncRequestFactory, Client
 
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
+from tests.support.processes import in_a_fork
 from whos_online import apps
 from whos_online.api import OnlineCounts
 from whos_online.backend import clients, connection, keyspace
@@ -995,17 +996,8 @@ def test_the_queue_is_process_state_a_forked_child_starts_without(queued):
     if not hasattr(os, "fork"):
         pytest.skip("needs os.fork")
     flushing.current().put(recording.member_visit("guests", "parent's", time.time()))
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.write(write_end, str(len(flushing.current().queue)).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        report = pipe.read().decode()
-    os.waitpid(pid, 0)
+
+    report, _ = in_a_fork(lambda: str(len(flushing.current().queue)))
 
     assert report == "0"
     assert len(flushing.current().queue) == 1

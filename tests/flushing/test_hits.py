@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ import whos_online
 from tests.conftest import SCRIPTS
 from tests.support.delaying_proxy import DelayingProxy
 from tests.support.helpers import GOOGLEBOT, configure
+from tests.support.processes import in_a_fork
 from whos_online import api
 from whos_online.backend import clients
 from whos_online.backend.clients import admin_client
@@ -390,28 +390,16 @@ def test_a_forked_child_starts_with_an_empty_buffer(counting):
     recording.count_hit(T0)  # also leaves a flush pending in the parent
     batches.buffer().add(T0 + 1, 3)
     assert pending() is True
-    read_end, write_end = os.pipe()
 
-    with warnings.catch_warnings():
-        # Python 3.12+ warns about forking with a (flusher) thread running; the child exits at
-        # once.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            before = batches.buffer().total()
-            was_pending = pending()
-            batches.buffer().add(T0 + 2)
-            os.write(write_end, f"{before} {was_pending} {batches.buffer().total()}".encode())
-        finally:
-            os._exit(0)
+    def child() -> str:  # pragma: no cover - the child reports through the pipe
+        before = batches.buffer().total()
+        was_pending = pending()
+        batches.buffer().add(T0 + 2)
+        return f"{before} {was_pending} {batches.buffer().total()}"
 
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        report = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
+    report, code = in_a_fork(child)
 
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert code == 0
     assert report == "0 False 1"
     assert batches.buffer().total() == 4
     assert pending() is True
