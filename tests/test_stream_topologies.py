@@ -9,11 +9,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django_redis.pool import ConnectionFactory
 
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
-from tests.support.topologies import ClusterServers, SentinelGroup, sentinel_cache
+from tests.support.topologies import (
+    ClusterServers,
+    SentinelGroup,
+    fresh_group,
+    running,
+    sentinel_cache,
+)
 from tests.test_stream import ROOM, record_guest, room_widget, run, stream_url, texts
 
 if TYPE_CHECKING:
@@ -32,27 +37,14 @@ CHANNEL = "{whos_online}:changes"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ClusterServers]:
-    servers = ClusterServers()
-    try:
-        servers.start()
+    with running(ClusterServers()) as servers:
         yield servers
-    finally:
-        servers.close()
 
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[SentinelGroup]:
-    # A service name of this module's own, and no django-redis pool left from another module's
-    # group (see tests/backend/test_sentinel_group.py).
-    servers = SentinelGroup(service_name="whos-online-stream-tests")
-    for location in list(ConnectionFactory._pools):
-        if servers.service_name in location:
-            del ConnectionFactory._pools[location]
-    try:
-        servers.start()
+    with running(fresh_group("whos-online-stream-tests")) as servers:
         yield servers
-    finally:
-        servers.close()
 
 
 def subscribers(servers: list[ServerProcess]) -> list[int]:

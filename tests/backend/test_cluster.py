@@ -15,7 +15,7 @@ from django.test import Client as BrowserClient
 
 import whos_online
 from tests.support.helpers import configure, render, text, widget_text
-from tests.support.topologies import ClusterServers
+from tests.support.topologies import ClusterServers, running
 from whos_online.backend import keyspace
 from whos_online.backend.clients import admin_client, request_client
 from whos_online.config.settings import get_config
@@ -37,14 +37,10 @@ SHARDS = 6
 def cluster() -> Iterator[ClusterServers]:
     """One cluster for the module (forming one takes seconds). A master that stops leaves the
     others serving their slots, as a site would configure a cluster without replicas."""
-    servers = ClusterServers()
-    try:
-        servers.start()
+    with running(ClusterServers()) as servers:
         for node in servers.nodes:
             node.command("CONFIG", "SET", "cluster-require-full-coverage", "no")
         yield servers
-    finally:
-        servers.close()
 
 
 @pytest.fixture(params=[1, SHARDS], ids=["one-shard", "shards"])

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from django_redis.pool import ConnectionFactory
 from redis.sentinel import SentinelConnectionPool
 
 import whos_online
 from tests.support.helpers import JOIN_TIMEOUT, configure, render, widget_text
-from tests.support.topologies import SentinelGroup, sentinel_cache
+from tests.support.topologies import SentinelGroup, fresh_group, running, sentinel_cache
 from whos_online.backend import connection, sentinels
 from whos_online.backend.clients import REQUEST_TIMEOUT, request_client
 from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
@@ -33,18 +32,8 @@ TAG = "{% load whos_online %}{% whos_online %}"
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[SentinelGroup]:
-    # django-redis keeps a Sentinel pool per LOCATION for the life of the process, with the
-    # Sentinels it was first made with: a service name of this module's own, and no pool left
-    # from another run in this process, keep it from asking a group that is gone.
-    servers = SentinelGroup(service_name="whos-online-sentinel-tests")
-    for location in list(ConnectionFactory._pools):
-        if servers.service_name in location:
-            del ConnectionFactory._pools[location]
-    try:
-        servers.start()
+    with running(fresh_group("whos-online-sentinel-tests")) as servers:
         yield servers
-    finally:
-        servers.close()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
-from tests.support.topologies import ClusterServers, SentinelGroup, slot_ranges
+from tests.support.topologies import ClusterServers, SentinelGroup, running, slot_ranges
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -27,22 +27,14 @@ CLIENT_TIMEOUT = 5.0
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ClusterServers]:
     """One cluster for the module: forming one takes seconds."""
-    servers = ClusterServers()
-    try:
-        servers.start()
+    with running(ClusterServers()) as servers:
         yield servers
-    finally:
-        servers.close()
 
 
 @pytest.fixture(scope="module")
 def sentinel_group() -> Iterator[SentinelGroup]:
-    group = SentinelGroup()
-    try:
-        group.start()
+    with running(SentinelGroup()) as group:
         yield group
-    finally:
-        group.close()
 
 
 def keys_on_every_node(cluster: ClusterServers) -> dict[str, ServerProcess]:

@@ -12,14 +12,16 @@ and removes every directory, and ``start()`` calls it itself when it fails.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+from django_redis.pool import ConnectionFactory
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
@@ -27,7 +29,7 @@ from redis.retry import Retry
 from tests.support.redis_server import RedisServer, server_binary
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 #: The hash slots of a Redis Cluster.
 SLOTS = 16384
@@ -580,6 +582,32 @@ class SentinelGroup:
 
     def close(self) -> None:
         _close_all((self.sentinel, self.master, self.replica))
+
+
+Topology = TypeVar("Topology", ClusterServers, SentinelGroup)
+
+
+@contextlib.contextmanager
+def running(servers: Topology) -> Iterator[Topology]:
+    """``servers`` started, and closed however the block ends: what a module's fixture yields."""
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+def fresh_group(service_name: str) -> SentinelGroup:
+    """A group of a service name of the caller's own, with no django-redis pool left for it.
+
+    django-redis keeps a Sentinel pool per LOCATION for the life of the process, with the
+    Sentinels it was first made with: a name of its own, and no pool left from another run in
+    this process, keep a module's caches from asking a group that is gone."""
+    group = SentinelGroup(service_name=service_name)
+    for location in list(ConnectionFactory._pools):
+        if service_name in location:
+            del ConnectionFactory._pools[location]
+    return group
 
 
 def sentinel_cache(group: SentinelGroup) -> dict[str, Any]:
