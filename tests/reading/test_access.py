@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import html
 import re
 import time
 from datetime import timedelta
@@ -24,7 +23,7 @@ from hypothesis import strategies as st
 
 import whos_online
 from tests.support.asgi_stream import Stream
-from tests.support.helpers import configure
+from tests.support.helpers import configure, widget_urls
 from whos_online.config.settings import get_config
 from whos_online.live import subscription
 from whos_online.reading import access, viewer
@@ -60,14 +59,6 @@ def request_with_session(key: str = "") -> HttpRequest:
     if key:
         request.COOKIES["sessionid"] = key
     return request
-
-
-def live_urls(markup: str) -> tuple[str, str]:
-    live = re.search(r'data-whos-online-live="([^"]+)"', markup)
-    presence = re.search(r'data-whos-online-presence="([^"]+)"', markup)
-    assert live is not None
-    assert presence is not None
-    return html.unescape(live.group(1)), html.unescape(presence.group(1))
 
 
 def token_in(url: str) -> str:
@@ -244,7 +235,7 @@ def test_a_token_of_a_longer_room_opens_no_view_of_the_shorter_one(boards, alice
     reader.get("/board/secret/", **PAGE_VIEW)  # bob reads the private board
     member = Client()
     member.force_login(alice)
-    live, presence = live_urls(member.get("/board/secret:zz/", **PAGE_VIEW).content.decode())
+    live, presence = widget_urls(member.get("/board/secret:zz/", **PAGE_VIEW).content.decode())
     genuine = token_in(live)
     assert member.get(live).status_code == 200
 
@@ -259,7 +250,7 @@ def test_a_token_of_a_longer_room_opens_no_view_of_the_shorter_one(boards, alice
 def test_a_token_opens_the_views_for_its_viewer_only(boards, alice, bob):
     member = Client()
     member.force_login(alice)
-    live, presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    live, presence = widget_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
     other = Client()
     other.force_login(bob)
 
@@ -274,7 +265,7 @@ def test_a_token_opens_the_views_for_its_viewer_only(boards, alice, bob):
 def test_a_member_who_logs_out_loses_the_token(boards, alice):
     member = Client()
     member.force_login(alice)
-    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    live, _presence = widget_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
     member.logout()
     member.force_login(alice)  # the same user, in a new session
 
@@ -376,7 +367,7 @@ def test_a_token_is_worth_nothing_once_its_session_ended(live_boards, session_en
     member = Client()
     member.force_login(alice)
     key = member.cookies[django_settings.SESSION_COOKIE_NAME].value
-    live, presence = live_urls(member.get("/board/secret/", **PAGE_VIEW).content.decode())
+    live, presence = widget_urls(member.get("/board/secret/", **PAGE_VIEW).content.decode())
     assert answers_to(key, live, presence) == ACCEPTED  # a copy of the cookie, while it lives
 
     end(member, session_engine, key)
@@ -409,7 +400,7 @@ def test_checking_a_token_costs_no_query_where_the_user_is_read_anyway(
     check that the session lives reads it first, and nothing more."""
     member = Client()
     member.force_login(alice)
-    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    live, _presence = widget_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
     query = live.partition("?")[2]
 
     with django_assert_num_queries(2):  # the session, the user
@@ -431,7 +422,7 @@ def test_where_nothing_reads_the_session_the_check_reads_it_once(
     member = Client()
     member.force_login(alice)
     start = time.time()
-    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    live, _presence = widget_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
     query = live.partition("?")[2]
     later = start + viewer.doubt(get_config()) + 1
     monkeypatch.setattr(time, "time", lambda: later)
@@ -459,7 +450,7 @@ def test_the_widget_s_refresh_hands_back_a_token_no_younger(boards):
     issued = room_token("board:lounge", now=time.time() - 600)
     refreshed = Client().get("/online/widget/", {"room": "board:lounge", "token": issued})
 
-    live, presence = live_urls(refreshed.content.decode())
+    live, presence = widget_urls(refreshed.content.decode())
     assert token_in(live) == issued
     assert token_in(presence) == issued
 
@@ -467,10 +458,10 @@ def test_the_widget_s_refresh_hands_back_a_token_no_younger(boards):
 def test_a_room_opened_by_a_session_s_token_is_not_shared_by_caches(boards, alice):
     member = Client()
     member.force_login(alice)
-    live, _presence = live_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
+    live, _presence = widget_urls(member.get("/board/lounge/", **PAGE_VIEW).content.decode())
 
     assert "private" in member.get(live)["Cache-Control"]
-    guest_live, _ = live_urls(Client().get("/board/lounge/", **PAGE_VIEW).content.decode())
+    guest_live, _ = widget_urls(Client().get("/board/lounge/", **PAGE_VIEW).content.decode())
     assert "public" in Client().get(guest_live)["Cache-Control"]
 
 

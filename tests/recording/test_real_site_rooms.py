@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import include, path
 
 import whos_online
-from tests.support.helpers import client_of, configure, render, widget_text
+from tests.support.helpers import client_of, configure, render, widget_text, widget_urls
 from whos_online.api import OnlineCounts
 from whos_online.backend.clients import admin_client
 from whos_online.checks import check_room_urls, check_settings
@@ -256,7 +256,7 @@ def test_a_prefetch_of_another_topic_neither_moves_the_reader_nor_spoils_her_lea
     speculation rules), then closes the tab. She was never in topic 2, and her leaving word
     from topic 1, checked against the room her cookie names, takes her out of it."""
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     if cookie == "dropped":
         reader.cookies.pop(throttle.COOKIE_NAME)  # her cookie ran out: the prefetch is recorded
     reader.get("/forum/topic/2/", **SPECULATIVE["prefetch"])
@@ -455,17 +455,9 @@ def test_the_widget_s_refresh_does_not_count_its_viewer(backend):
 # Who may read a room
 
 
-def room_urls(markup: str) -> tuple[str, str]:
-    live = re.search(r'data-whos-online-live="([^"]+)"', markup)
-    presence = re.search(r'data-whos-online-presence="([^"]+)"', markup)
-    assert live is not None
-    assert presence is not None
-    return html.unescape(live.group(1)), html.unescape(presence.group(1))
-
-
 def test_a_room_is_read_only_with_the_token_of_a_page_that_showed_it(backend):
     client_of().get("/forum/topic/1/", **PAGE_VIEW)
-    widget_url, _presence = room_urls(
+    widget_url, _presence = widget_urls(
         client_of().get("/forum/live/1/", **PAGE_VIEW).content.decode()
     )
     stranger = Client()
@@ -571,7 +563,7 @@ def test_a_reader_whose_page_stays_open_stays_in_the_room(backend, monkeypatch):
     window = get_config().window
     reader = client_of()
     start = time.time()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     for minutes in range(1, 16):  # a quarter of an hour without a click
         now = start + 60 * minutes
         monkeypatch.setattr(time, "time", lambda now=now: now)
@@ -586,7 +578,7 @@ def test_a_page_s_still_here_writes_once_per_throttle(
 ):
     reader = client_of()
     start = time.time()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     redis_calls.clear()
     assert stay(reader, presence) == 204  # at once: the cookie spares it
     for second in range(5):
@@ -599,7 +591,7 @@ def test_a_page_s_still_here_writes_once_per_throttle(
 
 def test_a_page_s_still_here_does_not_undo_a_later_page(backend):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     reader.get("/forum/topic/2/", **PAGE_VIEW)  # another tab, opened later
     reader.cookies.pop(throttle.COOKIE_NAME)
 
@@ -612,7 +604,7 @@ def test_a_page_s_still_here_does_not_undo_a_later_page(backend):
 def test_a_reader_who_leaves_is_gone_within_seconds(backend):
     reader = client_of()
     Client(REMOTE_ADDR="192.0.2.9").get("/forum/topic/1/", **PAGE_VIEW)
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     now = time.time()
 
     response = leave(reader, presence)
@@ -626,7 +618,7 @@ def test_a_reader_who_leaves_is_gone_within_seconds(backend):
 
 def test_a_reload_s_still_here_undoes_the_leaving_of_the_page_before(backend, redis_calls):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     reader.get("/forum/live/1/", **PAGE_VIEW)  # the reload is requested first (throttled)
     now = time.time()
     assert leave(reader, presence).status_code == 204  # then the old page's word arrives
@@ -640,7 +632,7 @@ def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(bac
     may then be answered before its "still here", with a cookie that knows no room. Closing
     the tab still takes the reader out: Redis checks that the room is theirs."""
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     reader.get("/forum/live/1/", **PAGE_VIEW)  # the reload (throttled)
     assert leave(reader, presence).status_code == 204  # the old page's word: cookie spent
     reader.post("/forum/bookmark/1/", **FETCH)  # the new page's script, before its word
@@ -673,7 +665,7 @@ def test_a_reader_who_left_is_not_put_back_by_a_request_that_is_no_page_view(bac
     """The leave is final: the reader's next background request (another tab's fetch, a 404, a
     script's POST) keeps them online, and out of the room."""
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     now = time.time()
     assert leave(reader, presence).status_code == 204
 
@@ -688,7 +680,7 @@ def test_a_reader_who_left_is_not_put_back_by_a_request_that_is_no_page_view(bac
 
 def test_a_still_here_after_the_grace_does_not_put_the_reader_back(backend, monkeypatch):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     now = time.time()
     assert leave(reader, presence).status_code == 204
     later = now + LEAVE_GRACE + 1
@@ -703,7 +695,7 @@ def test_a_still_here_after_the_grace_does_not_put_the_reader_back(backend, monk
 
 def test_a_reader_who_moved_out_is_not_put_back_by_an_old_tab(backend, monkeypatch):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     reader.get("/forum/", **PAGE_VIEW)  # a page in no room, in another tab
     reader.cookies.pop(throttle.COOKIE_NAME)
 
@@ -716,7 +708,7 @@ def test_a_reader_who_moved_out_is_not_put_back_by_an_old_tab(backend, monkeypat
 
 def test_leaving_twice_or_leaving_another_room_does_nothing(backend, redis_calls: RedisCalls):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     reader.get("/forum/topic/2/", **PAGE_VIEW)
     redis_calls.clear()
 
@@ -740,7 +732,7 @@ def test_leaving_twice_or_leaving_another_room_does_nothing(backend, redis_calls
 )
 def test_only_the_site_s_own_pages_speak_for_their_reader(backend, headers, status):
     reader = client_of()
-    _live, presence = room_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
+    _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
 
     assert reader.post(f"{presence}&leave=1", **headers).status_code == status
 

@@ -124,6 +124,15 @@ def widget_text(markup: str, *, peak: bool = False) -> str:
     return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]*>", "", markup))).strip()
 
 
+def widget_urls(markup: str) -> tuple[str, str]:
+    """The live and presence URLs of the room widget in ``markup``, as live.js reads them."""
+    live = re.search(r'data-whos-online-live="([^"]+)"', markup)
+    presence = re.search(r'data-whos-online-presence="([^"]+)"', markup)
+    assert live is not None
+    assert presence is not None
+    return html.unescape(live.group(1)), html.unescape(presence.group(1))
+
+
 def latin1(raw: bytes | str) -> str:
     """Bytes as a WSGI server hands header values to Django (PEP 3333): decoded as latin-1."""
     return raw if isinstance(raw, str) else raw.decode("latin-1")
