@@ -22,7 +22,7 @@ from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import access, snapshots
 from whos_online.reading.access import room_token
-from whos_online.recording import connections, guests, rooms, visits
+from whos_online.recording import guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, scripts, snapshot
@@ -323,8 +323,8 @@ def enter(
     stored soon. ``HIDE_USER`` and ``DISPLAY_NAME`` may read the database: async code calls
     ``aenter``."""
     config = get_config()
-    link = connections.entering(config, *_where(room, connection, now), user=user, address=address)
-    return connections.send(config, link)
+    link = visits.entering(config, *_where(room, connection, now), user=user, address=address)
+    return visits.send_link(config, link)
 
 
 def leave(
@@ -339,13 +339,13 @@ def leave(
     leaves the room with the last of their connections there, unless it is the room of their
     page. Queued like ``enter``; never reads the database."""
     config = get_config()
-    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
-    return connections.send(config, link)
+    link = visits.leaving(config, *_where(room, connection, now), user=user, address=address)
+    return visits.send_link(config, link)
 
 
 def _where(room: str, connection: str, now: float | datetime | None) -> tuple[str, str, float]:
     """``enter``'s and ``leave``'s room, connection and time, checked."""
-    return _room(room), connections.check_connection(connection), as_timestamp(now)
+    return _room(room), visits.check_connection(connection), as_timestamp(now)
 
 
 # The async API: writes queue from the event loop; reads run the sync API in a thread of
@@ -363,8 +363,8 @@ async def aenter(
     """``enter`` for async code (a Channels consumer): never blocks the event loop."""
     config = get_config()
     where = _where(room, connection, now)
-    link = await connections.aentering(config, *where, user=user, address=address)
-    return await connections.asend(config, link)
+    link = await visits.aentering(config, *where, user=user, address=address)
+    return await visits.asend_link(config, link)
 
 
 async def aleave(
@@ -377,8 +377,8 @@ async def aleave(
 ) -> bool:
     """``leave`` for async code: never blocks the event loop."""
     config = get_config()
-    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
-    return await connections.asend(config, link)
+    link = visits.leaving(config, *_where(room, connection, now), user=user, address=address)
+    return await visits.asend_link(config, link)
 
 
 def _in_thread(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:
