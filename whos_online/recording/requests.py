@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from django.http.response import HttpResponseBase
 
     from whos_online.config.settings import Config
-    from whos_online.recording.state import RequestState, Visitor
+    from whos_online.recording.state import RequestState
     from whos_online.recording.throttle import ThrottleCookie
-    from whos_online.store.items import Visit
+    from whos_online.store.items import Visit, Visitor
 
 
 class Decision(enum.Enum):

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.recording.state import Visitor
+    from whos_online.store.items import Visitor
 
     Someone = AbstractBaseUser | AnonymousUser | None
 
