@@ -209,13 +209,13 @@ class RequestState:
         return found  # type: ignore [return-value]
 
     def visitor(
-        self, config: Config, now: float, user: AnyUser | object | None = _UNSET
+        self, config: Config, now: float, user: AnyUser | object | None = NOT_LOADED
     ) -> Visitor | None:
         """Who makes the request, as they are recorded (None for someone who is not: a guest
         while guests are not tracked, or without a usable address). The user is ``user()``
         unless given (the ASGI path loads it with ``auser()``); worked out again if it is
         another than last time (the view authenticated someone after a tag looked)."""
-        if user is _UNSET:
+        if user is NOT_LOADED:
             user = self.user()
         if self._visitor is _UNSET or user is not self._visitor_user:
             self._visitor = self._work_out_visitor(config, now, user)
@@ -225,9 +225,9 @@ class RequestState:
 
     def _work_out_visitor(self, config: Config, now: float, user: object) -> Visitor | None:
         if user is not None and getattr(user, "is_authenticated", False):
-            return Visitor.of_user(user)  # type: ignore [arg-type]
+            return Visitor.of_user(user, config)  # type: ignore [arg-type]
         guest = self.guest(config, now)
-        return None if guest is None else Visitor.of_guest(*guest)
+        return None if guest is None else Visitor.of_guest(*guest, config)
 
     def forget_visitor(self) -> None:
         """The view logged someone in or out: who makes the request is to be worked out anew."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
+    from whos_online.backend.keyspace import Shard
     from whos_online.store.items import Visitor
 
     Someone = AbstractBaseUser | AnonymousUser | None
@@ -86,13 +87,13 @@ def member_visit(
     )
 
 
-def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
-    """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
-    known to be down for its shard (it is queued, then, and written once Redis answers again).
-    Known to be down from a failed write until a call succeeds, the back-off passed or not
-    (``breakers.known_to_fail``): in the moments after a back-off, before the flush that tries
-    again has failed, Redis is no more up than during it. When the queue is written at once
-    (``flusher.writes_at_once``), that write says.
+def queue(config: Config, visit: Visit, shard: Shard, *, room_tag: str | None = None) -> bool:
+    """Queue ``visit``, of ``shard``; False when it may not be stored soon: the queue is full, or
+    Redis is known to be down for the shard (it is queued, then, and written once Redis answers
+    again). Known to be down from a failed write until a call succeeds, the back-off passed or
+    not (``breakers.known_to_fail``): in the moments after a back-off, before the flush that
+    tries again has failed, Redis is no more up than during it. When the queue is written at
+    once (``flusher.writes_at_once``), that write says.
 
     Otherwise the visit is remembered in the process's memory from now: if its flush fails, the
     memory's generation changes, and with it what the memory vouches for."""
@@ -100,7 +101,6 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = keys.member_shard(config, visit.kind, visit.member)
     if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
@@ -121,20 +121,22 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
 def record_soon(config: Config, visit: Visit) -> None:
     """Queue ``visit`` for the next flush, or write it now when the process writes at once
     (remembering it once written), as a recorded request does."""
-    if not queue(config, visit):
+    shard = keys.member_shard(config, visit.kind, visit.member)
+    if not queue(config, visit, shard):
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif keys.member_shard(config, visit.kind, visit.member).tag not in flusher.current().flush():
+    elif shard.tag not in flusher.current().flush():
         remember(config, visit)
 
 
 def _written(config: Config, visit: Visit) -> bool:
     """Queue ``visit`` and write the queue now, as the API and the login receiver do: whether
     it was written."""
-    if not queue(config, visit):
+    shard = keys.member_shard(config, visit.kind, visit.member)
+    if not queue(config, visit, shard):
         return False
-    if keys.member_shard(config, visit.kind, visit.member).tag in flusher.current().flush():
+    if shard.tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True
@@ -255,10 +257,11 @@ def record_again(visitor: Visitor, config: Config, room: str = "") -> bool:
         return False
     if room:
         visit = visit_of(visitor, config, now, Placement(room, STAY), "")
-        queued = queue(config, visit, room_tag=rooms.room_tag(room))
+        tag = rooms.room_tag(room)
     else:  # online, wherever they were
         visit = visit_of(visitor, config, now, STAYS_PUT, "")
-        queued = queue(config, visit, room_tag=throttle.UNKNOWN_ROOM)
+        tag = throttle.UNKNOWN_ROOM
+    queued = queue(config, visit, visitor.shard, room_tag=tag)
     flusher.after_recording(config)
     return queued
 

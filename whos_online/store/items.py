@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from whos_online.store import users
-from whos_online.store.keys import person_key, user_person_key
+from whos_online.store.keys import member_shard, person_key, user_person_key, user_shard
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
 
+    from whos_online.backend.keyspace import Shard
     from whos_online.config.settings import Config
     from whos_online.store.users import UserDetails
 
@@ -110,14 +111,22 @@ class Link:
 class Visitor:
     """Who makes a request, as they are recorded: a user, or a guest's or bot's set and member.
 
-    A user's details (display name, profile URL, whether ``HIDE_USER`` hides them) are worked
-    out when first asked, once: only a write or a page that lists its viewer needs them."""
+    Their shard is worked out with them, since recording them asks it at every step. A user's
+    details (display name, profile URL, whether ``HIDE_USER`` hides them) are worked out when
+    first asked, once: only a write or a page that lists its viewer needs them."""
 
-    __slots__ = ("_details", "key", "kind", "member", "user")
+    __slots__ = ("_details", "key", "kind", "member", "shard", "user")
 
     def __init__(
-        self, *, user: AnyUser | None = None, kind: str = "", member: str = "", key: str = ""
+        self,
+        *,
+        shard: Shard,
+        user: AnyUser | None = None,
+        kind: str = "",
+        member: str = "",
+        key: str = "",
     ) -> None:
+        self.shard = shard
         self.user = user
         #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
         self.kind = kind
@@ -127,13 +136,14 @@ class Visitor:
         self._details: UserDetails | None = None
 
     @classmethod
-    def of_user(cls, user: AnyUser) -> Visitor:
+    def of_user(cls, user: AnyUser, config: Config) -> Visitor:
         pk = users.pk_text(user)
-        return cls(user=user, member=pk, key=user_person_key(pk))
+        return cls(shard=user_shard(config, pk), user=user, member=pk, key=user_person_key(pk))
 
     @classmethod
-    def of_guest(cls, kind: str, member: str) -> Visitor:
-        return cls(kind=kind, member=member, key=person_key(kind, member))
+    def of_guest(cls, kind: str, member: str, config: Config) -> Visitor:
+        shard = member_shard(config, kind, member)
+        return cls(shard=shard, kind=kind, member=member, key=person_key(kind, member))
 
     def details(self, config: Config) -> UserDetails | None:
         """A user's details (None for a guest or a bot)."""
