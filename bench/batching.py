@@ -242,7 +242,9 @@ def flush_cell(
         for offset in offsets:
             time.sleep(max(0.0, started + offset - time.perf_counter()))
             queued.append(time.perf_counter())
-            if not whos.visits.queue(config, next(who)) or whos.flusher.after_recording(config):
+            visit = next(who)
+            shard = whos.keys.member_shard(config, visit.kind, visit.member)
+            if not whos.visits.queue(config, visit, shard) or whos.flusher.after_recording(config):
                 raise RuntimeError("a visit could not be queued or written on a healthy Redis")
         while sum(visits for _, _, visits in written) < len(queued):  # the last flush
             time.sleep(0.001)

@@ -1,17 +1,15 @@
 """The Python API of whos_online, also importable from the package itself.
 
-Every function here fails open: while Redis is unreachable, slow or refusing writes, readers get
-empty lists, zero counts or ``None`` and writers do nothing (and say so where a caller must know),
-and the circuit breakers (``breakers``) keep further calls from waiting on Redis for
-``FAILURE_BACKOFF`` seconds. That is what a view or a template wants. The cleanup command uses
-``pruning`` and ``store`` directly and fails loudly.
+Every function here fails open, as a view or a template wants: while Redis is unreachable, slow
+or refusing writes, readers get empty lists, zero counts or ``None`` and writers do nothing (and
+say so where a caller must know). The cleanup command uses ``store`` directly and fails loudly.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from asgiref.sync import sync_to_async
 
@@ -22,10 +20,10 @@ from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
 from whos_online.reading import access, snapshots
 from whos_online.reading.access import room_token
-from whos_online.recording import connections, guests, rooms, visits
+from whos_online.recording import guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
-from whos_online.store import cleanup, counters, scripts, snapshot
+from whos_online.store import cleanup, counters, snapshot
 from whos_online.store.keys import USER_KINDS, person_key, user_person_key
 from whos_online.store.presence import ask_online_user_pks, ask_users_presence, erase_user
 from whos_online.store.results import (
@@ -48,8 +46,6 @@ if TYPE_CHECKING:
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
-    from redis.client import Pipeline
-    from redis.cluster import ClusterPipeline
 
     from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
@@ -131,20 +127,6 @@ def _presence_of(user: AbstractBaseUser | AnonymousUser) -> Presence:
     return next(iter(presence([user]).values()))
 
 
-def _read_after_own_visits(
-    default: T, ask: Callable[[Pipeline | ClusterPipeline, Config], Callable[[list[Any]], T]]
-) -> T:
-    """A read of plain commands (``ask`` queues them and returns what answers from their replies)
-    after this process's queue is written, so that it sees its own visits; ``default`` if Redis
-    failed."""
-    return flusher.current().flush_with(
-        lambda client, config, calls: scripts.run_then(
-            client, calls, lambda pipe: ask(pipe, config)
-        ),
-        default,
-    )
-
-
 def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presence]:
     """Whether each of ``users`` (users or pks) is online and when last seen, by pk, in one round
     trip (an admin changelist costs one read, not one per row); everyone offline and unseen if
@@ -154,7 +136,7 @@ def presence(users: Iterable[AbstractBaseUser | object]) -> dict[object, Presenc
     if not texts:
         return {}
     now = time.time()
-    found = _read_after_own_visits(
+    found = snapshots.read_after_own_visits(
         None, lambda pipe, config: ask_users_presence(pipe, config, texts)
     )
     if found is None:
@@ -173,7 +155,7 @@ def online_user_pks(limit: int) -> list[object] | None:
     """Primary keys of up to ``limit`` users online, hidden ones included (to filter a
     queryset; O(log N + limit)); None if Redis fails."""
     now = time.time()
-    found = _read_after_own_visits(
+    found = snapshots.read_after_own_visits(
         None,
         lambda pipe, config: ask_online_user_pks(pipe, config, now=now, limit=limit),
     )
@@ -188,9 +170,8 @@ def record_user(
     room: str | None = None,
 ) -> bool:
     """Record ``user`` as online now (in ``room``, else in none); False if Redis could not be
-    written. ``former_guest``, the member they had as a guest or bot before logging in, leaves
-    the anonymous sets in the same step. ``HIDE_USER`` and ``DISPLAY_NAME`` run now: a site that
-    changes what they read calls this to apply it at once, not after ``THROTTLE``."""
+    written. ``former_guest``, their member as a guest before logging in, leaves the anonymous
+    sets in the same step. ``HIDE_USER`` and ``DISPLAY_NAME`` run now, not after ``THROTTLE``."""
     if not user.is_authenticated:
         msg = "record_user() needs an authenticated user; use record_guest() for visitors."
         raise ValueError(msg)
@@ -247,10 +228,8 @@ def get_counter(name: str, precision: int) -> list[tuple[int, int]]:
 
 
 def reporter(sender: object) -> Callable[[str, list[str]], None]:
-    """What hears of the members a prune took off the online sets, a chunk at a time: this
-    process forgets that it recorded them (so that their next visit is written), and
-    ``went_offline`` (everyone) and ``users_went_offline`` (users) tell the site, from
-    ``sender``."""
+    """What hears of the members a prune took off the online sets: this process forgets them (so
+    that their next visit is written), and ``went_offline`` and ``users_went_offline`` tell."""
 
     def gone(kind: str, members: list[str]) -> None:
         recent().forget(person_key(kind, member) for member in members)
@@ -264,8 +243,7 @@ def reporter(sender: object) -> Callable[[str, list[str]], None]:
 
 def prune(now: float | datetime | None = None) -> int:
     """Remove everyone last seen before the window, from the site and the rooms; returns how many
-    left the site's sets (the users among them go to ``users_went_offline``). The process's queue
-    is written first, so that a visit queued just before does not land after the prune."""
+    left the site. The queue is written first, so that no visit queued before lands after."""
     timestamp = as_timestamp(now)
     gone = reporter(prune)
     flusher.current().flush()
@@ -291,7 +269,7 @@ def clean_counters(now: float | datetime | None = None) -> int:
 def peak() -> Peak:
     """The all-time peak of people online; ``(0, None)`` before any visit or if Redis fails."""
     unknown: tuple[int, float | None] = (0, None)
-    return as_peak(*_read_after_own_visits(unknown, snapshot.ask_peak))
+    return as_peak(*snapshots.read_after_own_visits(unknown, snapshot.ask_peak))
 
 
 def unique_visitors(day: date | datetime | None = None) -> int:
@@ -304,7 +282,7 @@ def unique_visitors(day: date | datetime | None = None) -> int:
         return connection.call(
             0, lambda client, config: snapshot.unique_visitors(client, config, wanted)
         )
-    return _read_after_own_visits(
+    return snapshots.read_after_own_visits(
         0, lambda pipe, config: snapshot.ask_unique_visitors(pipe, config, wanted)
     )
 
@@ -318,13 +296,12 @@ def enter(
     now: float | datetime | None = None,
 ) -> bool:
     """Put the person of ``connection`` (``user`` if authenticated, else the guest at
-    ``address``) in ``room`` while it stays open, apart from their page's room; call it again
-    within ``WINDOW`` to renew it, and ``leave`` when it closes. Queued; False when it may not be
-    stored soon. ``HIDE_USER`` and ``DISPLAY_NAME`` may read the database: async code calls
-    ``aenter``."""
+    ``address``) in ``room`` while it stays open: call it again within ``WINDOW`` to renew it,
+    ``leave`` when it closes. Queued; False when it may not be stored soon. ``HIDE_USER`` and
+    ``DISPLAY_NAME`` may read the database: async code calls ``aenter``."""
     config = get_config()
-    link = connections.entering(config, *_where(room, connection, now), user=user, address=address)
-    return connections.send(config, link)
+    link = visits.entering(config, *_where(room, connection, now), user=user, address=address)
+    return visits.send_link(config, link)
 
 
 def leave(
@@ -335,17 +312,16 @@ def leave(
     connection: str,
     now: float | datetime | None = None,
 ) -> bool:
-    """Take ``connection`` out of ``room`` (``enter``'s, with the same person): its person
-    leaves the room with the last of their connections there, unless it is the room of their
-    page. Queued like ``enter``; never reads the database."""
+    """Take ``connection`` out of ``room`` (``enter``'s, with the same person): its person leaves
+    the room with the last of their connections there. Queued like ``enter``."""
     config = get_config()
-    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
-    return connections.send(config, link)
+    link = visits.leaving(config, *_where(room, connection, now), user=user, address=address)
+    return visits.send_link(config, link)
 
 
 def _where(room: str, connection: str, now: float | datetime | None) -> tuple[str, str, float]:
     """``enter``'s and ``leave``'s room, connection and time, checked."""
-    return _room(room), connections.check_connection(connection), as_timestamp(now)
+    return _room(room), visits.check_connection(connection), as_timestamp(now)
 
 
 # The async API: writes queue from the event loop; reads run the sync API in a thread of
@@ -363,8 +339,8 @@ async def aenter(
     """``enter`` for async code (a Channels consumer): never blocks the event loop."""
     config = get_config()
     where = _where(room, connection, now)
-    link = await connections.aentering(config, *where, user=user, address=address)
-    return await connections.asend(config, link)
+    link = await visits.aentering(config, *where, user=user, address=address)
+    return await visits.asend_link(config, link)
 
 
 async def aleave(
@@ -377,8 +353,8 @@ async def aleave(
 ) -> bool:
     """``leave`` for async code: never blocks the event loop."""
     config = get_config()
-    link = connections.leaving(config, *_where(room, connection, now), user=user, address=address)
-    return await connections.asend(config, link)
+    link = visits.leaving(config, *_where(room, connection, now), user=user, address=address)
+    return await visits.asend_link(config, link)
 
 
 def _in_thread(function: Callable[..., T]) -> Callable[..., Awaitable[T]]:

@@ -20,7 +20,6 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from whos_online.config.settings import get_config
 from whos_online.recording import requests, visits
 from whos_online.recording.requests import Decision
-from whos_online.recording.state import state_of
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -50,8 +49,7 @@ class WhosOnlineMiddleware:
             return self.__acall__(request)
         config = get_config()
         now = time.time()
-        state = state_of(request)
-        decision = requests.needs_recording(state, request.path_info, config, now)
+        state, decision = requests.before_view(request, config, now)
         response = self.get_response(request)
         assert not isinstance(response, Awaitable)
         if decision is not Decision.IGNORE:
@@ -66,8 +64,7 @@ class WhosOnlineMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         config = get_config()
         now = time.time()
-        state = state_of(request)
-        decision = requests.needs_recording(state, request.path_info, config, now)
+        state, decision = requests.before_view(request, config, now)
         response = self.get_response(request)
         assert isinstance(response, Awaitable)
         result = await response

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from whos_online.backend import connection, keyspace
 from whos_online.config.process import PerProcess
@@ -21,13 +21,17 @@ from whos_online.recording.state import state_of
 from whos_online.store import epochs, scripts, snapshot
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from django.http import HttpRequest
+    from redis.client import Pipeline
+    from redis.cluster import ClusterPipeline
 
     from whos_online.config.settings import Config
     from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
+
+T = TypeVar("T")
 
 
 def of_request(request: HttpRequest | None, room: str = "") -> Snapshot | None:
@@ -218,3 +222,17 @@ def _read_shard(
     calls = [snapshot.snapshot_call(config, shard, limit=limit, now=now, room=room, readers=mine)]
     raw = connection.call(None, lambda client, _config: scripts.run(client, calls)[0], shard=shard)
     return None if raw is None else snapshot.parse_snapshot(raw, limit, shard, mine)
+
+
+def read_after_own_visits(
+    default: T, ask: Callable[[Pipeline | ClusterPipeline, Config], Callable[[list[Any]], T]]
+) -> T:
+    """A read of the commands ``ask`` queues (it returns what answers from their replies), after
+    this process's queue is written in the same round trip, so that it sees its own visits;
+    ``default`` if Redis failed."""
+    return flusher.current().flush_with(
+        lambda client, config, calls: scripts.run_then(
+            client, calls, lambda pipe: ask(pipe, config)
+        ),
+        default,
+    )

@@ -52,8 +52,9 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-    from whos_online.recording.state import RequestState, Visitor
+    from whos_online.recording.state import RequestState
     from whos_online.recording.throttle import ThrottleCookie
+    from whos_online.store.items import Visitor
     from whos_online.store.results import Snapshot
 
 #: Seconds, beyond ``SNAPSHOT_MAX_AGE``, within which an arrival's visit may not have reached

@@ -1,12 +1,9 @@
-"""What the middleware does with a request: decide, record, hand out the throttle cookie.
+"""What the middleware does with a request, in one direction: decide before the view
+(``before_view``), place it after (``after_view``), record its person (``record_request``) and
+hand out the throttle cookie that says what was recorded.
 
-Before the view, whether to record the request is decided from its cookies and headers alone
-(``needs_recording``), so that a throttled request costs no Redis command and no SQL query.
-After the view, the request is placed (``after_view``: only a page view moves its person between
-rooms), its person's visit queued (``record_request``) and the cookie handed out says what was
-recorded: whether the visitor arrived (their next page must read afresh), the room the visit
-left them in, and their shard's epoch; or, when the visit may not be stored (``FAILED``: Redis
-is known to be down), no cookie spares the next request its write.
+A throttled request costs no Redis command and no SQL query. The request's state is taken once,
+and its visitor, shard included, worked out once and handed along.
 """
 
 from __future__ import annotations
@@ -22,21 +19,24 @@ from django.utils.http import http_date
 
 from whos_online.flushing import flusher
 from whos_online.recording import guests, rooms, throttle, visits
+from whos_online.recording.state import NOT_LOADED, state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import epochs, keys
+from whos_online.store import epochs
 from whos_online.store.items import GO, STAYS_PUT, Placement
 
 if TYPE_CHECKING:
+    from django.http import HttpRequest
     from django.http.response import HttpResponseBase
 
+    from whos_online.backend.keyspace import Shard
     from whos_online.config.settings import Config
-    from whos_online.recording.state import RequestState, Visitor
+    from whos_online.recording.state import RequestState
     from whos_online.recording.throttle import ThrottleCookie
-    from whos_online.store.items import Visit
+    from whos_online.store.items import Visit, Visitor
 
 
 class Decision(enum.Enum):
-    """What ``needs_recording`` decides before the view: leave the request alone (an ignored
+    """What ``before_view`` decides before the view: leave the request alone (an ignored
     path), record it unless its browser's cookie spares it (THROTTLED), or record it."""
 
     IGNORE = enum.auto()
@@ -44,28 +44,29 @@ class Decision(enum.Enum):
     RECORD = enum.auto()
 
 
-def needs_recording(state: RequestState, path: str, config: Config, now: float) -> Decision:
-    """Decide from cookies and headers alone what to do after the view. Whether the request
-    moves its person to another room is left for after it.
+def before_view(request: HttpRequest, config: Config, now: float) -> tuple[RequestState, Decision]:
+    """The request's state, and what to do after the view, decided from cookies and headers
+    alone. Whether the request moves its person to another room is left for after it.
 
     The throttle cookie is noted on the request's state, for after the view and for the
     template tags, which count the viewer in when it says they are not online yet."""
-    if any(pattern.search(path) for pattern in config.ignore_paths):
-        return Decision.IGNORE
+    state = state_of(request)
+    if any(pattern.search(request.path_info) for pattern in config.ignore_paths):
+        return state, Decision.IGNORE
     state.seen = True
-    request = state.request
-    binding = throttle.binding(guests.session_key(request, sent=True), state.bound_address(config))
+    address = state.bound_address(config)
+    binding = throttle.binding(guests.session_key(request, sent=True), address)
     cookie = throttle.read_cookie(
         request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
     )
     state.cookie = cookie
     if cookie is None:
-        return Decision.RECORD
+        return state, Decision.RECORD
     visited = cookie.expiry - config.throttle
     if not cookie.fresh(now) or epochs.current().outdated(cookie.epoch, config, visited):
         # Redis lost the visit this cookie speaks of, or may: record it again now.
-        return Decision.RECORD
-    return Decision.THROTTLED
+        return state, Decision.RECORD
+    return state, Decision.THROTTLED
 
 
 def after_view(
@@ -171,21 +172,23 @@ def record_request(
     process's memory spares the write: queue the visit, and with ``FLUSH_INTERVAL`` 0 write it
     now.
 
-    The outcome is FAILED when the visit may not be stored (see ``queue``), so that the caller
-    hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie (or
-    one from before Redis lost its data), or the visit moved them to another room, or this
+    The outcome is FAILED when the visit may not be stored (see ``visits.queue``), so that the
+    caller hands out no throttle cookie; ARRIVED when the visitor's browser sent no genuine cookie
+    (or one from before Redis lost its data), or the visit moved them to another room, or this
     process recorded them moments ago (a login records the user at once), so that their next
     page reads afresh, whichever process serves it; WRITTEN otherwise.
     """
-    visitor = state.visitor(config, now)
-    found = _spared(visitor, state.cookie, config, now, placement)
-    if isinstance(found, Recorded):
-        return found
-    assert visitor is not None
-    visit = visits.visit_of(visitor, config, now, placement, state.room_title)
-    queued = visits.queue(config, visit, room_tag=found.room_tag)
-    failed = flusher.after_recording(config)
-    return _recorded(config, state.cookie, visit, found, queued=queued, failed=failed)
+    visitor, found = _look_up(state, config, now, placement, NOT_LOADED)
+    done: Recorded | _Remembered | _Stored
+    if isinstance(found, _Writing):
+        assert visitor is not None
+        visit = visits.visit_of(visitor, config, now, placement, state.room_title)
+        queued = visits.queue(config, visit, visitor.shard, room_tag=found.room_tag)
+        failed = flusher.after_recording(config)
+        done = _written(config, visit, visitor.shard, found, queued=queued, failed=failed)
+    else:
+        done = found
+    return _recorded(config, state.cookie, visitor, done)
 
 
 async def arecord_request(
@@ -197,37 +200,69 @@ async def arecord_request(
     ``FLUSH_INTERVAL`` 0 the queue is written in a thread of its own, which a client that hangs
     up cannot cut off.
     """
-    visitor = state.visitor(config, now, await state.auser())
-    found = _spared(visitor, state.cookie, config, now, placement)
-    if isinstance(found, Recorded):
-        return found
-    assert visitor is not None
-    try:
-        visit = visits.visit_of(visitor, config, now, placement, state.room_title)
-    except SynchronousOnlyOperation:
-        # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
-        await sync_to_async(visitor.details)(config)
-        visit = visits.visit_of(visitor, config, now, placement, state.room_title)
-    queued = visits.queue(config, visit, room_tag=found.room_tag)
-    if flusher.writes_at_once(config):
-        failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
+    visitor, found = _look_up(state, config, now, placement, await state.auser())
+    done: Recorded | _Remembered | _Stored
+    if isinstance(found, _Writing):
+        assert visitor is not None
+        try:
+            visit = visits.visit_of(visitor, config, now, placement, state.room_title)
+        except SynchronousOnlyOperation:
+            # The site's HIDE_USER or DISPLAY_NAME reads the database, which it may not do here.
+            await sync_to_async(visitor.details)(config)
+            visit = visits.visit_of(visitor, config, now, placement, state.room_title)
+        queued = visits.queue(config, visit, visitor.shard, room_tag=found.room_tag)
+        if flusher.writes_at_once(config):
+            failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
+        else:
+            failed = flusher.after_recording(config)
+        done = _written(config, visit, visitor.shard, found, queued=queued, failed=failed)
     else:
-        failed = flusher.after_recording(config)
-    return _recorded(config, state.cookie, visit, found, queued=queued, failed=failed)
+        done = found
+    return _recorded(config, state.cookie, visitor, done)
+
+
+def _look_up(
+    state: RequestState, config: Config, now: float, placement: Placement, user: object
+) -> tuple[Visitor | None, Recorded | _Writing | _Remembered]:
+    """Who made the request (``user``, or the session's if ``NOT_LOADED``), and whether
+    recording them needs a write."""
+    visitor = state.visitor(config, now, user)
+    return visitor, _spared(visitor, state.cookie, config, now, placement)
+
+
+def _written(
+    config: Config,
+    visit: Visit,
+    shard: Shard,
+    found: _Writing,
+    *,
+    queued: bool,
+    failed: frozenset[str],
+) -> _Stored | Recorded:
+    """What queueing ``visit`` came to: FAILED, or stored, and then remembered once written
+    when the process writes at once (``visits.queue`` remembers a visit it only queues)."""
+    if not queued or shard.tag in failed:
+        return Recorded(Outcome.FAILED, found.at, found.room_tag)
+    if flusher.writes_at_once(config):
+        visits.remember(config, visit, found.room_tag)
+    return _Stored(found.at, found.room_tag, shard)
 
 
 def _recorded(
     config: Config,
     cookie: ThrottleCookie | None,
-    visit: Visit,
-    found: _Writing,
-    *,
-    queued: bool,
-    failed: frozenset[str],
+    visitor: Visitor | None,
+    found: Recorded | _Remembered | _Stored,
 ) -> Recorded:
-    shard = keys.member_shard(config, visit.kind, visit.member)
-    if not queued or shard.tag in failed:
-        return Recorded(Outcome.FAILED, found.at, found.room_tag)
+    """What recording came to, for the cookie: as found, or in the epoch of the visitor's shard,
+    as far as the process knows."""
+    if isinstance(found, Recorded):
+        return found
+    if isinstance(found, _Remembered):
+        assert visitor is not None
+        return Recorded(
+            Outcome.ARRIVED, found.at, found.room_tag, epochs.current().of(visitor.shard)
+        )
     # Arriving: on the site (no genuine cookie, or one from before Redis lost its data), or in
     # another room. Either way the next page must not show a snapshot read before this visit.
     arriving = (
@@ -236,10 +271,7 @@ def _recorded(
         or cookie.room != found.room_tag
     )
     outcome = Outcome.ARRIVED if arriving else Outcome.WRITTEN
-    recorded = Recorded(outcome, found.at, found.room_tag, epochs.current().of(shard))
-    if flusher.writes_at_once(config):
-        visits.remember(config, visit, found.room_tag)
-    return recorded
+    return Recorded(outcome, found.at, found.room_tag, epochs.current().of(found.shard))
 
 
 @dataclass(frozen=True)
@@ -250,15 +282,32 @@ class _Writing:
     room_tag: str
 
 
+@dataclass(frozen=True)
+class _Remembered:
+    """A visitor this process wrote within THROTTLE: when their cookie runs from, and where."""
+
+    at: float
+    room_tag: str
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A visit queued, and written if the process writes at once: what its cookie will say."""
+
+    at: float
+    room_tag: str
+    shard: Shard
+
+
 def _spared(
     visitor: Visitor | None,
     cookie: ThrottleCookie | None,
     config: Config,
     now: float,
     placement: Placement,
-) -> Recorded | _Writing:
+) -> Recorded | _Writing | _Remembered:
     """What recording a request, whose browser sent ``cookie``, comes to without a write (a
-    ``Recorded``), or what its cookie will say once queued.
+    ``Recorded``, or what this process's memory says), or what its cookie will say once queued.
 
     The process's memory is asked only for a browser that sent no genuine cookie: a cookie says
     where its browser was last put, whichever process did so, while the memory knows only what
@@ -281,9 +330,7 @@ def _spared(
         entry = recent().entry(visitor.key, now, epochs.generation())
         if entry is not None and _memory_spares(entry[1], placement, tag, config):
             # The cookie handed out runs from the visit that was stored, not from now.
-            kind = visitor.kind if visitor.user is None else "users"
-            epoch = epochs.current().of(keys.member_shard(config, kind, visitor.member))
-            return Recorded(Outcome.ARRIVED, entry[0] - config.throttle, entry[1], epoch)
+            return _Remembered(entry[0] - config.throttle, entry[1])
     return _Writing(now, tag)
 
 

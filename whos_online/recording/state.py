@@ -25,7 +25,7 @@ from django.http import HttpRequest
 from django.utils.functional import LazyObject, empty
 
 from whos_online.recording import guests
-from whos_online.store import users
+from whos_online.store.items import Visitor
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from whos_online.recording.throttle import ThrottleCookie
     from whos_online.store.items import Placement
     from whos_online.store.results import Snapshot
-    from whos_online.store.users import UserDetails
 
     AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -47,54 +46,6 @@ VIEW_ATTRIBUTE: Final = "whos_online_not_recorded"
 _UNSET: Final = object()
 #: What ``RequestState.assigned_user`` answers when only the session can tell who the user is.
 NOT_LOADED: Final = object()
-
-
-class Visitor:
-    """Who makes a request, as they are recorded: a user, or a guest's or bot's set and member.
-
-    A user's details (display name, profile URL, whether ``HIDE_USER`` hides them) are worked
-    out when first asked, once: only a write or a page that lists its viewer needs them."""
-
-    __slots__ = ("_details", "key", "kind", "member", "user")
-
-    def __init__(
-        self, *, user: AnyUser | None = None, kind: str = "", member: str = "", key: str = ""
-    ) -> None:
-        self.user = user
-        #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
-        self.kind = kind
-        self.member = member
-        #: Their key in the process's queue and memory (``store.keys``).
-        self.key = key
-        self._details: UserDetails | None = None
-
-    @classmethod
-    def of_user(cls, user: AnyUser) -> Visitor:
-        from whos_online.store.keys import user_person_key
-
-        pk = users.pk_text(user)
-        return cls(user=user, member=pk, key=user_person_key(pk))
-
-    @classmethod
-    def of_guest(cls, kind: str, member: str) -> Visitor:
-        from whos_online.store.keys import person_key
-
-        return cls(kind=kind, member=member, key=person_key(kind, member))
-
-    def details(self, config: Config) -> UserDetails | None:
-        """A user's details (None for a guest or a bot)."""
-        if self.user is None:
-            return None
-        if self._details is None:
-            self._details = users.details(self.user, config)
-        return self._details
-
-    def kind_of(self, config: Config) -> str:
-        """The set they are counted in: "users", "hidden", "guests" or "bots"."""
-        details = self.details(config)
-        if details is None:
-            return self.kind
-        return "hidden" if details.hidden else "users"
 
 
 class RequestState:
@@ -258,13 +209,13 @@ class RequestState:
         return found  # type: ignore [return-value]
 
     def visitor(
-        self, config: Config, now: float, user: AnyUser | object | None = _UNSET
+        self, config: Config, now: float, user: AnyUser | object | None = NOT_LOADED
     ) -> Visitor | None:
         """Who makes the request, as they are recorded (None for someone who is not: a guest
         while guests are not tracked, or without a usable address). The user is ``user()``
         unless given (the ASGI path loads it with ``auser()``); worked out again if it is
         another than last time (the view authenticated someone after a tag looked)."""
-        if user is _UNSET:
+        if user is NOT_LOADED:
             user = self.user()
         if self._visitor is _UNSET or user is not self._visitor_user:
             self._visitor = self._work_out_visitor(config, now, user)
@@ -274,9 +225,9 @@ class RequestState:
 
     def _work_out_visitor(self, config: Config, now: float, user: object) -> Visitor | None:
         if user is not None and getattr(user, "is_authenticated", False):
-            return Visitor.of_user(user)  # type: ignore [arg-type]
+            return Visitor.of_user(user, config)  # type: ignore [arg-type]
         guest = self.guest(config, now)
-        return None if guest is None else Visitor.of_guest(*guest)
+        return None if guest is None else Visitor.of_guest(*guest, config)
 
     def forget_visitor(self) -> None:
         """The view logged someone in or out: who makes the request is to be worked out anew."""

@@ -1,18 +1,19 @@
-"""Visits made and queued: what a recorded request, a login or logout and ``record_*`` hand on.
+"""Visits and connections made and queued: what a recorded request, a login or logout,
+``record_*``, ``enter`` and ``leave`` hand on.
 
-A visit is queued in the process and written with the others of the next flush
-(``whos_online.flushing.flusher``): a request never waits on Redis to record, unless
-``FLUSH_INTERVAL`` is 0; the API's ``record_user`` and ``record_guest``, called outside a
-request, write at once. A queued visit is remembered in the process's memory of recent visitors
-(``throttle.recent()``), so that a client without cookies costs one write per ``THROTTLE``.
+Each is queued in the process and written with the next flush, so that the caller never waits on
+Redis (unless ``FLUSH_INTERVAL`` is 0; ``record_user`` and ``record_guest`` write at once). A
+queued visit is remembered in the process's memory of recent visitors (``throttle.recent()``), so
+that a client without cookies costs one write per ``THROTTLE``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online.backend import connection
 from whos_online.config import process
@@ -22,7 +23,7 @@ from whos_online.recording import guests, rooms, throttle
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs, keys, users
-from whos_online.store.items import GO, STAY, STAYS_PUT, Placement, Visit
+from whos_online.store.items import GO, STAY, STAYS_PUT, Link, Placement, Visit
 from whos_online.store.keys import former_guest_keys, user_person_key
 from whos_online.store.results import as_timestamp
 
@@ -33,7 +34,10 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
     from django.http import HttpRequest
 
-    from whos_online.recording.state import Visitor
+    from whos_online.backend.keyspace import Shard
+    from whos_online.store.items import Visitor
+
+    Someone = AbstractBaseUser | AnonymousUser | None
 
 
 def user_visit(
@@ -83,13 +87,13 @@ def member_visit(
     )
 
 
-def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
-    """Queue ``visit``; False when it may not be stored soon: the queue is full, or Redis is
-    known to be down for its shard (it is queued, then, and written once Redis answers again).
-    Known to be down from a failed write until a call succeeds, the back-off passed or not
-    (``breakers.known_to_fail``): in the moments after a back-off, before the flush that tries
-    again has failed, Redis is no more up than during it. When the queue is written at once
-    (``flusher.writes_at_once``), that write says.
+def queue(config: Config, visit: Visit, shard: Shard, *, room_tag: str | None = None) -> bool:
+    """Queue ``visit``, of ``shard``; False when it may not be stored soon: the queue is full, or
+    Redis is known to be down for the shard (it is queued, then, and written once Redis answers
+    again). Known to be down from a failed write until a call succeeds, the back-off passed or
+    not (``breakers.known_to_fail``): in the moments after a back-off, before the flush that
+    tries again has failed, Redis is no more up than during it. When the queue is written at
+    once (``flusher.writes_at_once``), that write says.
 
     Otherwise the visit is remembered in the process's memory from now: if its flush fails, the
     memory's generation changes, and with it what the memory vouches for."""
@@ -97,7 +101,6 @@ def queue(config: Config, visit: Visit, *, room_tag: str | None = None) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = keys.member_shard(config, visit.kind, visit.member)
     if connection.known_to_fail(config, shard, writes=True):
         return False
     remember(config, visit, room_tag)
@@ -118,20 +121,22 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
 def record_soon(config: Config, visit: Visit) -> None:
     """Queue ``visit`` for the next flush, or write it now when the process writes at once
     (remembering it once written), as a recorded request does."""
-    if not queue(config, visit):
+    shard = keys.member_shard(config, visit.kind, visit.member)
+    if not queue(config, visit, shard):
         return
     if not flusher.writes_at_once(config):
         flusher.current().schedule(config.flush_interval)
-    elif keys.member_shard(config, visit.kind, visit.member).tag not in flusher.current().flush():
+    elif shard.tag not in flusher.current().flush():
         remember(config, visit)
 
 
 def _written(config: Config, visit: Visit) -> bool:
     """Queue ``visit`` and write the queue now, as the API and the login receiver do: whether
     it was written."""
-    if not queue(config, visit):
+    shard = keys.member_shard(config, visit.kind, visit.member)
+    if not queue(config, visit, shard):
         return False
-    if keys.member_shard(config, visit.kind, visit.member).tag in flusher.current().flush():
+    if shard.tag in flusher.current().flush():
         return False
     remember(config, visit)
     return True
@@ -252,9 +257,127 @@ def record_again(visitor: Visitor, config: Config, room: str = "") -> bool:
         return False
     if room:
         visit = visit_of(visitor, config, now, Placement(room, STAY), "")
-        queued = queue(config, visit, room_tag=rooms.room_tag(room))
+        tag = rooms.room_tag(room)
     else:  # online, wherever they were
         visit = visit_of(visitor, config, now, STAYS_PUT, "")
-        queued = queue(config, visit, room_tag=throttle.UNKNOWN_ROOM)
+        tag = throttle.UNKNOWN_ROOM
+    queued = queue(config, visit, visitor.shard, room_tag=tag)
     flusher.after_recording(config)
     return queued
+
+
+#: Longest connection id, in characters: an id becomes part of a Redis member.
+MAX_CONNECTION_LENGTH: Final = 200
+
+
+def check_connection(connection: object) -> str:
+    """``connection`` if it is a connection id (text of 1 to ``MAX_CONNECTION_LENGTH``
+    characters)."""
+    if not isinstance(connection, str) or not 1 <= len(connection) <= MAX_CONNECTION_LENGTH:
+        msg = (
+            f"A connection is named by text of 1 to {MAX_CONNECTION_LENGTH} characters "
+            f"(a Channels consumer's channel_name), not {connection!r:.40}."
+        )
+        raise ValueError(msg)
+    return connection.encode("utf-8", "replace").decode()
+
+
+def _is_user(user: Someone) -> bool:
+    return user is not None and bool(user.is_authenticated)
+
+
+def _guest(config: Config, address: str | None, now: float) -> str:
+    """The member of the guest at ``address`` today."""
+    normalized = guests.normalize_ip(address) if isinstance(address, str) else None
+    if normalized is None:
+        msg = (
+            "A connection's person is an authenticated user, or a guest named by an IPv4 or IPv6 "
+            f"address, not {address!r:.60}."
+        )
+        raise ValueError(msg)
+    return guests.guest_id(normalized, config, now)
+
+
+def entering(
+    config: Config,
+    room: str,
+    connection: str,
+    now: float,
+    *,
+    user: Someone,
+    address: str | None,
+    details: users.UserDetails | None = None,
+) -> Link:
+    """A connection of ``user`` (or else of the guest at ``address``) entering ``room``: runs
+    ``HIDE_USER`` and ``DISPLAY_NAME`` unless ``details`` gives what they said."""
+    if _is_user(user):
+        assert user is not None
+        found = details if details is not None else users.details(user, config)
+        kind = "hidden" if found.hidden else "users"
+        daily_id = guests.daily_id(user_person_key(found.pk), now)
+        return Link(kind, found.pk, room, connection, now, user=found, daily_id=daily_id)
+    member = _guest(config, address, now)
+    daily_id = guests.daily_id(f"g:{member}", now)
+    return Link("guests", member, room, connection, now, daily_id=daily_id)
+
+
+def leaving(
+    config: Config, room: str, connection: str, now: float, *, user: Someone, address: str | None
+) -> Link:
+    """A connection of ``user`` (or else of the guest at ``address``) leaving ``room``: who they
+    are takes no ``HIDE_USER`` (the script takes a user out of both user sets)."""
+    if _is_user(user):
+        assert user is not None
+        return Link("users", users.pk_text(user), room, connection, now, leaving=True)
+    return Link("guests", _guest(config, address, now), room, connection, now, leaving=True)
+
+
+async def aentering(
+    config: Config,
+    room: str,
+    connection: str,
+    now: float,
+    *,
+    user: Someone,
+    address: str | None,
+) -> Link:
+    """``entering`` from an event loop: a ``HIDE_USER`` or ``DISPLAY_NAME`` that reads the
+    database runs in Django's thread for that, as the middleware runs it."""
+    try:
+        return entering(config, room, connection, now, user=user, address=address)
+    except SynchronousOnlyOperation:
+        assert user is not None
+        details = await sync_to_async(users.details)(user, config)
+        return entering(config, room, connection, now, user=user, address=address, details=details)
+
+
+def queue_link(config: Config, link: Link) -> bool:
+    """Queue ``link`` for the next flush; False when it may not be stored soon (the queue is
+    full, or Redis is known to be down for its shard: it is queued then, and written once Redis
+    answers again)."""
+    if not flusher.current().put(link):
+        return False
+    if flusher.writes_at_once(config):
+        return True
+    shard = keys.member_shard(config, link.kind, link.member)
+    return not connection.known_to_fail(config, shard, writes=True)
+
+
+def send_link(config: Config, link: Link) -> bool:
+    """Queue ``link`` and wake the flushing thread, or write the queue now when the process
+    writes at once (``FLUSH_INTERVAL`` 0, or stopping); whether it is (or will soon be)
+    stored."""
+    queued = queue_link(config, link)
+    failed = flusher.after_recording(config)
+    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed
+
+
+async def asend_link(config: Config, link: Link) -> bool:
+    """``send_link`` from an event loop, which never waits on Redis: a write at once goes to a
+    thread."""
+    queued = queue_link(config, link)
+    if not flusher.writes_at_once(config):
+        flusher.current().schedule(config.flush_interval)
+        return queued
+    failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
+    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed

@@ -1,9 +1,8 @@
 """A visit to record, and how it places its person among the rooms; a connection entering or
-leaving a room.
+leaving a room; the person a request speaks for.
 
-What the recording side makes (``recording.visits``, ``recording.connections``), the process queues
-(``flushing.queue``), and the record script's codec (``store.record``) turns into the entries of
-a batch.
+What the recording side makes (``recording.visits``), the process queues (``flushing.queue``),
+and the record script's codec (``store.record``) turns into the entries of a batch.
 """
 
 from __future__ import annotations
@@ -11,10 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from whos_online.store.keys import person_key
+from whos_online.store import users
+from whos_online.store.keys import member_shard, person_key, user_person_key, user_shard
 
 if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+
+    from whos_online.backend.keyspace import Shard
+    from whos_online.config.settings import Config
     from whos_online.store.users import UserDetails
+
+    AnyUser = AbstractBaseUser | AnonymousUser
 
 #: How a visit places its person (``Visit.room_mode``): into its room (out of theirs for a
 #: visit in none), a page view's; wherever they are, any other request's; into its room unless
@@ -98,3 +105,56 @@ class Link:
     @property
     def person(self) -> str:
         return person_key(self.kind, self.member)
+
+
+class Visitor:
+    """Who makes a request, as they are recorded: a user, or a guest's or bot's set and member.
+
+    Their shard is worked out with them, since recording them asks it at every step. A user's
+    details (display name, profile URL, whether ``HIDE_USER`` hides them) are worked out when
+    first asked, once: only a write or a page that lists its viewer needs them."""
+
+    __slots__ = ("_details", "key", "kind", "member", "shard", "user")
+
+    def __init__(
+        self,
+        *,
+        shard: Shard,
+        user: AnyUser | None = None,
+        kind: str = "",
+        member: str = "",
+        key: str = "",
+    ) -> None:
+        self.shard = shard
+        self.user = user
+        #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
+        self.kind = kind
+        self.member = member
+        #: Their key in the process's queue and memory (``store.keys``).
+        self.key = key
+        self._details: UserDetails | None = None
+
+    @classmethod
+    def of_user(cls, user: AnyUser, config: Config) -> Visitor:
+        pk = users.pk_text(user)
+        return cls(shard=user_shard(config, pk), user=user, member=pk, key=user_person_key(pk))
+
+    @classmethod
+    def of_guest(cls, kind: str, member: str, config: Config) -> Visitor:
+        shard = member_shard(config, kind, member)
+        return cls(shard=shard, kind=kind, member=member, key=person_key(kind, member))
+
+    def details(self, config: Config) -> UserDetails | None:
+        """A user's details (None for a guest or a bot)."""
+        if self.user is None:
+            return None
+        if self._details is None:
+            self._details = users.details(self.user, config)
+        return self._details
+
+    def kind_of(self, config: Config) -> str:
+        """The set they are counted in: "users", "hidden", "guests" or "bots"."""
+        details = self.details(config)
+        if details is None:
+            return self.kind
+        return "hidden" if details.hidden else "users"
