@@ -1,37 +1,6 @@
-"""The viewer on their own page: a page that lists who is online counts the person reading it.
-
-A page is rendered before its visit is written (the view decides the room, and may log someone
-in or out), so the snapshot a newcomer's first page shows was read without them: left alone, it
-would tell them "Who's online: nobody", and a room's page "Here now: nobody", while they read it.
-
-So the tags ask whether the snapshot already counts its viewer, and add them when it does not:
-one more user (named first where names are shown, unless they are hidden), guest or bot. The
-throttle cookie, which a browser keeps as long as its visit counts (``WINDOW``), says when and
-in which room its browser was last recorded, and whether they arrived then (on the site, or in
-that room). Someone who did not arrive moments ago is in what Redis holds. Someone who did may
-not be yet: their visit was queued at the end of the request that recorded them, in whichever
-process served it, and reaches Redis a flush later. So for ``doubt`` seconds after an arrival
-(or after this process learned that Redis lost its data) the read looks for them in the same
-round trip (``Snapshot.counts_reader``), and they are added only where it did not find them.
-For a client without a cookie, this process's memory of the visitors it recorded says where it
-wrote them. A request with neither is a newcomer's (or a browser's that dropped its cookies),
-and its visit is written at the end of this very request.
-
-The same holds on the page after it is rendered: the widget's refreshes and the live stream
-show the page's reader (``Reader``) in the site's list and in the room their cookie says they
-are in, whichever process serves them; a stream looks for its reader until a read finds them,
-and, after Redis lost its data or came back, records them again at once rather than at their
-page's next "still here".
-
-Only pages are adjusted: not the requests a page makes itself (the widget's refreshes, whose
-answers may be shared by a cache between viewers, or any view marked ``not_recorded``), and not
-a request on an ignored path, whose viewer is never recorded. Four limits are accepted: a user
-online from another device and not among the names shown, and a guest sharing an address with
-someone online, are counted once more on their first page; so is a client without cookies on
-the first page another process serves it (or the first after its process learns that Redis lost
-its data, which makes the memory's entries from before count for nothing). And a guest without
-cookies, back in a room that this process wrote them in before another process moved them on,
-is left out of that page's render (not its live stream's first state, which looks for them).
+"""The viewer on their own page: a page that lists who is online counts the person reading it,
+in its render, its widgets' refreshes and its live stream, even before their visit reaches Redis
+("The reader on their own page" in docs/how-it-works.md says how, and its four limits).
 """
 
 from __future__ import annotations

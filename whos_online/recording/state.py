@@ -1,18 +1,9 @@
 """What whos_online knows of one request, worked out once: ``state_of(request)``.
 
-The middleware, the views, the decorators and the template tags all ask the same questions of a
-request: who sent it (the client's address behind the trusted proxies, and the guest's pseudonym
-of the day), what its throttle cookie says, which room it is in, what the page already read.
-Each answer is worked out at most once per request and kept here, on one typed object, as
-django-htmx keeps ``request.htmx``: the facts do not travel between modules as private
-attributes, and none is worked out again by the next module that needs it.
-
-A request the middleware never saw (rendered by a test's ``RequestFactory``, or on an ignored
-path) gets a state too, when first asked, with ``seen`` false: its viewer is not recorded.
-
-Who the request's person is, is decided after the view, the same way under WSGI and ASGI
-(``RequestState.user``): the view's own authentication (Django REST framework's, django-ninja's, a
-token of the site's own) may have put a user on the request, or a login may have made one.
+The middleware, the views, the decorators and the tags ask the same questions of a request (its
+client's address, its throttle cookie, its room, its person); each is answered at most once and
+kept on one typed object, as django-htmx keeps ``request.htmx`` ("The request's state" in
+docs/how-it-works.md).
 """
 
 from __future__ import annotations
