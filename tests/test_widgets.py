@@ -20,8 +20,8 @@ from django.urls import include, path, reverse
 
 import whos_online
 from tests.support.helpers import client_of, configure, widget_text
-from whos_online import views
 from whos_online.flushing import batches
+from whos_online.live.widget import MAX_WIDGETS
 from whos_online.reading.access import room_token
 from whos_online.recording.throttle import COOKIE_NAME
 
@@ -245,7 +245,7 @@ def test_says_which_widgets_could_not_be_read(redis_down):
     assert widget_text(found[0]["html"]).startswith("Who's online: nobody")
 
 
-@pytest.mark.parametrize("count", [0, views.MAX_WIDGETS + 1])
+@pytest.mark.parametrize("count", [0, MAX_WIDGETS + 1])
 def test_too_few_or_too_many_widgets_are_a_bad_request(backend, count):
     response = Client().get(URL, {"widget": [""] * count})
 

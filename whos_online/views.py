@@ -9,7 +9,7 @@ site's template and every language's plurals apply to it as to the page.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 from django.core.exceptions import DisallowedHost
 from django.core.serializers.json import DjangoJSONEncoder
@@ -24,15 +24,17 @@ from django.views.decorators.http import require_POST, require_safe
 from whos_online.config.settings import get_config
 from whos_online.decorators import mark_not_recorded, not_recorded
 from whos_online.live.widget import (
+    HTML_SAFE,
+    MAX_WIDGETS,
     WidgetOptions,
+    answer_widgets,
+    answers_body,
     presence_query,
+    read_for_widgets,
     render,
-    render_answers,
-    rooms_of,
     stay_interval,
-    widget_answers,
 )
-from whos_online.reading import access, snapshots, viewer
+from whos_online.reading import access, viewer
 from whos_online.reading.access import may_see_names, shows_names_to_everyone
 from whos_online.recording import guests, rooms, throttle, visits
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
@@ -43,14 +45,9 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
-    from whos_online.live.widget import Accepted
     from whos_online.reading.viewer import Reader
 
     View = Callable[..., HttpResponse]
-
-#: "<", ">" and "&" written as JSON escapes, as Django's json_script does: names are anyone's
-#: text, and the document must stay inert even if something renders it as HTML.
-_HTML_SAFE: Final = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"}
 
 
 def counts_document(found: Snapshot | None, *, names: bool, room: str = "") -> dict[str, Any]:
@@ -76,37 +73,6 @@ def counts_document(found: Snapshot | None, *, names: bool, room: str = "") -> d
         document["names"] = [{"name": user.name, "url": user.url} for user in listed]
         document["more"] = snapshot.more
     return document
-
-
-def read_shown(
-    request: HttpRequest,
-    config: Config,
-    rooms: Iterable[str],
-    *,
-    names: bool,
-    reader: Reader | None = None,
-) -> dict[str, Snapshot | None]:
-    """The snapshots of ``rooms`` ("" for the site), read in one round trip, with ``reader``
-    (the page's own, ``viewer.reader_of``) counted in where the read looked for them and did not
-    find them yet. A reader whose visit Redis lost is recorded again first, so that the read,
-    which writes the process's queue first, finds them. None for a room that could not be read.
-    """
-    shown = list(dict.fromkeys(rooms))
-    if reader is not None and reader.forgotten:
-        reader.lost(config)
-    found = snapshots.read_many(
-        # A limit of 0 reads no names at all: the counts alone are cheaper to read.
-        config.display_limit if names else 0,
-        shown,
-        max_age=config.snapshot_max_age,
-        readers=reader.sought(shown, config) if reader is not None else None,
-    )
-    if reader is None:
-        return found
-    return {
-        room: None if one is None else reader.shown_in(one, room, config)
-        for room, one in found.items()
-    }
 
 
 def _poll_cache_control(
@@ -167,10 +133,10 @@ def counts(request: HttpRequest) -> HttpResponse:
         return name
     names = may_see_names(request, config)
     reader = viewer.reader_of(request, config, [name])
-    found = read_shown(request, config, [name], names=names, reader=reader)[name]
+    found = viewer.read_shown(request, config, [name], names=names, reader=reader)[name]
     document = counts_document(found, names=names, room=name)
     body = json.dumps(document, cls=DjangoJSONEncoder)
-    response = HttpResponse(body.translate(_HTML_SAFE), content_type="application/json")
+    response = HttpResponse(body.translate(HTML_SAFE), content_type="application/json")
     _poll_cache_control(request, response, config, names=names, rooms=[name], reader=reader)
     return response
 
@@ -178,50 +144,6 @@ def counts(request: HttpRequest) -> HttpResponse:
 #: The header of the widget view saying whether Redis was read ("1") or not ("0", the widget
 #: then shows zeros, which live.js does not swap in).
 OK_HEADER: Final = "Whos-Online-Ok"
-#: The most widgets one request of ``widgets`` refreshes (live.js asks for more in several).
-MAX_WIDGETS: Final = 32
-
-
-def read_for_widgets(
-    request: HttpRequest,
-    config: Config,
-    rooms: Iterable[str],
-    *,
-    names: bool,
-    reader: Reader | None = None,
-) -> set[str]:
-    """Read the snapshots of ``rooms`` in one round trip (``read_shown``) and keep them on the
-    request, where the tag rendered for the poll finds them (with or without names, as read
-    here); the rooms that could not be read (kept as zeros) are returned."""
-    found = read_shown(request, config, rooms, names=names, reader=reader)
-    for room, one in found.items():
-        snapshots.keep_on_request(request, EMPTY_SNAPSHOT if one is None else one, room)
-    return {room for room, one in found.items() if one is None}
-
-
-class WidgetsRead(NamedTuple):
-    """The widgets of a refresh, answered: every answer, those accepted, whether names are
-    shown, the rooms read and the page's reader."""
-
-    answers: list[dict[str, Any]]
-    accepted: list[Accepted]
-    names: bool
-    shown: list[str]
-    reader: Reader | None
-
-
-def answer_widgets(request: HttpRequest, config: Config, queries: list[str]) -> WidgetsRead:
-    """Check every widget query, read their rooms in one round trip and render the accepted
-    ones: a refresh of a page's widgets and the first state of its stream alike."""
-    answers, accepted = widget_answers(request, config, queries)
-    names = may_see_names(request, config)
-    shown = rooms_of(accepted)
-    reader = viewer.reader_of(request, config, shown)
-    unread = (
-        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
-    )
-    render_answers(request, accepted, unread)
-    return WidgetsRead(answers, accepted, names, shown, reader)
 
 
 @not_recorded
@@ -290,11 +212,6 @@ def widgets(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def answers_body(answers: list[dict[str, Any]]) -> str:
-    """The JSON document of ``widgets``: ``{"widgets": answers}``, inert as HTML."""
-    return json.dumps({"widgets": answers}).translate(_HTML_SAFE)
-
-
 @csrf_exempt  # sendBeacon cannot send Django's token; _from_this_site stands in for it
 @require_POST
 def presence(request: HttpRequest) -> HttpResponse:
@@ -361,7 +278,7 @@ def page_view(request: HttpRequest) -> HttpResponse:
         document["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
         document["stay"] = stay_interval(config)
     response = HttpResponse(
-        json.dumps(document).translate(_HTML_SAFE), content_type="application/json"
+        json.dumps(document).translate(HTML_SAFE), content_type="application/json"
     )
     add_never_cache_headers(response)
     return response

@@ -22,11 +22,16 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
-from whos_online.live.widget import render_answers, rooms_of
+from whos_online.live.widget import (
+    MAX_WIDGETS,
+    answer_widgets,
+    answers_body,
+    render_answers,
+    rooms_of,
+)
 from whos_online.reading import snapshots
 from whos_online.recording import guests
 from whos_online.store.results import EMPTY_SNAPSHOT
-from whos_online.views import MAX_WIDGETS, answer_widgets, answers_body
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 from urllib.parse import urlencode
@@ -17,8 +18,10 @@ from django.http import QueryDict
 from django.template import Context, Engine, Template
 from django.utils import translation
 
-from whos_online.reading import access
+from whos_online.reading import access, snapshots, viewer
+from whos_online.reading.access import may_see_names
 from whos_online.recording import rooms
+from whos_online.store.results import EMPTY_SNAPSHOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from whos_online.config.settings import Config
+    from whos_online.reading.viewer import Reader
 
     Pairs = list[tuple[str, str]]
 
@@ -270,3 +274,57 @@ def render_answers(request: HttpRequest, accepted: Iterable[Accepted], unread: s
         access.use_issued(request, widget.issued)  # its URLs keep its token's issue time
         widget.answer["ok"] = not unread.intersection(widget.options.rooms_shown())
         widget.answer["html"] = render(request, engine, widget.options)[0]
+
+
+#: "<", ">" and "&" written as JSON escapes, as Django's json_script does: names are anyone's
+#: text, and the document must stay inert even if something renders it as HTML.
+HTML_SAFE: Final = {ord("<"): "\\u003C", ord(">"): "\\u003E", ord("&"): "\\u0026"}
+#: The most widgets one request of ``widgets`` refreshes (live.js asks for more in several).
+MAX_WIDGETS: Final = 32
+
+
+def read_for_widgets(
+    request: HttpRequest,
+    config: Config,
+    rooms: Iterable[str],
+    *,
+    names: bool,
+    reader: Reader | None = None,
+) -> set[str]:
+    """Read the snapshots of ``rooms`` in one round trip (``viewer.read_shown``) and keep them
+    on the request, where the tag rendered for the poll finds them (with or without names, as
+    read here); the rooms that could not be read (kept as zeros) are returned."""
+    found = viewer.read_shown(request, config, rooms, names=names, reader=reader)
+    for room, one in found.items():
+        snapshots.keep_on_request(request, EMPTY_SNAPSHOT if one is None else one, room)
+    return {room for room, one in found.items() if one is None}
+
+
+class WidgetsRead(NamedTuple):
+    """The widgets of a refresh, answered: every answer, those accepted, whether names are
+    shown, the rooms read and the page's reader."""
+
+    answers: list[dict[str, Any]]
+    accepted: list[Accepted]
+    names: bool
+    shown: list[str]
+    reader: Reader | None
+
+
+def answer_widgets(request: HttpRequest, config: Config, queries: list[str]) -> WidgetsRead:
+    """Check every widget query, read their rooms in one round trip and render the accepted
+    ones: a refresh of a page's widgets and the first state of its stream alike."""
+    answers, accepted = widget_answers(request, config, queries)
+    names = may_see_names(request, config)
+    shown = rooms_of(accepted)
+    reader = viewer.reader_of(request, config, shown)
+    unread = (
+        read_for_widgets(request, config, shown, names=names, reader=reader) if shown else set()
+    )
+    render_answers(request, accepted, unread)
+    return WidgetsRead(answers, accepted, names, shown, reader)
+
+
+def answers_body(answers: list[dict[str, Any]]) -> str:
+    """The JSON document of ``widgets``: ``{"widgets": answers}``, inert as HTML."""
+    return json.dumps({"widgets": answers}).translate(HTML_SAFE)

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from whos_online.reading import snapshots
 from whos_online.recording import rooms, visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
@@ -202,3 +203,34 @@ def _counted(
         and found.read_at >= entry[0] - config.throttle
         and (not room or entry[1] == rooms.room_tag(room))
     )
+
+
+def read_shown(
+    request: HttpRequest,
+    config: Config,
+    rooms: Iterable[str],
+    *,
+    names: bool,
+    reader: Reader | None = None,
+) -> dict[str, Snapshot | None]:
+    """The snapshots of ``rooms`` ("" for the site), read in one round trip, with ``reader``
+    (the page's own, ``viewer.reader_of``) counted in where the read looked for them and did not
+    find them yet. A reader whose visit Redis lost is recorded again first, so that the read,
+    which writes the process's queue first, finds them. None for a room that could not be read.
+    """
+    shown = list(dict.fromkeys(rooms))
+    if reader is not None and reader.forgotten:
+        reader.lost(config)
+    found = snapshots.read_many(
+        # A limit of 0 reads no names at all: the counts alone are cheaper to read.
+        config.display_limit if names else 0,
+        shown,
+        max_age=config.snapshot_max_age,
+        readers=reader.sought(shown, config) if reader is not None else None,
+    )
+    if reader is None:
+        return found
+    return {
+        room: None if one is None else reader.shown_in(one, room, config)
+        for room, one in found.items()
+    }
