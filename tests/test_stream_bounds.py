@@ -41,14 +41,19 @@ def only_listener() -> Listener:
     return listener
 
 
-def sending_task() -> asyncio.Task[Any]:
-    """The task of Django's handler that sends the one open stream (``process_request``)."""
-    [task] = [
+def sending_task(stream: Stream) -> asyncio.Task[Any]:
+    """The task that sends ``stream``: up to Django 6.0 one the handler starts for it
+    (``process_request``), from 6.1 the application's own."""
+    found = [
         task
         for task in asyncio.all_tasks()
         if getattr(task.get_coro(), "__qualname__", "").endswith("process_request")
     ]
-    return task
+    if found:
+        [task] = found
+        return task
+    assert stream.task is not None
+    return stream.task
 
 
 async def stalled(url: str) -> tuple[Stream, streaming.Stream]:
@@ -102,7 +107,7 @@ def test_a_stream_cancelled_in_any_turn_after_a_state_came_ends(live, turns):
     async def scenario() -> bool:
         stream = await Stream(stream_url(room_widget())).open()
         await stream.state()
-        listener, task = only_listener(), sending_task()
+        listener, task = only_listener(), sending_task(stream)
         listener.send("data: 1\n\n")
         for _ in range(turns):
             await asyncio.sleep(0)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
+import django
 import pytest
 import redis
 
@@ -43,8 +44,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SEND_BOUND = 2
 #: Seconds the tests wait at most for what should come at once.
 WAIT = 10.0
-#: The line uvicorn logs for each response that the application ended before its end.
-CUT = "ASGI callable returned without completing response."
+#: What uvicorn logs for each stream whose task whos_online cancelled. Up to Django 6.0 the
+#: handler sends a response from a task of its own, takes its cancellation for a client gone and
+#: returns: uvicorn logs that the response was cut. Django 6.1 sends it from the application's
+#: own task, whose cancellation reaches the server, which logs it as an exception
+#: (docs/live.md says so).
+CUT_IN_ITS_OWN_TASK = django.VERSION < (6, 1)
+CUT = (
+    "ASGI callable returned without completing response."
+    if CUT_IN_ITS_OWN_TASK
+    else "Exception in ASGI application"
+)
 
 
 def serve(
@@ -231,7 +241,7 @@ def test_a_client_that_stops_reading_ends_at_the_bound_and_costs_no_memory(
     assert ended == [True] * 3
     assert stopped
     assert "Waiting for background tasks" not in text
-    assert "Traceback" not in text
+    assert text.count("Traceback") == (0 if CUT_IN_ITS_OWN_TASK else 6)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -163,6 +163,19 @@ class Stream:
         return b"".join(chunks)
 
     async def close(self) -> None:
+        """The client goes; until the application has returned. What it raised is raised here,
+        but for its cancellation: a stream whos_online cancelled ends so under Django 6.1, which
+        sends a response from the application's own task."""
         await self._inbox.put({"type": "http.disconnect"})
-        if self._task is not None:
-            await asyncio.wait_for(self._task, 10)
+        if self._task is None:
+            return
+        done, _ = await asyncio.wait([self._task], timeout=10)
+        if not done:
+            raise asyncio.TimeoutError
+        if not self._task.cancelled():
+            self._task.result()
+
+    @property
+    def task(self) -> asyncio.Task[None] | None:
+        """The task that runs the application for this request."""
+        return self._task
