@@ -32,7 +32,7 @@ import redis
 
 from tests import test_browser
 from tests.support import wsgi_server
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, running
 from tests.test_browser import ROOT, STREAM, USER_AGENT
 from tests.test_browser_live import APPLICATION, PREPARE, nearest_rank
 
@@ -142,12 +142,8 @@ class Site:
 @pytest.fixture(scope="module")
 def own_redis() -> Iterator[RedisServer]:
     """A redis-server of this module's own, for the site: the restart test kills it."""
-    server = RedisServer()
-    server.start()
-    try:
+    with running() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="module")

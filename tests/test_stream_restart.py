@@ -18,7 +18,7 @@ from django.test import Client
 from tests.reading.test_viewer import cookies_of, widget_of
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, running
 from tests.test_stream import ROOM, record_user, room_widget, run, stream_url, texts
 from whos_online.backend import clients, connection
 from whos_online.config.settings import get_config
@@ -46,21 +46,17 @@ def server(settings, db, monkeypatch) -> Iterator[RedisServer]:
     is what these tests are about, and on a busy machine a page's write to the new server timed
     out now and then (its reader then rightly shown nowhere until the write was retried)."""
     monkeypatch.setattr(clients, "REQUEST_TIMEOUT", 2.0)
-    own = RedisServer()
-    own.start()
-    configure(
-        settings,
-        REDIS_URL=own.url,
-        LIVE_UPDATES=True,
-        SHOW_NAMES_TO="everyone",
-        FAILURE_BACKOFF=1,
-        REFRESH_INTERVAL=3600,
-        MAX_STREAMS_PER_ADDRESS=None,
-    )
-    try:
+    with running() as own:
+        configure(
+            settings,
+            REDIS_URL=own.url,
+            LIVE_UPDATES=True,
+            SHOW_NAMES_TO="everyone",
+            FAILURE_BACKOFF=1,
+            REFRESH_INTERVAL=3600,
+            MAX_STREAMS_PER_ADDRESS=None,
+        )
         yield own
-    finally:
-        own.close()
 
 
 async def next_named(stream: Stream, wanted: str) -> tuple[str, list[str]]:
