@@ -141,6 +141,10 @@ class Race:
         self.overlapping_chunks = 0
         self._lock = threading.Lock()
         self._finished = threading.Event()
+        # The race is made to happen rather than hoped for: the pruner starts once a write has
+        # landed, and the writers wait half-way until it has removed a chunk.
+        self._writing = threading.Event()
+        self._pruned_midway = threading.Event()
 
     def write(self, writer: int) -> Callable[[], None]:
         def run() -> None:
@@ -152,6 +156,8 @@ class Race:
                     self.new_guests.add(guest)
                     self.new_users.add(str(pk))
                     self.writes_done += 2
+                self._writing.set()
+            self._pruned_midway.wait(JOIN_TIMEOUT)
             for n in range(self.refreshed_per_writer):
                 index = writer * self.refreshed_per_writer + n
                 guest, pk = self.stale_guests[index * 7], int(self.stale_users[index])
@@ -171,6 +177,7 @@ class Race:
     def prune(self) -> None:
         """Prune with the clock of the moment, over and over, then once more to the end."""
         client, config = admin_client(), get_config()
+        self._writing.wait(JOIN_TIMEOUT)
         while True:
             last_round = self._finished.is_set()
             emptied = True
@@ -180,6 +187,7 @@ class Race:
                 emptied = emptied and len(chunk) < PRUNE_CHUNK_SIZE
                 if chunk and 0 < self.writes_done < self.total_writes:
                     self.overlapping_chunks += 1
+                    self._pruned_midway.set()
             if last_round and emptied:
                 return
 
