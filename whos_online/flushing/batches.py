@@ -178,7 +178,8 @@ class Registration:
 #: The counter page hits are kept in.
 COUNTER_NAME: Final = "hits"
 
-#: Longest a hit waits in the buffer while Redis is reachable, with ``FLUSH_INTERVAL`` 0.
+#: Longest a hit waits in the buffer while Redis is reachable (``FLUSH_INTERVAL`` when longer),
+#: unless a visit's flush takes it sooner.
 LONGEST_WAIT: Final = 1.0
 
 #: Distinct seconds kept while Redis cannot be written; older ones are folded into the oldest kept

@@ -379,12 +379,16 @@ def after_recording(config: Config) -> frozenset[str]:
 
 
 def after_hit(config: Config) -> None:
-    """What counting a page hit does: wake the thread within ``FLUSH_INTERVAL`` (within
-    ``batches.LONGEST_WAIT`` when that is 0), or at once when the process has been asked to stop."""
+    """What counting a page hit does: wake the thread within ``batches.LONGEST_WAIT`` (or
+    ``FLUSH_INTERVAL``, when longer), or at once when the process has been asked to stop.
+
+    Hits need no sooner: a process that only counts hits (every request throttled) then writes
+    at most once a second, and a visit queued meanwhile brings the flush forward, the hits riding
+    along with it."""
     if process.is_stopping():
         current().schedule(0)
     else:
-        current().schedule(config.flush_interval or batches.LONGEST_WAIT)
+        current().schedule(max(config.flush_interval, batches.LONGEST_WAIT))
 
 
 def leave_room(kind: str, member: str, room: str, at: float) -> bool:

@@ -172,7 +172,7 @@ def record_member(
 
 def count_hit(now: float | datetime | None = None) -> None:
     """Count one page view in the process buffer; the flusher writes it with the visits it
-    queued (within ``batches.LONGEST_WAIT`` seconds with ``FLUSH_INTERVAL`` 0).
+    queued, or within ``batches.LONGEST_WAIT`` seconds when it queued none.
 
     The middleware calls this for every page view it does not ignore when ``COUNT_HITS`` is on.
     """
