@@ -204,12 +204,11 @@ def flushes() -> Iterator[list[tuple[float, int, int]]]:
     """(when its replies came, its calls, its visits) of each flush's round trip, as the
     flusher sends them in this process."""
     original, found = whos.scripts.run, []
-    count = whos.record.HEADER_ARGUMENTS.index("count")
 
     def run(client: Any, calls: Sequence[Any]) -> list[Any]:
         replies = original(client, calls)
         found.append(
-            (time.perf_counter(), len(calls), sum(int(call.args[count]) for call in calls))
+            (time.perf_counter(), len(calls), sum(whos.record.entries_in(call) for call in calls))
         )
         return replies
 

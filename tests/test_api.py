@@ -591,13 +591,27 @@ def test_prune_drops_the_in_process_memory(backend, settings):
 
 
 @pytest.mark.parametrize(("days", "seconds"), [(None, 90 * 86400), (2, 2 * 86400)])
-def test_last_seen_hash_lives_last_seen_days(settings, r, alice, days, seconds):
+def test_last_seen_hash_lives_last_seen_days_after_the_day_of_the_last_visit(
+    settings, r, alice, days, seconds
+):
     if days is not None:
         configure(settings, LAST_SEEN_DAYS=days)
+    key = f"{{whos_online}}:user:{alice.pk}"
+    day = 86400
+    # Late in a UTC day: the HASH lives to the end of that day, then LAST_SEEN_DAYS more.
+    late = (time.time() // day) * day + day - 60
 
-    whos_online.record_user(alice)
+    whos_online.record_user(alice, now=late - 3600)
+    expires = time.time() + r.ttl(key)
+    assert abs(expires - ((late // day + 1) * day + seconds)) <= 2
 
-    assert r.ttl(f"{{whos_online}}:user:{alice.pk}") == seconds
+    # A later visit of the same day leaves the expiry alone; the next day's moves it a day on.
+    r.expire(key, 1000)
+    whos_online.record_user(alice, now=late)
+    assert r.ttl(key) == 1000
+    whos_online.record_user(alice, now=late + 120)
+    expires = time.time() + r.ttl(key)
+    assert abs(expires - ((late // day + 2) * day + seconds)) <= 2
 
 
 def _write_everything(client: Client, alice: User) -> User:

@@ -135,7 +135,7 @@ def assert_no_garbage(r: redis.Redis) -> None:
             assert set(fields) == {"name", "url", "seen"}, fields
             assert len(fields["name"]) <= MAX_DISPLAY_NAME_LENGTH
             assert math.isfinite(float(fields["seen"]))
-            assert 0 < r.ttl(raw_key) <= get_config().last_seen_days * 86400
+            assert 0 < r.ttl(raw_key) <= (get_config().last_seen_days + 1) * 86400
         elif suffix == "peak":
             assert kind == "hash", key
             assert set(map(text, r.hkeys(raw_key))) == {"count", "at"}

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import re
+import time
 from importlib.resources import files
 
 import pytest
+from redis.exceptions import ResponseError
 
-from whos_online.store import lua, record
+import whos_online.recording.visits as recording
+from whos_online.backend.clients import admin_client
+from whos_online.backend.keyspace import layout
+from whos_online.config.settings import get_config
+from whos_online.store import lua
+from whos_online.store.record import Reply, RoomChange, batch_calls, entries_of, parse_reply
+from whos_online.store.scripts import ScriptCall, run
 
 SCRIPT_NAMES = sorted(
     path.name.removesuffix(".lua") for path in files(lua).iterdir() if path.name.endswith(".lua")
@@ -46,29 +54,22 @@ def test_each_script_opens_with_what_it_takes_and_returns(name):
         assert used <= named_in(header, kind), f"{name}.lua reads {kind} it does not name"
 
 
-def test_the_record_script_reads_its_arguments_in_the_order_python_sends_them():
-    source = lua.load("record")
-    header = source[: source.index("  Output:")]
-    named = re.findall(r"^    ARGV\[(\d+)\]\s+(\w+):", header, re.MULTILINE)
-    entry = re.findall(r"^ {16}(\w+)(?:, (\w+))? {2,}", header, re.MULTILINE)
+def test_the_record_script_refuses_a_call_whose_names_are_not_its_own(backend, r):
+    """A call sends the names of its values: one that names others than the script reads (a
+    field added on one side only) gets an error that says both, and records nothing."""
+    config, now = get_config(), time.time()
+    entries = entries_of(config, recording.member_visit("guests", "g1", now, room="topic:1"))
+    [call] = batch_calls(config, layout(config)[0], entries, now=now, epoch="word")
+    fields = str(call.args[1])
+    renamed = ScriptCall(call.source, call.keys, [call.args[0], fields + ",colour", *call.args[2:]])
 
-    assert [name for _, name in named] == list(record.HEADER_ARGUMENTS)
-    assert [int(index) for index, _ in named] == list(range(1, len(record.HEADER_ARGUMENTS) + 1))
-    assert [name for pair in entry for name in pair if name] == list(record.ENTRY_ARGUMENTS)
-    assert f"\nlocal FIELDS = {record.ENTRY_FIELDS}\n" in source
-    assert f"\nlocal first = {len(record.HEADER_ARGUMENTS) + 1}\n" in source
+    with pytest.raises(ResponseError, match=r"record\.lua reads .*,connection; the call sent"):
+        run(admin_client(), [renamed])
 
-
-def test_the_record_script_replies_with_what_python_reads_back():
-    source = lua.load("record")
-    output = source[source.index("  Output:") : source.index("]]")]
-    fields = re.findall(r"^    (\w+) {2,}", output, re.MULTILINE)
-    change = re.findall(r"^ {17}(\w+) {2,}", output, re.MULTILINE)
-
-    assert fields == list(record.REPLY_FIELDS)
-    assert f"{{{', '.join(record.REPLY_FIELDS)}}}" in output
-    assert change == list(record.CHANGE_FIELDS)
-    assert f"\nreturn {{{', '.join(record.REPLY_FIELDS)}}}\n" in source
+    assert r.exists("{whos_online}:guests", "{whos_online}:rooms:where") == 0
+    [reply] = run(admin_client(), [call])
+    assert parse_reply(reply) == Reply("word", "1", 0, (RoomChange(0, "", "", "topic:1"),))
+    assert r.zscore("{whos_online}:room:topic:1:guests", "g1") == pytest.approx(now, abs=0.001)
 
 
 def test_an_include_is_expanded_once_however_often_it_is_named(tmp_path):

@@ -48,8 +48,8 @@ LEAVE: Final = "l"
 LEAVE_ROOM: Final = "r"
 ENTER: Final = "e"
 EXIT: Final = "x"
-#: The arguments of a batch before its entries, and of each entry, in the order
-#: ``lua/record.lua`` reads them (its header says what each holds; a test checks the two agree).
+#: The values of a batch's header and of each entry, in the order sent. A call sends these names
+#: first, and ``lua/record.lua`` reads each value by its name.
 HEADER_ARGUMENTS: Final = (
     "now",
     "online_since",
@@ -85,7 +85,7 @@ ENTRY_ARGUMENTS: Final = (
     "title",
     "connection",
 )
-ENTRY_FIELDS: Final = len(ENTRY_ARGUMENTS)
+_NAMES: Final = (",".join(HEADER_ARGUMENTS), ",".join(ENTRY_ARGUMENTS))
 #: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
 #: (sent after an outage) does not stall Redis for its other clients. A shard's entries beyond it
 #: go in further calls of the same round trip.
@@ -282,7 +282,7 @@ def _call(
         "gone_prefix": shard_keys.gone_prefix,
         "count": len(entries),
     }
-    args = [header[name] for name in HEADER_ARGUMENTS]
+    args = [*_NAMES, *(header[name] for name in HEADER_ARGUMENTS)]
     hll_index: dict[int, int] = {}
     for entry in entries:
         start = len(args)
@@ -299,6 +299,11 @@ def _call(
         batch = extras.batch if extras is not None else None
         args += [*counters.batch_args(config, batch), *counters.increment_args(hits or {})]
     return ScriptCall(lua.RECORD, keys, args)
+
+
+def entries_in(call: ScriptCall) -> int:
+    """How many entries a call of ``batch_calls`` writes."""
+    return int(call.args[len(_NAMES) + HEADER_ARGUMENTS.index("count")])
 
 
 def record(
