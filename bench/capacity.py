@@ -10,7 +10,9 @@ docs/scaling.md turns them into people online. Then the same on a 3-master clust
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import time
 import math
 import os
 from dataclasses import dataclass
@@ -63,6 +65,9 @@ class Model:
     processes: int
     max_age: float
     stay: float
+    #: µs a second that every web process costs Redis whatever the traffic: its flush of page
+    #: hits alone, at most one a second (``COUNT_HITS``, every request throttled).
+    idle_us: float = 0.0
 
     @property
     def fresh_share(self) -> float:
@@ -82,7 +87,8 @@ class Model:
         linear in them in each regime: a bisection finds where it reaches a second a second)."""
 
         def load(online: float) -> float:
-            return online / self.throttle * record_us + self.reads(scenario, online) * read_us
+            recording = online / self.throttle * record_us
+            return self.processes * self.idle_us + recording + self.reads(scenario, online) * read_us
 
         if load(0) >= 1e6:
             return 0.0
@@ -107,6 +113,9 @@ class Model:
             if self.people(visit_us / m, 2 * shard_read_us, scenario) >= target
         )
         return next(found, None)
+
+    def with_idle(self, idle_us: float) -> Model:
+        return dataclasses.replace(self, idle_us=idle_us)
 
 
 def site_model(options: Options) -> Model:
@@ -137,18 +146,36 @@ def one_redis(options: Options) -> tuple[dict[str, list[Pair]], str]:
         def measure(phase: str) -> Pair:
             if phase == "read":
                 return per(crowd.reads([node], client, config, options.reads), options.reads)
+            if phase == "hits":
+                return per(crowd.measure([node], lambda: hits_flushes(client, config, 200)), 200)
             who = users if phase == "user" else guests
             usages, visits = crowd.in_batches(
                 [node], client, config, who, size=options.batch, turn=next(turns)
             )
             return per(usages, visits)
 
-        costs = interleaved(["user", "guest", "read"], options.repeats, measure, label="one Redis")
+        costs = interleaved(
+            ["user", "guest", "read", "hits"], options.repeats, measure, label="one Redis"
+        )
         costs["visit"] = [
             ((u[0] + g[0]) / 2, (u[1] + g[1]) / 2)
             for u, g in zip(costs["user"], costs["guest"], strict=True)
         ]
         return costs, str(node.client.info("server")["redis_version"])
+
+
+def hits_flushes(client: whos.clients.Client, config: whos.Config, count: int) -> int:
+    """``count`` flushes of a process that holds page hits alone (a second's worth each, as a
+    process whose requests are all throttled sends them once a second): the calls made."""
+    base = whos.keyspace.layout(config)[0]
+    token, second = f"bench-{time.time_ns()}", int(time.time())
+    for number in range(1, count + 1):
+        extras = whos.record.Extras(hits={("hits", second + number): 37}, batch=(token, number))
+        calls = whos.record.batch_calls(
+            config, base, [], now=second + number, epoch="bench", extras=extras
+        )
+        whos.scripts.run(client, calls)
+    return count
 
 
 @dataclass
@@ -227,6 +254,7 @@ def costs_table(costs: dict[str, list[Pair]], batch: int) -> str:
         (f"recorded visit, guest, {batch} per call", "guest"),
         ("recorded visit, half users and half guests (the model's)", "visit"),
         (f"snapshot read, {crowd.NAMES} names", "read"),
+        ("a process's flush of page hits alone (at most one a second, per process)", "hits"),
     ):
         lua, cpu = column(costs[key], 0), column(costs[key], 1)
         rows.append(
@@ -267,8 +295,10 @@ def people_table(model: Model, costs: dict[str, list[Pair]], spread: Cluster) ->
     return (
         "People online when Redis CPU reaches 100 %: each person recorded once per THROTTLE "
         f"({model.throttle:g} s), staying {model.stay:g} s (WINDOW included) and viewing a page "
-        f"with the tag every {model.page_every:g} s, {model.processes} web processes. Cost per "
-        "call by Lua time, or by process CPU.\n\n"
+        f"with the tag every {model.page_every:g} s, {model.processes} web processes, each "
+        f"costing Redis {model.idle_us:.0f} µs of CPU a second whatever the traffic (its flush of "
+        "page hits alone, at most one a second). Cost per call by Lua time, or by process "
+        "CPU.\n\n"
         + table(
             f"snapshot reads per second | 1 Redis, by Lua µs | 1 Redis, by CPU | {MASTERS} "
             f"masters, by Lua µs | {MASTERS} masters, by CPU",
@@ -368,8 +398,8 @@ def paths(model: Model, costs: dict[str, list[Pair]], spread: Cluster) -> tuple[
 def run(options: Options) -> Section:
     if options.people < 20 * crowd.NAMES * crowd.USER_EVERY:
         raise ValueError(f"--people must be at least {20 * crowd.NAMES * crowd.USER_EVERY}")
-    model = site_model(options)
     costs, version = one_redis(options)
+    model = site_model(options).with_idle(medians(costs["hits"])[1])
     spread = cluster(options)
     conclusions, targets = paths(model, costs, spread)
     return Section(
