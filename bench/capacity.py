@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import time
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -88,7 +88,8 @@ class Model:
 
         def load(online: float) -> float:
             recording = online / self.throttle * record_us
-            return self.processes * self.idle_us + recording + self.reads(scenario, online) * read_us
+            reading = self.reads(scenario, online) * read_us
+            return self.processes * self.idle_us + recording + reading
 
         if load(0) >= 1e6:
             return 0.0
@@ -169,10 +170,10 @@ def hits_flushes(client: whos.clients.Client, config: whos.Config, count: int) -
     process whose requests are all throttled sends them once a second): the calls made."""
     base = whos.keyspace.layout(config)[0]
     token, second = f"bench-{time.time_ns()}", int(time.time())
-    for number in range(1, count + 1):
-        extras = whos.record.Extras(hits={("hits", second + number): 37}, batch=(token, number))
+    for flush in range(1, count + 1):
+        extras = whos.record.Extras(hits={("hits", second + flush): 37}, batch=(token, flush))
         calls = whos.record.batch_calls(
-            config, base, [], now=second + number, epoch="bench", extras=extras
+            config, base, [], now=second + flush, epoch="bench", extras=extras
         )
         whos.scripts.run(client, calls)
     return count
