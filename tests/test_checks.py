@@ -491,6 +491,7 @@ EVERY_MESSAGE = [
     ({"REFRESH_INTERVAL": 0}, None, "whos_online.E023", "REFRESH_INTERVAL"),
     ({"JSON_MAX_AGE": -1}, None, "whos_online.E024", "JSON_MAX_AGE"),
     ({"STOP_TIMEOUT": 31}, None, "whos_online.E040", "STOP_TIMEOUT"),
+    ({"LEAVE_GRACE": -1}, None, "whos_online.E041", "LEAVE_GRACE"),
     ({"NOPE": 1}, None, "whos_online.W001", "NOPE"),
     ({"GUEST_IDENTITY": "ip"}, None, "whos_online.W002", "GUEST_IDENTITY"),
     ({}, [SESSION, AUTH], "whos_online.W003", OURS),
@@ -521,6 +522,7 @@ def test_every_id_is_covered_by_the_table():
     codes = {case[2] for case in EVERY_MESSAGE}
     assert codes == {f"whos_online.E{n:03d}" for n in range(1, 25)} | {
         "whos_online.E040",
+        "whos_online.E041",
         "whos_online.W001",
         "whos_online.W002",
         "whos_online.W003",
@@ -662,6 +664,18 @@ def test_stop_timeout_must_be_a_number_of_seconds_up_to_thirty(settings, value):
 @pytest.mark.parametrize("value", [0, 0.5, 5, 30.0])
 def test_stop_timeout_accepted(settings, value):
     settings.WHOS_ONLINE = {"STOP_TIMEOUT": value}
+    assert check_error_codes() == []
+
+
+@pytest.mark.parametrize("value", [-1, 60.5, True, "5", None])
+def test_leave_grace_must_be_a_number_of_seconds_up_to_a_minute(settings, value):
+    settings.WHOS_ONLINE = {"LEAVE_GRACE": value}
+    assert check_error_codes() == ["whos_online.E041"]
+
+
+@pytest.mark.parametrize("value", [0, 0.5, 5, 60.0])
+def test_leave_grace_accepted(settings, value):
+    settings.WHOS_ONLINE = {"LEAVE_GRACE": value}
     assert check_error_codes() == []
 
 

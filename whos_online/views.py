@@ -218,7 +218,7 @@ def presence(request: HttpRequest) -> HttpResponse:
     """What the live widget of a room says of its reader: still here (``?room=…&token=…``,
     recorded through the throttle like a page of that room, unless a later page put them in
     another), or gone (``&leave=1``, sent as the page is left: out of the room within
-    ``store.presence.LEAVE_GRACE`` seconds, if it is still theirs).
+    ``LEAVE_GRACE`` seconds, if it is still theirs).
 
     Only the reader's own presence can change: who they are comes from their session and
     address, as for any visit. A page of another site cannot send it for them (Fetch Metadata,

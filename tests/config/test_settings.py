@@ -51,6 +51,7 @@ DOCUMENTED_DEFAULTS: dict[str, Any] = {
     "SNAPSHOT_MAX_AGE": 2,
     "FLUSH_INTERVAL": 0.1,
     "STOP_TIMEOUT": 5,
+    "LEAVE_GRACE": 5,
     "ROOMS": {},
     "ROOM_ACCESS": None,
     "ROOM_TOKEN_MAX_AGE": 3600,

@@ -17,7 +17,6 @@ from whos_online.config.settings import get_config
 from whos_online.flushing import changes, flusher
 from whos_online.signals import came_online, entered_room, left_room, went_offline
 from whos_online.store import keys, scripts
-from whos_online.store.presence import LEAVE_GRACE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -229,7 +228,7 @@ def test_a_closed_page_s_room_is_published_again_once_its_reader_no_longer_count
     whos_online.record_guest("198.51.100.1", room="topic:1")
     channel(1.2)
     pending = flusher.current().changes
-    left_at = time.time() - LEAVE_GRACE + 1  # they count there one second more
+    left_at = time.time() - get_config().leave_grace + 1  # they count there one second more
     flusher.leave_room("guests", guest("198.51.100.1"), "topic:1", left_at)
 
     # At once (the pages may show it, or not yet), and again once they no longer count.

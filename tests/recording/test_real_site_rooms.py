@@ -28,7 +28,6 @@ from whos_online.recording import rooms, throttle, visits
 from whos_online.recording import visits as recording
 from whos_online.recording.throttle import RecentVisitors
 from whos_online.store import snapshot
-from whos_online.store.presence import LEAVE_GRACE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -267,8 +266,8 @@ def test_a_prefetch_of_another_topic_neither_moves_the_reader_nor_spoils_her_lea
 
     assert response.status_code == 204
     assert response.cookies[throttle.COOKIE_NAME]["max-age"] == 0  # the word was taken
-    assert counts_at(TOPIC_1, now + LEAVE_GRACE + 1) == NOBODY
-    assert counts_at(TOPIC_2, now + LEAVE_GRACE + 1) == NOBODY
+    assert counts_at(TOPIC_1, now + get_config().leave_grace + 1) == NOBODY
+    assert counts_at(TOPIC_2, now + get_config().leave_grace + 1) == NOBODY
     assert counts() == GUEST  # still on the site
 
 
@@ -611,7 +610,7 @@ def test_a_reader_who_leaves_is_gone_within_seconds(backend):
 
     assert response.status_code == 204
     assert response.cookies[throttle.COOKIE_NAME]["max-age"] == 0  # spent
-    assert counts_at(TOPIC_1, now + LEAVE_GRACE + 1) == GUEST  # the other reader
+    assert counts_at(TOPIC_1, now + get_config().leave_grace + 1) == GUEST  # the other reader
     assert counts_at(TOPIC_1, now) == OnlineCounts(0, 2, 0, 2)  # not yet: a reload may follow
     assert counts() == OnlineCounts(0, 2, 0, 2)  # both still on the site
 
@@ -624,7 +623,7 @@ def test_a_reload_s_still_here_undoes_the_leaving_of_the_page_before(backend, re
     assert leave(reader, presence).status_code == 204  # then the old page's word arrives
     assert stay(reader, presence) == 204  # and the new page speaks once it is shown
 
-    assert counts_at(TOPIC_1, now + LEAVE_GRACE + 1) == GUEST
+    assert counts_at(TOPIC_1, now + get_config().leave_grace + 1) == GUEST
 
 
 def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(backend):
@@ -642,7 +641,7 @@ def test_a_reader_written_by_the_page_s_own_request_after_a_reload_can_leave(bac
 
     assert leave(reader, presence).status_code == 204  # the tab is closed
 
-    assert counts_at(TOPIC_1, now + LEAVE_GRACE + 1) == NOBODY
+    assert counts_at(TOPIC_1, now + get_config().leave_grace + 1) == NOBODY
     assert counts() == GUEST  # still on the site
 
 
@@ -674,7 +673,7 @@ def test_a_reader_who_left_is_not_put_back_by_a_request_that_is_no_page_view(bac
     reader.cookies.pop(throttle.COOKIE_NAME)
     reader.post("/forum/bookmark/1/", **FETCH)  # recorded again
 
-    assert counts_at(TOPIC_1, now + LEAVE_GRACE + 1) == NOBODY
+    assert counts_at(TOPIC_1, now + get_config().leave_grace + 1) == NOBODY
     assert counts() == GUEST  # still on the site
 
 
@@ -683,7 +682,7 @@ def test_a_still_here_after_the_grace_does_not_put_the_reader_back(backend, monk
     _live, presence = widget_urls(reader.get("/forum/live/1/", **PAGE_VIEW).content.decode())
     now = time.time()
     assert leave(reader, presence).status_code == 204
-    later = now + LEAVE_GRACE + 1
+    later = now + get_config().leave_grace + 1
     monkeypatch.setattr(time, "time", lambda: later)
 
     assert stay(reader, presence) == 204  # a page of the room left open in another tab
@@ -716,7 +715,7 @@ def test_leaving_twice_or_leaving_another_room_does_nothing(backend, redis_calls
 
     assert throttle.COOKIE_NAME not in leaving.cookies
     assert redis_calls.trips == []
-    assert counts_at(TOPIC_2, time.time() + LEAVE_GRACE + 1) == GUEST
+    assert counts_at(TOPIC_2, time.time() + get_config().leave_grace + 1) == GUEST
 
 
 @pytest.mark.parametrize(

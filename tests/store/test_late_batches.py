@@ -13,11 +13,12 @@ from django.test import RequestFactory
 import whos_online
 from tests.support.helpers import GUEST_IP, configure, guest, members
 from whos_online import apps
+from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
 from whos_online.recording import visits as recording
-from whos_online.store import cleanup, presence, record, users
+from whos_online.store import cleanup, presence, record, snapshot, users
 
 if TYPE_CHECKING:
     from whos_online.store.items import Visit
@@ -180,15 +181,26 @@ def test_a_leaving_word_that_arrives_after_the_next_page_of_the_room_leaves_it_s
     assert room_score(r, "a", "m") == pytest.approx(now + 0.2, abs=0.001)
 
 
-def test_a_leaving_word_keeps_its_reader_in_the_room_a_few_seconds(r, queued):
+@pytest.mark.parametrize("grace", [None, 0, 30])
+def test_a_leaving_word_keeps_its_reader_in_the_room_leave_grace_seconds(
+    r, queued, settings, grace
+):
+    if grace is not None:
+        configure(settings, LEAVE_GRACE=grace)
     now = time.time()
     written_by_another_process(r, recording.member_visit("guests", "m", now - 10, room="a"))
     flushing.current().put(RoomLeave("guests", "m", "a", at=now))
 
     assert whos_online.flush() is True
 
-    grace = presence.LEAVE_GRACE
-    assert room_score(r, "a", "m") == pytest.approx(now - get_config().window + grace, abs=0.001)
+    expected = 5 if grace is None else grace
+    assert get_config().leave_grace == expected
+    window = get_config().window
+    assert room_score(r, "a", "m") == pytest.approx(now - window + expected, abs=0.001)
+    # Counted until the grace ends (with 0, not after they left), not after.
+    for at, counted in ((now + max(expected - 0.5, 0.1), expected > 0), (now + expected + 0.5, 0)):
+        found = snapshot.snapshot(admin_client(), get_config(), limit=0, now=at, room="a")
+        assert found.counts.guests == counted
 
 
 # Layouts the cleanup forgets

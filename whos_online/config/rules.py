@@ -78,6 +78,17 @@ def flush_interval(value: Any) -> list[str]:
     return [f"must be a number of seconds from 0 to {MAX_FLUSH_INTERVAL}, not {value!r}"]
 
 
+#: Longest LEAVE_GRACE: a reload takes seconds, and a reader who closed the page should not count
+#: there for long.
+MAX_LEAVE_GRACE: Final = 60
+
+
+def leave_grace(value: Any) -> list[str]:
+    if _is_number(value) and 0 <= value <= MAX_LEAVE_GRACE:
+        return []
+    return [f"must be a number of seconds from 0 to {MAX_LEAVE_GRACE}, not {value!r}"]
+
+
 #: Longest STOP_TIMEOUT: gunicorn's graceful timeout and Kubernetes' grace period, by default.
 MAX_STOP_TIMEOUT: Final = 30
 

@@ -230,6 +230,17 @@ class Config:
         "platforms that freeze a process between requests.",
         build=float,
     )
+    #: Seconds a reader who left a page (closed it, or the page said so) still counts in its
+    #: room: long enough for a reload to say they are still there.
+    leave_grace: float = rules.setting(
+        "LEAVE_GRACE",
+        5,
+        "whos_online.E041",
+        rules.leave_grace,
+        hint="The default is {default}; 0 takes a reader out of the room the moment their page "
+        "closes, and a reload then shows them leaving and coming back.",
+        build=float,
+    )
     #: Seconds a stopping process tries to write what it holds (``flushing.schedule``).
     stop_timeout: float = rules.setting(
         "STOP_TIMEOUT",

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Final
 from whos_online.backend import connection
 from whos_online.signals import came_online, entered_room, left_room
 from whos_online.store.keys import USER_KINDS, changes_channel
-from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.record import (
     ENTRY_ARGUMENTS,
     LEAVE,
@@ -128,7 +127,7 @@ class Pending:
             if change.left:
                 rooms.add(change.left)
                 if entry.fields[_OP] == LEAVE_ROOM:
-                    later[change.left] = at + LEAVE_GRACE + GRACE_MARGIN
+                    later[change.left] = at + config.leave_grace + GRACE_MARGIN
                 if left_room.has_listeners():
                     events.append(Event(left_room, kind, member, at, change.left))
             if change.entered:

@@ -37,7 +37,7 @@ QUEUE_SIZE: Final = 20_000
 @dataclass(frozen=True)
 class RoomLeave:
     """A page's reader leaving its room at ``at``: counted in it a few seconds more, if it is
-    theirs (``store.presence.LEAVE_GRACE``)."""
+    theirs (``LEAVE_GRACE``)."""
 
     kind: str
     member: str

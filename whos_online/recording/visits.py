@@ -218,7 +218,7 @@ def visit_of(
 
 
 def leave_room(request: HttpRequest, config: Config, room: str) -> bool:
-    """Take the person making ``request`` out of ``room`` within ``store.presence.LEAVE_GRACE``
+    """Take the person making ``request`` out of ``room`` within ``LEAVE_GRACE``
     seconds, if their throttle cookie (or, for a client without one, this process's memory) says
     they were put in it, and it is still theirs in Redis. Returns whether the cookie (or memory)
     said so, so that the caller spends the cookie: a second word of leaving does nothing.

@@ -88,11 +88,6 @@ def remove_user(
     run(client, [ScriptCall(lua.LEAVE, keys, arguments)])
 
 
-#: Seconds a reader who left a page still counts in its room: long enough for the next page of
-#: the same room (a reload) to say they are still there, and no longer.
-LEAVE_GRACE: Final = 5
-
-
 def _shard_in(config: Config, person: str, shards: int | None) -> keyspace.Shard:
     if shards is None or shards == config.shards:
         return keyspace.shard_of(config, person)

@@ -29,7 +29,6 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
-from whos_online.store.presence import LEAVE_GRACE
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -206,7 +205,7 @@ def leaving_entry(config: Config, pk: str, now: float) -> Entry:
 
 def leave_room_entry(config: Config, kind: str, member: str, room: str, *, at: float) -> Entry:
     """The entry of a page's reader leaving ``room`` at ``at``: they count in it a few seconds
-    more (``store.presence.LEAVE_GRACE``), if it is still theirs."""
+    more (``LEAVE_GRACE``), if it is still theirs."""
     shard = member_shard(config, kind, member)
     fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(at), hll="0", room=room)
     return Entry(shard, None, fields)
@@ -278,7 +277,7 @@ def _call(
         # A day's HyperLogLog lives LAST_SEEN_DAYS after its day ends.
         "visitors_ttl": fixed.last_seen,
         "window": config.window,
-        "leave_grace": LEAVE_GRACE,
+        "leave_grace": config.leave_grace,
         "gone_prefix": shard_keys.gone_prefix,
         "count": len(entries),
     }
