@@ -42,9 +42,10 @@ ROOM_KINDS: Final = {
     "stay": "in a room, staying in it",
     "move": "in a room, moving to another",
 }
-#: The goals: Redis CPU per visit in calls of ``AT`` or more, people online per Redis process.
+#: The goals: Redis CPU per visit in calls of ``AT``, as a multiple of the floor's measured in
+#: the same repetition; people online per Redis process.
 AT: Final = 20
-MOST_US: Final = 15.0
+MOST_FLOORS: Final = 2.0
 PER_REDIS: Final = 6_000_000
 one = fixed(1)
 #: The floor of a visit, in one script of ``AT`` visits: KEYS the users set, the guests set and
@@ -380,13 +381,17 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
         for label, pairs in found.items()
         if label.startswith("the floor")
     ]
+    floor = next(pairs for label, pairs in found.items() if label.endswith("(a command per visit)"))
+    over_floor = ratios([pair[1] for pair in found[f"{AT} per call"]], [pair[1] for pair in floor])
     at = people_at(found[f"{AT} per call"], read, 1)
     return [
         Target(
-            f"Redis process CPU per recorded visit at batches of ≥ {AT}: ≤ {MOST_US:g} µs",
-            "; ".join(f"{n} per call: {s.show(one)} µs" for n, s in cpu.items())
-            + f"; the floor at {AT} per call: {', '.join(floors)} µs",
-            all(s.median <= MOST_US for s in cpu.values()),
+            f"Redis process CPU per recorded visit at {AT} per call: ≤ {MOST_FLOORS:g} × the floor "
+            "(a command per visit) in the same repetition",
+            f"{over_floor.show(ratio)} ×; "
+            + "; ".join(f"{n} per call: {s.show(one)} µs" for n, s in cpu.items())
+            + f"; the floors at {AT} per call: {', '.join(floors)} µs",
+            over_floor.median <= MOST_FLOORS,
         ),
         Target(
             f"people online per Redis process at {AT} visits per call, by process CPU (the tag on "
