@@ -10,27 +10,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import Signal, receiver
 
-from whos_online.config import process, rules
+from whos_online.config import process, rules, validation
 from whos_online.config.room_rules import RoomRule, rules_of
 from whos_online.config.rules import name_audience, redact_url
-from whos_online.config.validation import across_keys
 
 if TYPE_CHECKING:
     import re
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
+    from django.core.checks import CheckMessage
     from django.http import HttpRequest
 
     AnyUser = AbstractBaseUser | AnonymousUser
@@ -308,34 +306,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {row.key: row.default for _, row in SETTING
 def validate(raw: object) -> list[CheckMessage]:
     """Every problem of ``WHOS_ONLINE``, each with a hint: for ``manage.py check``, and for
     ``get_config``, which refuses settings with errors even where nobody runs the checks."""
-    if not isinstance(raw, Mapping):
-        return [
-            Error(
-                f"WHOS_ONLINE must be a dict, not {type(raw).__name__}.",
-                hint="Set WHOS_ONLINE = {} or leave it out to use the defaults.",
-                id="whos_online.E001",
-            )
-        ]
-    messages: list[CheckMessage] = []
-    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
-    if unknown:
-        messages.append(
-            Warning(
-                f"WHOS_ONLINE has unknown keys: {', '.join(map(str, unknown))}.",
-                hint=f"Known keys: {', '.join(DEFAULTS)}.",
-                id="whos_online.W001",
-            )
-        )
-    merged = {**DEFAULTS, **raw}
-    wrong = set()
-    for _, row in SETTINGS:
-        for problem in row.problems(merged[row.key]) if row.problems else ():
-            wrong.add(row.key)
-            messages.append(
-                Error(f"WHOS_ONLINE[{row.key!r}] {problem}.", hint=row.hint_text, id=row.check_id)
-            )
-    messages.extend(across_keys(merged, wrong))
-    return messages
+    return validation.problems(raw, [row for _, row in SETTINGS], DEFAULTS)
 
 
 def get_config() -> Config:

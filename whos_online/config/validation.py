@@ -1,11 +1,13 @@
-"""Settings weighed against each other: THROTTLE below WINDOW, a cluster's URL, the cache alias.
+"""The checks of ``WHOS_ONLINE``: each key by its row of the settings table, then the settings
+weighed against each other (THROTTLE below WINDOW, a cluster's URL, the cache alias).
 
-``settings.validate`` checks each key by its row of the table, then asks ``across_keys`` about
-the pairs; this module knows no table, so that the settings module can import it.
+The table is handed in (``problems``), so that the settings module, which holds it, can import
+this one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -14,10 +16,46 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Sequence
+
+    from whos_online.config.rules import Setting
 
 CLUSTER_URL_SCHEMES: Final = ("redis", "rediss")
 CACHE_BACKEND: Final = "django_redis.cache.RedisCache"
+
+
+def problems(
+    raw: object, table: Sequence[Setting], defaults: Mapping[str, Any]
+) -> list[CheckMessage]:
+    """Every problem of ``raw`` (the site's ``WHOS_ONLINE``), by the rows of ``table``."""
+    if not isinstance(raw, Mapping):
+        return [
+            Error(
+                f"WHOS_ONLINE must be a dict, not {type(raw).__name__}.",
+                hint="Set WHOS_ONLINE = {} or leave it out to use the defaults.",
+                id="whos_online.E001",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    unknown = sorted(set(raw) - set(defaults), key=str)
+    if unknown:
+        messages.append(
+            Warning(
+                f"WHOS_ONLINE has unknown keys: {', '.join(map(str, unknown))}.",
+                hint=f"Known keys: {', '.join(defaults)}.",
+                id="whos_online.W001",
+            )
+        )
+    merged = {**defaults, **raw}
+    wrong = set()
+    for row in table:
+        for problem in row.problems(merged[row.key]) if row.problems else ():
+            wrong.add(row.key)
+            messages.append(
+                Error(f"WHOS_ONLINE[{row.key!r}] {problem}.", hint=row.hint_text, id=row.check_id)
+            )
+    messages.extend(across_keys(merged, wrong))
+    return messages
 
 
 def across_keys(merged: Mapping[str, Any], wrong: set[str]) -> list[CheckMessage]:
