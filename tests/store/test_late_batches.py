@@ -18,7 +18,7 @@ from whos_online.config.settings import get_config
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing.queue import RoomLeave
 from whos_online.recording import visits as recording
-from whos_online.store import cleanup, presence, record, snapshot, users
+from whos_online.store import cleanup, record, snapshot, users
 
 if TYPE_CHECKING:
     from whos_online.store.items import Visit

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from django.dispatch import Signal
 
     from whos_online.config.settings import Config
-    from whos_online.store.record import Entry, Reply
+    from whos_online.store.record import Entry
+    from whos_online.store.results import Reply
 
 logger = logging.getLogger("whos_online")
 

@@ -20,7 +20,8 @@ from whos_online.config.settings import get_config
 from whos_online.flushing import batches, changes, schedule
 from whos_online.flushing.queue import FlushJobs, Item, Job, RoomLeave, VisitQueue
 from whos_online.flushing.schedule import FlushThread
-from whos_online.store import counters, epochs, record, scripts
+from whos_online.store import counters, epochs, scripts
+from whos_online.store.results import parse_reply
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -243,7 +244,7 @@ class Flusher:
             if replies is None:
                 failed.add(group.shard.tag)
                 continue
-            parsed = [record.parse_reply(raw) for raw in replies]
+            parsed = [parse_reply(raw) for raw in replies]
             for reply in parsed:
                 epochs.current().learn(group.shard.tag, reply.epoch)
                 if group.shard.is_base:

@@ -1,5 +1,5 @@
 """Recording visits: the batches of ``lua/record.lua``, one call per shard, that put people
-online, in their rooms, and what each call answers (``Reply``).
+online, in their rooms (a call's answer is ``results.Reply``).
 
 Queued visits become entries in their shards, and a shard's entries its call; what every call of
 a Config sends alike is worked out once (``_Recording``), not on every flush.
@@ -29,6 +29,7 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
+from whos_online.store.results import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:
@@ -48,41 +49,16 @@ LEAVE_ROOM: Final = "r"
 ENTER: Final = "e"
 EXIT: Final = "x"
 #: The values of a batch's header and of each entry, in the order sent. A call sends these names
-#: first, and ``lua/record.lua`` reads each value by its name.
-HEADER_ARGUMENTS: Final = (
-    "now",
-    "online_since",
-    "seen_ttl",
-    "user_prefix",
-    "room_prefix",
-    "sampling",
-    "counter_prefix",
-    "precisions",
-    "may_stop",
-    "second",
-    "epoch",
-    "layout",
-    "visitors_ttl",
-    "window",
-    "leave_grace",
-    "gone_prefix",
-    "count",
+#: first: ``lua/record.lua`` refuses a call whose names are not those it reads.
+# Words split from a string: a name per line would make the lists longer than the protocol.
+HEADER_ARGUMENTS: Final = tuple(
+    "now online_since seen_ttl user_prefix room_prefix sampling "  # noqa: SIM905
+    "counter_prefix precisions may_stop second epoch layout visitors_ttl window leave_grace "
+    "gone_prefix count".split()
 )
-ENTRY_ARGUMENTS: Final = (
-    "op",
-    "kind",
-    "member",
-    "score",
-    "visitor",
-    "hll",
-    "day_end",
-    "name",
-    "url",
-    "former",
-    "room",
-    "mode",
-    "title",
-    "connection",
+ENTRY_ARGUMENTS: Final = tuple(
+    "op kind member score visitor hll day_end name url former "  # noqa: SIM905
+    "room mode title connection".split()
 )
 _NAMES: Final = (",".join(HEADER_ARGUMENTS), ",".join(ENTRY_ARGUMENTS))
 #: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
@@ -418,55 +394,3 @@ def _may_stop(precisions: tuple[int, ...]) -> tuple[bool, ...]:
         all(coarser % precision == 0 for coarser in precisions[index + 1 :])
         for index, precision in enumerate(precisions)
     )
-
-
-#: The values of the reply, in the order ``lua/record.lua`` returns them (a test checks that its
-#: header names them), and those of each room change in its flat list.
-REPLY_FIELDS: Final = ("epoch", "arrived", "layouts", "changes")
-CHANGE_FIELDS: Final = ("entry", "who", "left", "entered")
-
-
-class RoomChange(NamedTuple):
-    """A room an entry of a batch left or entered: ``entry`` is its index in the call (from
-    0); ``who`` is "" for the entry's own member, or ``<kind>:<member>`` for another identity a
-    step of the entry took out of its room (a visit's former identity, a leaving identity's);
-    ``left`` and ``entered`` are rooms, "" for none."""
-
-    entry: int
-    who: str
-    left: str
-    entered: str
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What a batch's call answers: the shard's epoch, whether each entry's visitor was not
-    online until then ('1') or was ('0'), on the base shard how many layouts are recorded (a
-    site that changed ``SHARDS``), and the batch's room changes."""
-
-    epoch: str
-    arrived: str
-    layouts: int
-    changes: tuple[RoomChange, ...] = ()
-
-
-def parse_reply(raw: Sequence[object]) -> Reply:
-    """Read the record script's reply: its epoch, arrived, layouts and room changes."""
-    epoch, arrived, layouts, flat = raw
-    assert isinstance(flat, (list, tuple))
-    assert isinstance(layouts, (int, str, bytes))
-    changes = tuple(
-        RoomChange(
-            int(flat[start]) - 1,
-            keyspace.text(flat[start + 1]),
-            keyspace.text(flat[start + 2]),
-            keyspace.text(flat[start + 3]),
-        )
-        for start in range(0, len(flat) - len(CHANGE_FIELDS) + 1, len(CHANGE_FIELDS))
-    )
-    return Reply(_text(epoch), _text(arrived), int(layouts), changes)
-
-
-def _text(value: object) -> str:
-    assert isinstance(value, (bytes, str))
-    return keyspace.text(value)

@@ -1,5 +1,6 @@
 """What reading whos_online returns: the values of the Python API, and the ``Snapshot`` that the
-template tags, the JSON view, the dashboard and the metrics read from.
+template tags, the JSON view, the dashboard and the metrics read from; and what a call of the
+record script answers (``Reply``).
 
 Everything shown of the site at one moment comes from one snapshot, so that a page never mixes
 two moments; its properties make API values only when a page asks for them.
@@ -200,3 +201,53 @@ class Snapshot:
 
 #: What readers show while Redis cannot be read: nobody online, no peak, no visitors.
 EMPTY_SNAPSHOT: Final = Snapshot(visible=0, hidden=0, guests=0, bots=0)
+
+
+#: The values of each room change in the reply's flat list (``lua/record.lua``'s Output).
+CHANGE_FIELDS: Final = ("entry", "who", "left", "entered")
+
+
+class RoomChange(NamedTuple):
+    """A room an entry of a batch left or entered: ``entry`` is its index in the call (from
+    0); ``who`` is "" for the entry's own member, or ``<kind>:<member>`` for another identity a
+    step of the entry took out of its room (a visit's former identity, a leaving identity's);
+    ``left`` and ``entered`` are rooms, "" for none."""
+
+    entry: int
+    who: str
+    left: str
+    entered: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a batch's call answers: the shard's epoch, whether each entry's visitor was not
+    online until then ('1') or was ('0'), on the base shard how many layouts are recorded (a
+    site that changed ``SHARDS``), and the batch's room changes."""
+
+    epoch: str
+    arrived: str
+    layouts: int
+    changes: tuple[RoomChange, ...] = ()
+
+
+def parse_reply(raw: Sequence[object]) -> Reply:
+    """Read the record script's reply: its epoch, arrived, layouts and room changes."""
+    epoch, arrived, layouts, flat = raw
+    assert isinstance(flat, (list, tuple))
+    assert isinstance(layouts, (int, str, bytes))
+    changes = tuple(
+        RoomChange(
+            int(flat[start]) - 1,
+            keyspace.text(flat[start + 1]),
+            keyspace.text(flat[start + 2]),
+            keyspace.text(flat[start + 3]),
+        )
+        for start in range(0, len(flat) - len(CHANGE_FIELDS) + 1, len(CHANGE_FIELDS))
+    )
+    return Reply(_text(epoch), _text(arrived), int(layouts), changes)
+
+
+def _text(value: object) -> str:
+    assert isinstance(value, (bytes, str))
+    return keyspace.text(value)
