@@ -25,7 +25,7 @@
 --- @include "includes/rooms"
 --- @include "includes/held"
 
-local rcall = redis.call
+local rcall, floor = redis.call, math.floor
 
 -- The names of the header's values and of an entry's, in the order a call sends them: a call
 -- that names others is refused rather than misread.
@@ -164,10 +164,10 @@ end
 -- A user's display HASH; it expires LAST_SEEN_DAYS after the UTC day of their last visit, so
 -- that only their first visit of a day sets it.
 local function show_user(entry, before)
-  local hash, when = user_prefix .. entry.member, entry.when
+  local hash, day = user_prefix .. entry.member, floor(entry.when / 86400)
   rcall('HSET', hash, 'name', entry.name, 'url', entry.url, 'seen', entry.score)
-  if not before or math.floor(before / 86400) ~= math.floor(when / 86400) then
-    rcall('EXPIREAT', hash, (math.floor(when / 86400) + 1) * 86400 + tonumber(arg.seen_ttl))
+  if not before or floor(before / 86400) ~= day then
+    rcall('EXPIREAT', hash, (day + 1) * 86400 + tonumber(arg.seen_ttl))
   end
 end
 

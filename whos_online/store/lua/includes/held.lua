@@ -36,7 +36,7 @@ local function zread(key, members)
 end
 
 local function zscore(key, member)
-  local scores = of(held_scores, key)
+  local scores = held_scores[key] or of(held_scores, key)
   local score = scores[member]
   if score == nil then
     score = tonumber(redis.call('ZSCORE', key, member)) or false
@@ -47,16 +47,16 @@ end
 
 -- ``when`` is ``score`` as a number, when the caller has it.
 local function zadd(key, member, score, when)
-  of(held_scores, key)[member] = when or tonumber(score)
-  of(written_scores, key)[member] = score
+  (held_scores[key] or of(held_scores, key))[member] = when or tonumber(score);
+  (written_scores[key] or of(written_scores, key))[member] = score
 end
 
 -- Nothing is sent for a member known to be absent.
 local function zrem(key, member)
-  local scores = of(held_scores, key)
+  local scores = held_scores[key] or of(held_scores, key)
   if scores[member] ~= false then
-    scores[member] = false
-    of(written_scores, key)[member] = false
+    scores[member] = false;
+    (written_scores[key] or of(written_scores, key))[member] = false
   end
 end
 
@@ -73,7 +73,7 @@ local function hread(key, fields)
 end
 
 local function hget(key, field)
-  local values = of(held_fields, key)
+  local values = held_fields[key] or of(held_fields, key)
   local value = values[field]
   if value == nil then
     value = redis.call('HGET', key, field)
@@ -83,12 +83,12 @@ local function hget(key, field)
 end
 
 local function hset(key, field, value)
-  of(held_fields, key)[field] = value
-  of(written_fields, key)[field] = value
+  (held_fields[key] or of(held_fields, key))[field] = value;
+  (written_fields[key] or of(written_fields, key))[field] = value
 end
 
 local function hdel(key, field)
-  if of(held_fields, key)[field] ~= false then
+  if (held_fields[key] or of(held_fields, key))[field] ~= false then
     hset(key, field, false)
   end
 end
