@@ -613,6 +613,11 @@ def test_last_seen_hash_lives_last_seen_days_after_the_day_of_the_last_visit(
     expires = time.time() + r.ttl(key)
     assert abs(expires - ((late // day + 2) * day + seconds)) <= 2
 
+    # A HASH that Redis evicted is made anew with its expiry, whatever the day.
+    r.delete(key)
+    whos_online.record_user(alice, now=late + 180)
+    assert r.ttl(key) > 0
+
 
 def _write_everything(client: Client, alice: User) -> User:
     """Use every writing path: the API, the middleware, a login and a prune."""

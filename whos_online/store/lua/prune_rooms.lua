@@ -40,17 +40,6 @@ local kinds = {'users', 'hidden', 'guests', 'bots'}
 -- How each kind's members are named in the HASH of who is where: users by pk, hidden or not.
 local fields = {'u:', 'u:', 'guests:', 'bots:'}
 
--- Whether a user stale in the room's set ``i`` is there, seen since, in its other user set: the
--- record script leaves a user in the other set of their room until the cleanup, once the shard's
--- set of that kind has let them go.
-local function fresh_as_other_user(sets, i, member)
-  if i > 2 then
-    return false
-  end
-  local seen = redis.call('ZSCORE', sets[3 - i], member)
-  return seen and tonumber(seen) >= tonumber(ARGV[2])
-end
-
 -- Takes up to ``most`` members last seen before the cutoff out of a room's ``sets``; returns
 -- how many went.
 local function prune_sets(room, sets, most)
@@ -63,8 +52,7 @@ local function prune_sets(room, sets, most)
     if #stale > 0 then
       redis.call('ZREM', set, unpack(stale))
       for _, member in ipairs(stale) do
-        if room_in(redis.call('HGET', where, fields[i] .. member)) == room
-          and not fresh_as_other_user(sets, i, member) then
+        if room_in(redis.call('HGET', where, fields[i] .. member)) == room then
           redis.call('HDEL', where, fields[i] .. member)
         end
       end

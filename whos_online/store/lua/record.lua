@@ -67,10 +67,10 @@ local titles = string.gsub(where, 'where$', 'titles')
 local links_prefix = string.gsub(where, 'rooms:where$', 'links:')
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
--- The room sets that may hold a person of each kind, and a user's own kind's alone.
+-- The room sets that may hold a person of each kind: a user's both user sets.
 local ROOM_KINDS = {users = {'users', 'hidden'}, hidden = {'users', 'hidden'}, guests = {'guests'},
   bots = {'bots'}}
-local OWN_KIND, NO_PREFIXES = {users = {'users'}, hidden = {'hidden'}}, {}
+local NO_PREFIXES = {}
 -- The sets, and the fields of who is where, that a former person leaves, by the visitor's kind.
 local LEFT_BY_USER = {{'guests', 'bots'}, {'guests:', 'bots:'}}
 local LEFT_BY_GUEST = {{'users', 'hidden'}, {'u:'}}
@@ -162,11 +162,11 @@ local function touch_room(room, score, when)
 end
 
 -- A user's display HASH; it expires LAST_SEEN_DAYS after the UTC day of their last visit, so
--- that only their first visit of a day sets it.
+-- that only their first visit of a day sets it (or a visit that made it anew: it was evicted).
 local function show_user(entry, before)
   local hash, day = user_prefix .. entry.member, floor(entry.when / 86400)
-  rcall('HSET', hash, 'name', entry.name, 'url', entry.url, 'seen', entry.score)
-  if not before or floor(before / 86400) ~= day then
+  local made = rcall('HSET', hash, 'name', entry.name, 'url', entry.url, 'seen', entry.score) == 3
+  if made or not before or floor(before / 86400) ~= day then
     rcall('EXPIREAT', hash, (day + 1) * 86400 + tonumber(arg.seen_ttl))
   end
 end
@@ -205,9 +205,7 @@ local function visit(entry)
     end
     show_user(entry, before)
   end
-  -- A user's room sets of the other kind hold them only while its online set does.
-  local kinds = (other and not as_other) and OWN_KIND[kind] or ROOM_KINDS[kind]
-  local room = place_in_room(entry, kinds)
+  local room = place_in_room(entry, ROOM_KINDS[kind])
   if room ~= '' then
     touch_room(room, score, when)
   end

@@ -39,8 +39,7 @@ local function leave_as_of(kinds, prefixes, member, score)
     local kind = string.sub(prefix, 1, -2)
     -- A user held by neither user set (pruned before their room) is told as hidden: never named
     -- by mistake.
-    local room_kinds = kind ~= 'u' and {kind} or (#held > 0 and held or {'users', 'hidden'})
-    local room = leave_place(prefix .. member, member, room_kinds)
+    local room = leave_place(prefix .. member, member, kind == 'u' and ROOM_KINDS.users or {kind})
     if room then
       changed((kind == 'u' and (held[1] or 'hidden') or kind) .. ':' .. member, room, '')
     end
