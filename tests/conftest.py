@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,14 @@ from whos_online.store import lua
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C raises ``KeyboardInterrupt`` in the tests and the processes they start, as in a
+    terminal, even when the suite runs as a shell's background job (which starts with SIGINT
+    ignored, and hands that on): the stopping tests check that whos_online leaves it so."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
