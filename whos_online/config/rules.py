@@ -68,35 +68,24 @@ def whole_or_none(minimum: int, *, wanted: str) -> Callable[[Any], list[str]]:
     return problems
 
 
+def seconds_up_to(maximum: float) -> Callable[[Any], list[str]]:
+    """A number of seconds from 0 to ``maximum``."""
+
+    def problems(value: Any) -> list[str]:
+        if _is_number(value) and 0 <= value <= maximum:
+            return []
+        return [f"must be a number of seconds from 0 to {maximum:g}, not {value!r}"]
+
+    return problems
+
+
 #: Longest FLUSH_INTERVAL: what a crash may lose, and how late other processes see a visit.
 MAX_FLUSH_INTERVAL: Final = 10
-
-
-def flush_interval(value: Any) -> list[str]:
-    if _is_number(value) and 0 <= value <= MAX_FLUSH_INTERVAL:
-        return []
-    return [f"must be a number of seconds from 0 to {MAX_FLUSH_INTERVAL}, not {value!r}"]
-
-
 #: Longest LEAVE_GRACE: a reload takes seconds, and a reader who closed the page should not count
 #: there for long.
 MAX_LEAVE_GRACE: Final = 60
-
-
-def leave_grace(value: Any) -> list[str]:
-    if _is_number(value) and 0 <= value <= MAX_LEAVE_GRACE:
-        return []
-    return [f"must be a number of seconds from 0 to {MAX_LEAVE_GRACE}, not {value!r}"]
-
-
 #: Longest STOP_TIMEOUT: gunicorn's graceful timeout and Kubernetes' grace period, by default.
 MAX_STOP_TIMEOUT: Final = 30
-
-
-def stop_timeout(value: Any) -> list[str]:
-    if _is_number(value) and 0 <= value <= MAX_STOP_TIMEOUT:
-        return []
-    return [f"must be a number of seconds from 0 to {MAX_STOP_TIMEOUT}, not {value!r}"]
 
 
 def seconds(value: Any) -> list[str]:

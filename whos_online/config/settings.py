@@ -223,7 +223,7 @@ class Config:
         "FLUSH_INTERVAL",
         0.1,
         "whos_online.E033",
-        rules.flush_interval,
+        rules.seconds_up_to(rules.MAX_FLUSH_INTERVAL),
         hint="The default is {default}; 0 writes each recorded visit in its own request, for "
         "platforms that freeze a process between requests.",
         build=float,
@@ -234,7 +234,7 @@ class Config:
         "LEAVE_GRACE",
         5,
         "whos_online.E041",
-        rules.leave_grace,
+        rules.seconds_up_to(rules.MAX_LEAVE_GRACE),
         hint="The default is {default}; 0 takes a reader out of the room the moment their page "
         "closes, and a reload then shows them leaving and coming back.",
         build=float,
@@ -244,7 +244,7 @@ class Config:
         "STOP_TIMEOUT",
         5,
         "whos_online.E040",
-        rules.stop_timeout,
+        rules.seconds_up_to(rules.MAX_STOP_TIMEOUT),
         hint="The default is {default}; keep it well below the server's graceful timeout "
         "(gunicorn's --graceful-timeout, 30 s by default) and the process manager's stop "
         "timeout. 0 tries once.",
