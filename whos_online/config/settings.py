@@ -306,7 +306,7 @@ DEFAULTS: Final[Mapping[str, Any]] = {row.key: row.default for _, row in SETTING
 def validate(raw: object) -> list[CheckMessage]:
     """Every problem of ``WHOS_ONLINE``, each with a hint: for ``manage.py check``, and for
     ``get_config``, which refuses settings with errors even where nobody runs the checks."""
-    return validation.problems(raw, [row for _, row in SETTINGS], DEFAULTS)
+    return validation.problems(raw, [row for _, row in SETTINGS])
 
 
 def get_config() -> Config:

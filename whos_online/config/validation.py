@@ -24,9 +24,7 @@ CLUSTER_URL_SCHEMES: Final = ("redis", "rediss")
 CACHE_BACKEND: Final = "django_redis.cache.RedisCache"
 
 
-def problems(
-    raw: object, table: Sequence[Setting], defaults: Mapping[str, Any]
-) -> list[CheckMessage]:
+def problems(raw: object, table: Sequence[Setting]) -> list[CheckMessage]:
     """Every problem of ``raw`` (the site's ``WHOS_ONLINE``), by the rows of ``table``."""
     if not isinstance(raw, Mapping):
         return [
@@ -37,6 +35,7 @@ def problems(
             )
         ]
     messages: list[CheckMessage] = []
+    defaults = {row.key: row.default for row in table}
     unknown = sorted(set(raw) - set(defaults), key=str)
     if unknown:
         messages.append(
