@@ -11,84 +11,89 @@
   Scores are read as numbers; a score written is sent as given (a string keeps its digits).
 ]]
 
-local held_scores, held_fields = {}, {}
-local written_scores, written_fields = {}, {}
-
-local function of(held, key)
-  local found = held[key]
-  if not found then
-    found = {}
-    held[key] = found
-  end
-  return found
+-- A table of tables by key, each made on first use.
+local function by_key()
+  return setmetatable({}, {__index = function(tables, key)
+    local made = {}
+    tables[key] = made
+    return made
+  end})
 end
 
-local function zread(key, members)
-  if #members == 0 then
+local held_scores, held_fields = by_key(), by_key()
+local written_scores, written_fields = by_key(), by_key()
+
+local function as_score(value)
+  return tonumber(value) or false
+end
+
+local function as_field(value)
+  return value
+end
+
+-- Reads ``names`` of ``key`` in one ``command`` (ZMSCORE, HMGET) into ``held``, but those held
+-- already, which the script may have written since.
+local function read_ahead(command, held, key, names, convert)
+  if #names == 0 then
     return
   end
-  local found, scores = redis.call('ZMSCORE', key, unpack(members)), of(held_scores, key)
-  for k, member in ipairs(members) do
-    if scores[member] == nil then
-      scores[member] = tonumber(found[k]) or false
+  local found, values = redis.call(command, key, unpack(names)), held[key]
+  for k, name in ipairs(names) do
+    if values[name] == nil then
+      values[name] = convert(found[k])
     end
   end
 end
 
-local function zscore(key, member)
-  local scores = held_scores[key] or of(held_scores, key)
-  local score = scores[member]
-  if score == nil then
-    score = tonumber(redis.call('ZSCORE', key, member)) or false
-    scores[member] = score
-  end
-  return score or nil
-end
-
--- ``when`` is ``score`` as a number, when the caller has it.
-local function zadd(key, member, score, when)
-  (held_scores[key] or of(held_scores, key))[member] = when or tonumber(score);
-  (written_scores[key] or of(written_scores, key))[member] = score
-end
-
--- Nothing is sent for a member known to be absent.
-local function zrem(key, member)
-  local scores = held_scores[key] or of(held_scores, key)
-  if scores[member] ~= false then
-    scores[member] = false;
-    (written_scores[key] or of(written_scores, key))[member] = false
-  end
-end
-
-local function hread(key, fields)
-  if #fields == 0 then
-    return
-  end
-  local found, values = redis.call('HMGET', key, unpack(fields)), of(held_fields, key)
-  for k, field in ipairs(fields) do
-    if values[field] == nil then
-      values[field] = found[k]
-    end
-  end
-end
-
-local function hget(key, field)
-  local values = held_fields[key] or of(held_fields, key)
-  local value = values[field]
+-- ``name`` of ``key`` as held, or read with ``command`` (ZSCORE, HGET) and held; nil if absent.
+local function read_one(command, held, key, name, convert)
+  local values = held[key]
+  local value = values[name]
   if value == nil then
-    value = redis.call('HGET', key, field)
-    values[field] = value
+    value = convert(redis.call(command, key, name))
+    values[name] = value
   end
   return value or nil
 end
 
+local function zread(key, members)
+  read_ahead('ZMSCORE', held_scores, key, members, as_score)
+end
+
+local function zscore(key, member)
+  return read_one('ZSCORE', held_scores, key, member, as_score)
+end
+
+-- ``when`` is ``score`` as a number, when the caller has it.
+local function zadd(key, member, score, when)
+  held_scores[key][member] = when or tonumber(score)
+  written_scores[key][member] = score
+end
+
+-- Nothing is sent for a member known to be absent.
+local function zrem(key, member)
+  local scores = held_scores[key]
+  if scores[member] ~= false then
+    scores[member] = false
+    written_scores[key][member] = false
+  end
+end
+
+local function hread(key, fields)
+  read_ahead('HMGET', held_fields, key, fields, as_field)
+end
+
+local function hget(key, field)
+  return read_one('HGET', held_fields, key, field, as_field)
+end
+
 local function hset(key, field, value)
-  (held_fields[key] or of(held_fields, key))[field] = value;
-  (written_fields[key] or of(written_fields, key))[field] = value
+  held_fields[key][field] = value
+  written_fields[key][field] = value
 end
 
 local function hdel(key, field)
-  if (held_fields[key] or of(held_fields, key))[field] ~= false then
+  if held_fields[key][field] ~= false then
     hset(key, field, false)
   end
 end
@@ -123,5 +128,5 @@ local function write_held()
     list[#list + 1] = field
     list[#list + 1] = value
   end)
-  written_scores, written_fields = {}, {}
+  written_scores, written_fields = by_key(), by_key()
 end

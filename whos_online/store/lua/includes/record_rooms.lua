@@ -23,14 +23,14 @@ local LINK = '\255'
 -- ``score``, as a set: empty for whoever holds none (one read of a key that does not exist).
 local function linked_rooms(field, score)
   local held = {}
-  local floor = '(' .. (tonumber(score) - window)
-  for _, link in ipairs(redis.call('ZRANGEBYSCORE', links_prefix .. field, floor, '+inf')) do
+  local since = '(' .. (tonumber(score) - window)
+  for _, link in ipairs(redis.call('ZRANGEBYSCORE', links_prefix .. field, since, '+inf')) do
     held[string.match(link, '^[^\255]*')] = true
   end
   return held
 end
 
--- Whether ``member`` still counts in ``room`` (in one of its sets of ``kinds``) at ``score``.
+-- Whether ``member`` still counts in ``room`` (in one of its sets of ``kinds``) at ``when``.
 local function counted_in(room, kinds, member, when)
   for _, kind in ipairs(kinds) do
     local seen = room_score(room_set(room, kind), member)
