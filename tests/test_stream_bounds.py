@@ -23,7 +23,7 @@ from tests.test_stream import room_widget, run, site_widget, stream_url
 from whos_online.config.settings import get_config
 from whos_online.flushing import stopping
 from whos_online.live import resources, streaming, subscription
-from whos_online.live.streaming import END_GRACE, SEND_BOUND
+from whos_online.live.outbox import END_GRACE, SEND_BOUND
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from whos_online.live.streaming import END, END_GRACE, HEARTBEAT, SEND_BOUND, STALE, Outbox
+from whos_online.live.outbox import END, END_GRACE, HEARTBEAT, SEND_BOUND, STALE, Outbox
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

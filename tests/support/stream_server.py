@@ -1,6 +1,6 @@
 """Django's ASGI application with a live stream's bounds shortened, for tests under a real server
 that cannot wait for a deployment's: each ``WHOS_ONLINE_TEST_<NAME>`` of the environment sets
-``whos_online.live.streaming.<NAME>`` (seconds), such as ``WHOS_ONLINE_TEST_SEND_BOUND=2``.
+``whos_online.live.outbox.<NAME>`` (seconds), such as ``WHOS_ONLINE_TEST_SEND_BOUND=2``.
 Served as ``--factory tests.support.stream_server:application``."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ BOUNDS = ("SEND_BOUND", "END_GRACE", "HEARTBEAT")
 
 def application() -> ASGIHandler:
     handler = get_asgi_application()
-    from whos_online.live import streaming
+    from whos_online.live import outbox
 
     for name in BOUNDS:
         value = os.environ.get(f"WHOS_ONLINE_TEST_{name}")
         if value:
-            setattr(streaming, name, float(value))
+            setattr(outbox, name, float(value))
     return handler

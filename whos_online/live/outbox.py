@@ -1,0 +1,136 @@
+"""What one live stream has to send next: the newest state only, never a backlog, its heartbeat
+when it is quiet, and its end (at its end time, or when the process stops); and the bounds past
+which a stream that cannot send is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Final
+
+#: Seconds of silence after which a stream sends a comment, so that proxies keep the connection
+#: and a closed one is noticed.
+HEARTBEAT: Final = 15.0
+#: Seconds a server may take to send one event before the stream ends. A server's ``send``
+#: waits only once its own buffer is full (uvicorn's: 64 KiB above the kernel's socket buffer),
+#: so a client that still reads, however slowly, takes what is waiting well within this; one
+#: that took nothing for this long is gone or stuck.
+SEND_BOUND: Final = 30.0
+#: Seconds a stream that should end (its end time, or the process stopping) may take to send
+#: its end before it is cancelled.
+END_GRACE: Final = 2.0
+
+STALE: Final = "event: stale\ndata: \n\n"
+END: Final = "event: end\ndata: \n\n"
+STILL_HERE: Final = ": still here\n\n"
+
+
+class Outbox:
+    """The next events of one stream (see the module's docstring)."""
+
+    def __init__(self, ends_at: float, *, now: float | None = None) -> None:
+        #: When (Unix time) the stream ends.
+        self.ends_at = ends_at
+        self._state: str | None = None
+        self._stale = False
+        self._heartbeat = False
+        #: When it was told to end (its end time, a stop), until it has sent its end.
+        self._ending_since: float | None = None
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[object] | None = None
+        #: When the last event was handed to the server, while its send has not returned.
+        self._sending_since: float | None = None
+        self._quiet_since = time.time() if now is None else now
+
+    # What the hub hands it
+
+    def offer(self, state: str) -> None:
+        """A newer state: it replaces one not sent yet, and says Redis can be read again."""
+        if self._ending_since is None:
+            self._state, self._stale = state, False
+            self._ready.set()
+
+    def stale(self) -> None:
+        """Say, after the state waiting (if any), that what the page shows may be out of date."""
+        if self._ending_since is None:
+            self._stale = True
+            self._ready.set()
+
+    def end(self, now: float | None = None) -> None:
+        """End the stream: its end, and nothing after; what was waiting is dropped (the page
+        opens a new stream, whose first state is the current one)."""
+        if self._ending_since is None:
+            self._ending_since = time.time() if now is None else now
+            self._state, self._stale, self._heartbeat = None, False, False
+            self._ready.set()
+
+    # What the stream's generator does
+
+    def begin(self, event: str) -> str:
+        """Note the task that consumes the stream; ``event``, its first, handed out."""
+        self._task = asyncio.current_task()
+        return self._handing_out(event)
+
+    async def next(self) -> str:
+        """The next event to send, once there is one: ``END`` is the last."""
+        now = time.time()
+        self._sending_since, self._quiet_since = None, now  # the previous one has gone
+        while not self._due():
+            self._ready.clear()
+            await self._ready.wait()
+        return self._handing_out(self._take())
+
+    def _due(self) -> bool:
+        return (
+            self._ending_since is not None
+            or self._state is not None
+            or self._stale
+            or self._heartbeat
+        )
+
+    def _take(self) -> str:
+        if self._ending_since is not None:
+            return END
+        if self._state is not None:
+            state, self._state = self._state, None
+            return state
+        if self._stale:
+            self._stale = False
+            return STALE
+        self._heartbeat = False
+        return STILL_HERE
+
+    def _handing_out(self, event: str) -> str:
+        self._sending_since = time.time()
+        return event
+
+    # The hub's tick
+
+    def tick(self, now: float | None = None) -> bool:
+        """Heartbeats, the end at the end time, and the cancellation of a stream whose send or
+        end takes too long; False once the task that consumed the stream has ended."""
+        if self._task is not None and self._task.done():
+            return False
+        now = time.time() if now is None else now
+        if now >= self.ends_at:
+            self.end(now)
+        if self._overdue(now):
+            self.cancel()
+        elif self._sending_since is None and now - self._quiet_since >= HEARTBEAT:
+            self._heartbeat = True
+            self._ready.set()
+        return True
+
+    def _overdue(self, now: float) -> bool:
+        sending = self._sending_since
+        if sending is not None and now - sending >= SEND_BOUND:
+            return True
+        ending = self._ending_since
+        return ending is not None and now - ending >= END_GRACE
+
+    def cancel(self) -> None:
+        """Cancel the task that consumes the stream: the ASGI handler takes it for a client gone
+        and ends the response."""
+        if self._task is not None:
+            self._task.cancel()
