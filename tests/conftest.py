@@ -14,6 +14,7 @@ from django.test import Client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from tests.support import asgi_stream
 from tests.support.helpers import (
     BreakerClock,
     RedisCalls,
@@ -113,6 +114,14 @@ def backend(request, settings) -> str:
             "REDIS_URL": url,
         }
         admin_client().flushdb()
+    return str(request.param)
+
+
+@pytest.fixture(params=sorted(asgi_stream.APPLICATIONS))
+def served_by(request, monkeypatch) -> str:
+    """Serve a test's live streams by Django's ASGI application, and again by the same in
+    ``whos_online.asgi.LiveStreams`` (``tests.support.asgi_stream``)."""
+    monkeypatch.setattr(asgi_stream, "SERVED_BY", request.param)
     return str(request.param)
 
 

@@ -31,14 +31,24 @@ if TYPE_CHECKING:
     from whos_online.live.subscription import Listener
 
 
+pytestmark = pytest.mark.usefixtures("served_by")
+
+
 @pytest.fixture
 def live(backend, settings, db) -> None:
     configure(settings, LIVE_UPDATES=True)
 
 
-def only_listener() -> Listener:
-    [listener] = subscription.hub().listeners
-    return listener
+async def only_listener(before: frozenset[Listener] = frozenset()) -> Listener:
+    """The one stream the hub has, but ``before``: served by ``LiveStreams``, a stream joins the
+    hub once Django has finished its response, a moment after its first state came."""
+    for _ in range(500):
+        found = subscription.hub().listeners - before
+        if found:
+            [listener] = found
+            return listener
+        await asyncio.sleep(0.01)
+    raise AssertionError("no stream joined the hub")
 
 
 def sending_task(stream: Stream) -> asyncio.Task[Any]:
@@ -56,13 +66,23 @@ def sending_task(stream: Stream) -> asyncio.Task[Any]:
     return stream.task
 
 
-async def stalled(url: str) -> tuple[Stream, streaming.Stream]:
+async def joined(count: int) -> frozenset[Listener]:
+    """The hub's streams, once ``count`` have joined it (see ``only_listener``)."""
+    for _ in range(500):
+        found = frozenset(subscription.hub().listeners)
+        if len(found) >= count:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} streams never joined the hub")
+
+
+async def stalled(url: str, opened: int = 0) -> tuple[Stream, streaming.Stream]:
     """A stream whose client has read its first state, then stopped reading, with a state that
-    waits to be sent."""
-    before = set(subscription.hub().listeners)
+    waits to be sent; ``opened`` streams were open before it."""
+    before = await joined(opened)
     stream = await Stream(url).open()
     await stream.state()
-    [listener] = subscription.hub().listeners - before
+    listener = await only_listener(before)
     assert isinstance(listener, streaming.Stream)
     stream.stop_reading()
     listener.send("data: 0\n\n")
@@ -96,6 +116,7 @@ def test_a_client_that_stops_reading_gets_the_newest_state_not_a_backlog(live):
     assert run(scenario) == [("message", "0"), ("message", "99"), ("end", ""), ("", "")]
 
 
+@pytest.mark.parametrize("served_by", ["django"], indirect=True)
 @pytest.mark.parametrize("turns", range(5))
 def test_a_stream_cancelled_in_any_turn_after_a_state_came_ends(live, turns):
     """Django's handler cancels the task that sends a stream when its client goes (and the hub
@@ -107,7 +128,7 @@ def test_a_stream_cancelled_in_any_turn_after_a_state_came_ends(live, turns):
     async def scenario() -> bool:
         stream = await Stream(stream_url(room_widget())).open()
         await stream.state()
-        listener, task = only_listener(), sending_task(stream)
+        listener, task = await only_listener(), sending_task(stream)
         listener.send("data: 1\n\n")
         for _ in range(turns):
             await asyncio.sleep(0)
@@ -143,8 +164,12 @@ def test_a_stream_ends_at_its_end_time_whether_or_not_its_client_reads(live):
     async def scenario() -> list[object]:
         reading = await Stream(stream_url(room_widget())).open()
         await reading.state()
-        stream, listener = await stalled(stream_url(room_widget()))
-        ends_at = listener.ends_at
+        stream, _listener = await stalled(stream_url(room_widget()), opened=1)
+        # Their end time a moment after the send began to wait, well within ``SEND_BOUND``.
+        ends_at = time.time() + 1
+        for listener in await joined(2):
+            assert isinstance(listener, streaming.Stream)
+            listener.outbox.ends_at = ends_at
         hub = subscription.hub()
         hub.tick(ends_at)
         seen: list[object] = [await events_until_the_end(reading), stream.handled]
@@ -177,7 +202,7 @@ def test_sigterm_ends_every_stream_and_refuses_new_ones(live):
         await not_read.state()
         hub = subscription.hub()
         not_read.stop_reading()
-        for listener in hub.listeners:
+        for listener in await joined(4):
             listener.send("data: 0\n\n")
         await not_read.sending()
 

@@ -4,7 +4,8 @@ Django's ``AsyncClient`` reads a response to its end; a stream ends only when th
 calls the ASGI application with a scope of its own and reads what it sends as it comes, one
 server-sent event at a time, then says the client is gone (``http.disconnect``). A client that
 stops reading is a ``send`` that does not return until it reads again (``stop_reading``), as a
-server's does once its buffer is full.
+server's does once its buffer is full. ``SERVED_BY`` names the application: Django's own, or the
+same in ``whos_online.asgi.LiveStreams`` (a test's fixture chooses).
 """
 
 from __future__ import annotations
@@ -17,8 +18,18 @@ from urllib.parse import urlsplit
 
 from django.core.handlers.asgi import ASGIHandler
 
+from whos_online.asgi import LiveStreams
+
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+
+
+#: The applications a stream may be served by, by name.
+APPLICATIONS: dict[str, Callable[[], Any]] = {
+    "django": ASGIHandler,
+    "live_streams": lambda: LiveStreams(ASGIHandler()),
+}
+SERVED_BY = "django"
 
 
 class Stream:
@@ -67,7 +78,9 @@ class Stream:
 
     async def open(self, timeout: float = 30) -> Stream:
         await self._inbox.put({"type": "http.request", "body": b"", "more_body": False})
-        self._task = asyncio.ensure_future(ASGIHandler()(self.scope, self._inbox.get, self._send))
+        self._task = asyncio.ensure_future(
+            APPLICATIONS[SERVED_BY]()(self.scope, self._inbox.get, self._send)
+        )
         getting = asyncio.ensure_future(self._outbox.get())
         await asyncio.wait(
             [getting, self._task], timeout=timeout, return_when=asyncio.FIRST_COMPLETED

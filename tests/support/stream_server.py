@@ -1,7 +1,8 @@
 """Django's ASGI application with a live stream's bounds shortened, for tests under a real server
 that cannot wait for a deployment's: each ``WHOS_ONLINE_TEST_<NAME>`` of the environment sets
 ``whos_online.live.outbox.<NAME>`` (seconds), such as ``WHOS_ONLINE_TEST_SEND_BOUND=2``.
-Served as ``--factory tests.support.stream_server:application``."""
+Served as ``--factory tests.support.stream_server:application``, or in ``LiveStreams`` as
+``--factory tests.support.stream_server:live_streams``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 from typing import TYPE_CHECKING
 
 from django.core.asgi import get_asgi_application
+
+from whos_online.asgi import LiveStreams
 
 if TYPE_CHECKING:
     from django.core.handlers.asgi import ASGIHandler
@@ -25,3 +28,7 @@ def application() -> ASGIHandler:
         if value:
             setattr(outbox, name, float(value))
     return handler
+
+
+def live_streams() -> LiveStreams:
+    return LiveStreams(application())

@@ -18,10 +18,12 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
+from whos_online.asgi import OPENING, Opened, Opening
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
+from whos_online.live.line import Line
 from whos_online.live.outbox import END, Outbox
 from whos_online.live.widget import (
     MAX_WIDGETS,
@@ -74,7 +76,8 @@ class Stream:
         self.reader = reader
         #: When (Unix time) the stream ends.
         self.ends_at = ends_at
-        self.outbox = Outbox(ends_at)
+        #: What it sends next: pulled by its response (``Outbox``), or pushed (``Line``).
+        self.outbox: Outbox | Line = Outbox(ends_at)
         #: What makes two streams' answers the same, given the same snapshots: every widget's
         #: query (tokens and language included) and status, the viewer, and the names rule.
         self._key = (
@@ -154,7 +157,12 @@ def _open(request: HttpRequest, config: Config, queries: list[str]) -> Stream:
             if widget.options.room is not None and widget.issued is not None:
                 ends_at = min(ends_at, widget.issued + config.room_token_max_age)
     return Stream(
-        request, read.answers, read.accepted, names=read.names, ends_at=ends_at, reader=read.reader
+        request,
+        read.answers,
+        read.accepted,
+        names=read.names,
+        ends_at=ends_at,
+        reader=read.reader,
     )
 
 
@@ -185,9 +193,15 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         raise
     # Its place is given back as it ends, or should it never start, once it is collected.
     weakref.finalize(opened, ticket.release)
-    response = StreamingHttpResponse(
-        _events(hub, opened, seen, ticket), content_type="text/event-stream; charset=utf-8"
-    )
+    opening = _opening_of(request)
+    if opening is None:
+        outbox = opened.outbox = Outbox(opened.ends_at)
+        events = _events(hub, opened, outbox, seen, ticket)
+    else:
+        line = opened.outbox = Line(opening.send, opened.ends_at, asyncio.get_running_loop())
+        opening.opened = Opened(opened, line, hub, seen, ticket)
+        events = _first(opened)
+    response = StreamingHttpResponse(events, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
@@ -220,8 +234,20 @@ class _EveryDatabase(set[str]):
 stream._non_atomic_requests = _EveryDatabase()  # type: ignore [attr-defined]
 
 
+def _opening_of(request: HttpRequest) -> Opening | None:
+    """The connection of a stream served through ``whos_online.asgi.LiveStreams``, which goes on
+    there once Django has sent the first state; None for one Django's response carries."""
+    found = getattr(request, "scope", {}).get(OPENING)
+    return found if isinstance(found, Opening) else None
+
+
+async def _first(opened: Stream) -> AsyncIterator[str]:
+    """The response of a stream that goes on in ``LiveStreams``: its first state alone."""
+    yield opened.first()
+
+
 async def _events(
-    hub: subscription.Hub, opened: Stream, seen: int, ticket: resources.Ticket
+    hub: subscription.Hub, opened: Stream, outbox: Outbox, seen: int, ticket: resources.Ticket
 ) -> AsyncIterator[str]:
     def finish(*_task: object) -> None:
         hub.discard(opened)
@@ -236,13 +262,13 @@ async def _events(
     try:
         if hub.generation != seen:
             hub.catch_up(opened)
-        yield opened.outbox.begin(opened.first())
+        yield outbox.begin(opened.first())
         if not opened.rooms:
             yield END  # nothing to follow
             return
         resources.let_go()
         while True:
-            event = await opened.outbox.next()
+            event = await outbox.next()
             yield event
             if event == END:
                 return

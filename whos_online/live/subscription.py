@@ -50,6 +50,9 @@ TICK: Final = 1.0
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
 _POLL: Final = 1.0
+#: Streams handed their event in one go, at most: with ``LiveStreams`` each is a write to its
+#: socket, and 10 000 of them would hold the event loop for a third of a second.
+SENDS_AT_A_TIME: Final = 200
 #: Streams of one event loop that read their first state at once, at most: pages reconnecting
 #: after a restart would otherwise outnumber the client's pool, and its breaker see an outage.
 OPENING: Final = 8
@@ -297,9 +300,11 @@ class Hub:
                     listener.stale()
                 self._read_again()
                 continue
-            for listener, event in zip(affected, events, strict=True):
+            for number, (listener, event) in enumerate(zip(affected, events, strict=True)):
                 if event is not None:
                     listener.send(event)
+                if number % SENDS_AT_A_TIME == SENDS_AT_A_TIME - 1:
+                    await asyncio.sleep(0)  # the process's requests, between two runs of sends
 
 
 def read_and_render(

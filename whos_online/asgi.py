@@ -1,0 +1,133 @@
+"""``LiveStreams``: the site's ASGI application, with whos_online's live streams sent to their
+connections straight from the process's subscription rather than through Django's response.
+
+Django serves a stream's opening as any view's (its middleware, session, user and the widgets'
+rules), and its first state; then its request is over, and the stream goes on here, one
+``Line`` per connection: a change costs each open stream one call of the server's ``send``,
+where Django's handler would wake a task of its own for it, and nothing of Django's handler
+(its tasks, the request's thread) stays behind while the page is open. docs/live.md says how
+to install it and what it saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from django.urls import NoReverseMatch, get_script_prefix, reverse
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from whos_online.live import subscription
+    from whos_online.live.line import Line
+    from whos_online.live.resources import Ticket
+    from whos_online.live.streaming import Stream
+
+    Scope = dict[str, Any]
+    Message = Mapping[str, Any]
+    Receive = Callable[[], Awaitable[Message]]
+    Send = Callable[[Message], Awaitable[None]]
+    Application = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The scope's key under which the stream's view finds its ``Opening``.
+OPENING: Final = "whos_online.opening"
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A stream its view opened: it goes on once Django has sent its first state, read when
+    ``hub`` had announced ``seen`` changes."""
+
+    stream: Stream
+    line: Line
+    hub: subscription.Hub
+    seen: int
+    ticket: Ticket
+
+    async def follow(self, receive: Receive) -> None:
+        """The stream, until it is over (its end sent, its client gone, or cut off: the response
+        is then left unfinished, and the server closes the connection)."""
+        self.hub.add(self.stream)
+        watching = asyncio.ensure_future(_until_gone(receive, self.line.gone))
+        try:
+            if self.hub.generation != self.seen:
+                self.hub.catch_up(self.stream)
+            if not self.stream.rooms:
+                self.line.end()  # nothing to follow
+            await self.line.over
+        finally:
+            watching.cancel()
+            self.hub.discard(self.stream)
+            self.ticket.release()
+
+
+class Opening:
+    """A stream's connection, as its view sees it; and what the view opened on it."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.opened: Opened | None = None
+        #: Whether Django finished its response (its first state sent): the stream goes on.
+        self.handed_on = False
+
+    def abandon(self) -> None:
+        """Django did not finish the response (its client went, or it failed): no stream."""
+        if self.opened is not None:
+            self.opened.ticket.release()
+
+
+async def _until_gone(receive: Receive, gone: Callable[[], None]) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone()
+
+
+class LiveStreams:
+    """Wrap the site's ASGI application: ``application = LiveStreams(get_asgi_application())``.
+    Every request but a live stream's goes to it untouched."""
+
+    def __init__(self, application: Application) -> None:
+        self.application = application
+        self._path: str | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith(self._stream_path()):
+            await self.application(scope, receive, send)
+            return
+        opening = Opening(send)
+
+        async def send_opening(message: Message) -> None:
+            if (
+                opening.opened is not None
+                and message["type"] == "http.response.body"
+                and not message.get("more_body", False)
+            ):
+                # Django's end of the response: the stream goes on, here.
+                opening.handed_on = True
+                if message.get("body"):
+                    await send({**message, "more_body": True})
+                return
+            await send(message)
+
+        try:
+            await self.application({**scope, OPENING: opening}, receive, send_opening)
+        except BaseException:
+            opening.abandon()
+            raise
+        if opening.opened is not None and opening.handed_on:
+            await opening.opened.follow(receive)
+        else:
+            opening.abandon()
+
+    def _stream_path(self) -> str:
+        """The stream's path, as the site's URLconf names it (without the script's prefix: the
+        scope's path ends with it)."""
+        if self._path is None:
+            try:
+                found = reverse("whos_online:stream")
+            except NoReverseMatch:
+                found = "\0"  # no URL of it: nothing to take
+            self._path = "/" + found.removeprefix(get_script_prefix())
+        return self._path
