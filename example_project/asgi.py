@@ -1,6 +1,7 @@
 """ASGI entry point of the example site: ``python3 scripts/dev.py example`` serves it with
 uvicorn, which also carries the chat's WebSockets (Channels routes them to the chat's consumer,
-with the session's user in ``scope["user"]``)."""
+with the session's user in ``scope["user"]``). Django's application is in ``LiveStreams``, which
+sends the live widgets' streams straight to their connections (docs/live.md)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from example_project.routing import websocket_urlpatterns  # noqa: E402
+from whos_online.asgi import LiveStreams  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         # With DEBUG on, the static files too, as runserver serves them.
-        "http": ASGIStaticFilesHandler(django_application)
+        "http": ASGIStaticFilesHandler(LiveStreams(django_application))
         if settings.DEBUG
-        else django_application,
+        else LiveStreams(django_application),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

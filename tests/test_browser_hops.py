@@ -1,6 +1,7 @@
 """Two readers hopping between rooms, in Chromium, on the test site under uvicorn with two
-workers: each reader is in "Here now" on their own page half a second and three seconds after
-every load, and again within five seconds of Redis coming back from a restart without its data.
+workers (its application in ``whos_online.asgi.LiveStreams``): each reader is in "Here now" on
+their own page half a second and three seconds after every load, and again within five seconds
+of Redis coming back from a restart without its data.
 
 The site runs the load test's settings with the kept snapshot at its default
 (``SNAPSHOT_MAX_AGE``) and refreshes so rare that every later state a page shows is its
@@ -34,7 +35,7 @@ from tests import test_browser
 from tests.support import wsgi_server
 from tests.support.redis_server import RedisServer, running
 from tests.test_browser import ROOT, STREAM, USER_AGENT
-from tests.test_browser_live import APPLICATION, PREPARE, nearest_rank
+from tests.test_browser_live import LIVE_STREAMS_APPLICATION, PREPARE, nearest_rank
 from whos_online.config.settings import DEFAULTS
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def two_workers(own_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
     directory = tmp_path_factory.mktemp("hops")
     (directory / "hops_settings.py").write_text(SETTINGS)
     (directory / "served_by.py").write_text(SERVED_BY)
-    (directory / "live_asgi.py").write_text(APPLICATION)
+    (directory / "live_asgi.py").write_text(LIVE_STREAMS_APPLICATION)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),

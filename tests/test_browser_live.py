@@ -75,6 +75,16 @@ from django.core.asgi import get_asgi_application
 def application():
     return ASGIStaticFilesHandler(get_asgi_application())
 """
+#: The same in ``whos_online.asgi.LiveStreams`` (tests/test_browser_hops.py serves it).
+LIVE_STREAMS_APPLICATION = """from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.asgi import get_asgi_application
+
+from whos_online.asgi import LiveStreams
+
+
+def application():
+    return ASGIStaticFilesHandler(LiveStreams(get_asgi_application()))
+"""
 PREPARE = """
 import django
 django.setup()
