@@ -1,9 +1,12 @@
-"""What open live streams cost one uvicorn worker, and how soon a change reaches them.
+"""What open live streams cost one uvicorn worker, and how soon a change reaches them, served by
+Django's response and by ``whos_online.asgi.LiveStreams``, one after the other.
 
 ONE uvicorn process (no supervisor) serves the bench site's room with its live widget; this
 process opens ``streams`` streams of it on raw asyncio sockets, then measures the worker's memory
 and idle CPU, what Redis sees (subscribers, PUBLISH per change) and, over ``rounds`` changes (a
-new guest entering the room), the time until every stream has the new state. The streams are
+new guest entering the room), the time until every stream has the new state and the worker's
+CPU for it. Meanwhile a cheap request every 50 ms measures the worker's longest pause; after
+every page has gone at once, one more says how soon the worker answers again. The streams are
 read on the same cores as the worker: the times are an upper bound of the worker's.
 """
 
@@ -25,6 +28,13 @@ if TYPE_CHECKING:
 
 TARGET: Final = 2.0
 POLLING: Final = 30.0
+#: Seconds between two requests of the pause probe.
+PROBE_EVERY: Final = 0.05
+#: The applications compared, by the column that reports each.
+APPLICATIONS: Final = {
+    "Django's response": servers.DJANGO_ASGI,
+    "`LiveStreams`": servers.LIVE_STREAMS_ASGI,
+}
 
 
 @dataclass(frozen=True)
@@ -76,7 +86,26 @@ async def change(site: servers.Served, streams: list[Stream], number: int) -> Ro
     return [None if at is None else at - sent for at in arrived], publishes, spent
 
 
-async def measure(site: servers.Served, options: Options) -> list[list[str]]:
+async def answered_in(port: int) -> float:
+    """Seconds the worker takes to answer a request that does nothing (a static path)."""
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {servers.READY_PATH} HTTP/1.0\r\n\r\n".encode())
+    await reader.read()
+    writer.close()
+    return time.perf_counter() - started
+
+
+async def longest_pause(port: int, stop: asyncio.Event) -> float:
+    """The longest a request took until ``stop``, one every ``PROBE_EVERY`` seconds."""
+    longest = 0.0
+    while not stop.is_set():
+        longest = max(longest, await answered_in(port))
+        await asyncio.sleep(PROBE_EVERY)
+    return longest
+
+
+async def measure(site: servers.Served, options: Options) -> list[str]:
     path = await stream_path(site.port)
     await asyncio.sleep(1.5)  # the first guest written and published
     rss, started = servers.rss(site.pid), time.perf_counter()
@@ -88,12 +117,21 @@ async def measure(site: servers.Served, options: Options) -> list[list[str]]:
     await asyncio.sleep(options.idle)
     idle = (servers.threads_cpu([site.pid]) - cpu) / (time.perf_counter() - started)
     subscribers_seen = subscribers(site)
+    stop = asyncio.Event()
+    probe = asyncio.ensure_future(longest_pause(site.port, stop))
     rounds = [await change(site, streams, number) for number in range(options.rounds)]
+    stop.set()
+    pause = await probe
     for stream in streams:
         stream.close()
+    await asyncio.sleep(PROBE_EVERY)
+    again = await answered_in(site.port)
     closing = await closed(site.port)
     memory = (rss, rss_after, opened, connected, closing)
-    return report(site, options, memory, idle=idle, subscribed=subscribers_seen, rounds=rounds)
+    pauses = (pause, again)
+    return report(
+        site, options, memory, idle=idle, subscribed=subscribers_seen, rounds=rounds, pauses=pauses
+    )
 
 
 def report(
@@ -104,58 +142,69 @@ def report(
     idle: float,
     subscribed: list[object],
     rounds: list[Round],
-) -> list[list[str]]:
+    pauses: tuple[float, float],
+) -> list[str]:
+    """The column of one application, in the order of ``measures``."""
     (rss, rss_after, opened, connected, closing), mib = memory, 1024 * 1024
     latencies = [at for found in rounds for at in found[0] if at is not None] or [0.0]
     firsts = [min((at for at in found[0] if at is not None), default=0) for found in rounds]
     spreads = {"median": statistics.median(latencies), "p95": percentile(latencies, 0.95)}
+    per_stream = [found[2] / options.streams * 1e6 for found in rounds]
     return [
-        ["streams open on one uvicorn worker", f"{options.streams} (opened in {opened:.1f} s)"],
-        ["worker RSS before / after", f"{rss / mib:.1f} / {rss_after / mib:.1f} MiB"],
-        ["memory per stream", f"{(rss_after - rss) / options.streams / 1024:.1f} KiB"],
-        [
-            f"worker CPU, idle, all streams open ({options.idle:g} s)",
-            f"{idle * 100:.2f} % of a core",
-        ],
-        [
-            f"Redis: subscribers of `{subscribed[0]}` (`PUBSUB NUMSUB`) / connections subscribed "
-            "to anything (`CLIENT LIST`)",
-            f"{subscribed[1]} / {subscribed[2]}",
-        ],
-        [
-            "PUBLISH per change (`INFO commandstats`), each round",
-            ", ".join(str(r[1]) for r in rounds),
-        ],
-        [
-            "visit to the first stream's new state, each round",
-            ", ".join(f"{a:.3f} s" for a in firsts),
-        ],
-        [
-            "worker CPU from the visit until every stream had it, each round",
-            ", ".join(f"{found[2]:.2f} s" for found in rounds),
-        ],
+        f"{options.streams} (opened in {opened:.1f} s)",
+        f"{rss / mib:.1f} / {rss_after / mib:.1f} MiB",
+        f"{(rss_after - rss) / options.streams / 1024:.1f} KiB",
+        f"{idle * 100:.2f} % of a core",
+        f"{subscribed[1]} / {subscribed[2]}",
+        ", ".join(str(r[1]) for r in rounds),
+        ", ".join(f"{a:.3f} s" for a in firsts),
+        ", ".join(f"{found[2]:.2f} s" for found in rounds),
+        f"{statistics.median(per_stream):.1f} µs (rounds: "
+        + ", ".join(f"{one:.0f}" for one in per_stream)
+        + ")",
         *(
-            [
-                f"visit to state on every stream, {label} ({options.rounds} rounds)",
-                f"{value:.3f} s = {value / TARGET:.2f} × the 2 s target = "
-                f"{value / POLLING:.3f} × the 30 s polling",
-            ]
-            for label, value in (*spreads.items(), ("max", max(latencies)))
+            f"{value:.3f} s = {value / TARGET:.2f} × the 2 s target = "
+            f"{value / POLLING:.3f} × the 30 s polling"
+            for value in (*spreads.values(), max(latencies))
         ),
-        [
-            "stream-rounds that missed the change within 30 s",
-            str(sum(1 for found in rounds for at in found[0] if at is None)),
-        ],
-        [
-            "worker's connections on its port: with the streams open / after the pages went",
-            f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
-        ],
-        ["lines in the worker's log (warnings, errors)", str(len(site.log_lines()))],
+        str(sum(1 for found in rounds for at in found[0] if at is None)),
+        f"{pauses[0]:.3f} s",
+        f"{pauses[1]:.2f} s",
+        f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
+        str(len(site.log_lines())),
+    ]
+
+
+def measures(options: Options) -> list[str]:
+    """What each row of the table says."""
+    return [
+        "streams open on one uvicorn worker",
+        "worker RSS before / after",
+        "memory per stream",
+        f"worker CPU, idle, all streams open ({options.idle:g} s)",
+        "Redis: subscribers of the changes' channel (`PUBSUB NUMSUB`) / connections subscribed "
+        "to anything (`CLIENT LIST`)",
+        "PUBLISH per change (`INFO commandstats`), each round",
+        "visit to the first stream's new state, each round",
+        "worker CPU from the visit until every stream had it, each round",
+        "worker CPU per stream per change, median",
+        *(
+            f"visit to state on every stream, {label} ({options.rounds} rounds)"
+            for label in ("median", "p95", "max")
+        ),
+        "stream-rounds that missed the change within 30 s",
+        f"longest answer to a request (one every {PROBE_EVERY * 1000:.0f} ms) during the rounds",
+        "every page gone at once: the worker's next answer took",
+        "worker's connections on its port: with the streams open / after the pages went",
+        "lines in the worker's log (warnings, errors)",
     ]
 
 
 def run(options: Options) -> Section:
     servers.raise_open_files(options.streams + 1000)
-    with servers.serving("streams", asgi=True, workers=1) as site:
-        rows = asyncio.run(measure(site, options))
-    return Section("Live streams", "", [table("measure | value", rows)])
+    columns = []
+    for factory in APPLICATIONS.values():
+        with servers.serving("streams", asgi=True, workers=1, factory=factory) as site:
+            columns.append(asyncio.run(measure(site, options)))
+    rows = [[name, *values] for name, *values in zip(measures(options), *columns, strict=True)]
+    return Section("Live streams", "", [table(" | ".join(["measure", *APPLICATIONS]), rows)])

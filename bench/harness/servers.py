@@ -37,6 +37,10 @@ MIGRATE = (
     "call_command('migrate', verbosity=0)"
 )
 
+#: Django's ASGI application, and the same in ``whos_online.asgi.LiveStreams`` (``bench.asgi``).
+DJANGO_ASGI = "django.core.asgi:get_asgi_application"
+LIVE_STREAMS_ASGI = "bench.asgi:live_streams"
+
 redis_server = running
 __all__ = ["ROOT", "Node", "RedisServer", "redis_server"]
 
@@ -70,16 +74,22 @@ def python(env: dict[str, str], code: str, cwd: Path = ROOT) -> None:
 
 @contextlib.contextmanager
 def site(
-    env: dict[str, str], log: Path, *, asgi: bool = False, workers: int = 2
+    env: dict[str, str],
+    log: Path,
+    *,
+    asgi: bool = False,
+    workers: int = 2,
+    factory: str = DJANGO_ASGI,
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """Serve ``env``'s site with gunicorn's sync workers, or uvicorn's (``asgi``); with one
-    uvicorn worker its process is the worker (no supervisor). Yields the port and the process."""
+    """Serve ``env``'s site with gunicorn's sync workers, or uvicorn's (``asgi``: the ASGI
+    application ``factory`` makes); with one uvicorn worker its process is the worker (no
+    supervisor). Yields the port and the process."""
     checkout = Path(env["PYTHONPATH"])
     if not asgi:
         serving = wsgi_server.gunicorn(env, log, ready_path=READY_PATH, checkout=checkout)
     else:
         serving = wsgi_server.uvicorn(
-            env, log, ready_path=READY_PATH, workers=workers, checkout=checkout
+            env, log, ready_path=READY_PATH, workers=workers, checkout=checkout, factory=factory
         )
     with serving as (port, process):
         if asgi and workers == 1 and children(process.pid):
@@ -102,13 +112,15 @@ class Served:
 
 
 @contextlib.contextmanager
-def serving(variant: str, *, asgi: bool = False, workers: int = 2) -> Iterator[Served]:
+def serving(
+    variant: str, *, asgi: bool = False, workers: int = 2, factory: str = DJANGO_ASGI
+) -> Iterator[Served]:
     """A redis-server, and the bench site of ``variant`` on it with its database made."""
     with temporary_directory() as workdir, redis_server() as server:
         env = site_env(variant, server.url, Path(workdir) / "db.sqlite3")
         python(env, MIGRATE)
         log = Path(workdir) / "server.log"
-        with site(env, log, asgi=asgi, workers=workers) as (port, process):
+        with site(env, log, asgi=asgi, workers=workers, factory=factory) as (port, process):
             yield Served(port, process.pid, Node.of(server), server, log)
 
 
