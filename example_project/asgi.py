@@ -26,9 +26,9 @@ from whos_online.asgi import LiveStreams  # noqa: E402
 application = ProtocolTypeRouter(
     {
         # With DEBUG on, the static files too, as runserver serves them.
-        "http": ASGIStaticFilesHandler(LiveStreams(django_application))
-        if settings.DEBUG
-        else LiveStreams(django_application),
+        "http": LiveStreams(
+            ASGIStaticFilesHandler(django_application) if settings.DEBUG else django_application
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

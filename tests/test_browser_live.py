@@ -83,7 +83,7 @@ from whos_online.asgi import LiveStreams
 
 
 def application():
-    return ASGIStaticFilesHandler(LiveStreams(get_asgi_application()))
+    return LiveStreams(ASGIStaticFilesHandler(get_asgi_application()))
 """
 PREPARE = """
 import django
