@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from whos_online.asgi import OPENING, LiveStreams
+from whos_online.asgi import LiveStreams
+from whos_online.live.opening import OPENING
 
 
 class Recorder:

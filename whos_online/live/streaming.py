@@ -18,12 +18,12 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 
-from whos_online.asgi import OPENING, Opened, Opening
 from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
 from whos_online.live.line import Line
+from whos_online.live.opening import OPENING, Opened, Opening
 from whos_online.live.outbox import END, Outbox
 from whos_online.live.widget import (
     MAX_WIDGETS,
