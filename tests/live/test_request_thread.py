@@ -44,6 +44,43 @@ def test_a_request_s_own_thread_closes_its_connections_and_ends(monkeypatch):
     assert ended
 
 
+def test_what_the_request_runs_afterwards_runs_on_one_thread_and_its_end_starts_none(
+    monkeypatch,
+):
+    """Django closes a stream's response on its request's thread as the stream ends: once the
+    request has let go of its own, that runs on the process's one ``Afterwards`` thread, and
+    the end of the request's context starts no thread (asgiref would start one to run the close
+    and another to join it, for each stream)."""
+    monkeypatch.setattr(django_db.connections, "close_all", lambda: None)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    async def stream_like() -> str:
+        async with ThreadSensitiveContext():
+            await sync_to_async(threading.current_thread)()
+            resources.let_go()
+            threading.Thread.start = counted  # type: ignore [method-assign, assignment]
+            later = await sync_to_async(threading.current_thread)()
+        threading.Thread.start = start  # type: ignore [method-assign]
+        return later.name
+
+    async def scenario() -> list[str]:
+        return [await stream_like() for _ in range(3)]
+
+    try:
+        names = asyncio.run(scenario())
+    finally:
+        threading.Thread.start = start  # type: ignore [method-assign]
+
+    assert len(set(names)) == 1
+    assert names[0].startswith("whos_online-streams")
+    assert started == names[:1] or started == []  # its one thread, if it was not running yet
+
+
 def test_a_connection_that_fails_to_close_is_logged_and_the_thread_ends(monkeypatch, caplog):
     def close_all() -> None:
         raise django_db.OperationalError("server closed the connection unexpectedly")
