@@ -9,6 +9,7 @@ import asyncio
 import time
 from typing import Any
 
+from whos_online.live import subscription
 from whos_online.live.line import Line
 from whos_online.live.outbox import END, HEARTBEAT, SEND_BOUND, STALE, STILL_HERE
 
@@ -130,3 +131,34 @@ def test_a_quiet_line_sends_a_heartbeat_and_ends_at_its_end_time():
         return server.sent
 
     assert run(scenario) == [STILL_HERE, END + "|"]
+
+
+def test_the_hub_hands_events_out_in_slices_with_other_work_between(monkeypatch):
+    """10 000 writes in one go would hold the event loop for a third of a second: past each
+    ``SENDING_SLICE`` the hub lets the process's other work (its requests) take a turn."""
+    monkeypatch.setattr(subscription, "SENDING_SLICE", 0.0)  # a turn after every send
+
+    class Listener:
+        def __init__(self, log: list[str], name: str) -> None:
+            self.log, self.name = log, name
+
+        def send(self, event: str) -> None:
+            self.log.append(self.name)
+
+    async def scenario() -> list[str]:
+        log: list[str] = []
+
+        async def other_work() -> None:
+            for _ in range(3):
+                log.append("other")
+                await asyncio.sleep(0)
+
+        listeners = [Listener(log, f"stream {n}") for n in range(3)]
+        other = asyncio.ensure_future(other_work())
+        await subscription._hand_out(listeners, ["data: 1\n\n", None, "data: 1\n\n"])  # type: ignore [arg-type]
+        await other
+        return log
+
+    log = run(scenario)
+    assert log.index("other") < log.index("stream 2")  # it ran between two sends
+    assert [entry for entry in log if entry != "other"] == ["stream 0", "stream 2"]

@@ -29,7 +29,7 @@ from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     import redis.asyncio
 
@@ -50,9 +50,11 @@ TICK: Final = 1.0
 FIRST_BACKOFF: Final = 0.5
 #: Seconds one wait for a message lasts at most.
 _POLL: Final = 1.0
-#: Streams handed their event in one go, at most: with ``LiveStreams`` each is a write to its
-#: socket, and 10 000 of them would hold the event loop for a third of a second.
-SENDS_AT_A_TIME: Final = 200
+#: Seconds the streams are handed their events in one go, at most, before the process's other
+#: work has a turn: with ``LiveStreams`` each is a write to its socket, and 10 000 of them would
+#: hold the event loop for a third of a second; a request of the process takes a few dozen
+#: turns, each of which would wait for one run.
+SENDING_SLICE: Final = 0.002
 #: Streams of one event loop that read their first state at once, at most: pages reconnecting
 #: after a restart would otherwise outnumber the client's pool, and its breaker see an outage.
 OPENING: Final = 8
@@ -174,14 +176,25 @@ class Hub:
 
     def tick(self, now: float | None = None) -> None:
         """Every stream's heartbeat, end or cancellation, when due; those that ended go."""
+        for _slice in self._ticks(now):
+            pass
+
+    def _ticks(self, now: float | None) -> Iterator[None]:
+        """``tick``, in runs of ``SENDING_SLICE``: streams quiet since the same change all send
+        their heartbeat in the same tick."""
+        since = time.perf_counter()
         for listener in list(self.listeners):
             if not listener.tick(now):
                 self.discard(listener)
+            if time.perf_counter() - since >= SENDING_SLICE:
+                yield
+                since = time.perf_counter()
 
     async def _ticking(self) -> None:
         while not (self.done and not self.listeners):
             await asyncio.sleep(TICK)
-            self.tick()
+            for _slice in self._ticks(None):
+                await asyncio.sleep(0)
 
     # The subscription
 
@@ -300,11 +313,18 @@ class Hub:
                     listener.stale()
                 self._read_again()
                 continue
-            for number, (listener, event) in enumerate(zip(affected, events, strict=True)):
-                if event is not None:
-                    listener.send(event)
-                if number % SENDS_AT_A_TIME == SENDS_AT_A_TIME - 1:
-                    await asyncio.sleep(0)  # the process's requests, between two runs of sends
+            await _hand_out(affected, events)
+
+
+async def _hand_out(listeners: Sequence[Listener], events: Sequence[str | None]) -> None:
+    """Each listener its event, in runs of ``SENDING_SLICE`` between the process's other work."""
+    since = time.perf_counter()
+    for listener, event in zip(listeners, events, strict=True):
+        if event is not None:
+            listener.send(event)
+            if time.perf_counter() - since >= SENDING_SLICE:
+                await asyncio.sleep(0)
+                since = time.perf_counter()
 
 
 def read_and_render(
