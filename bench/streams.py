@@ -44,6 +44,8 @@ class Options:
     #: Streams opened at once, and seconds of the idle window.
     batch: int = 200
     idle: float = 10.0
+    #: uvicorn's loop and parser (``servers.UVICORN``): h11, or httptools (with uvloop).
+    http: str = "h11"
 
 
 QUICK = Options(streams=200, rounds=2, idle=1.0)
@@ -204,7 +206,9 @@ def run(options: Options) -> Section:
     servers.raise_open_files(options.streams + 1000)
     columns = []
     for factory in APPLICATIONS.values():
-        with servers.serving("streams", asgi=True, workers=1, factory=factory) as site:
+        with servers.serving(
+            "streams", asgi=True, workers=1, factory=factory, http=options.http
+        ) as site:
             columns.append(asyncio.run(measure(site, options)))
     rows = [[name, *values] for name, *values in zip(measures(options), *columns, strict=True)]
     return Section("Live streams", "", [table(" | ".join(["measure", *APPLICATIONS]), rows)])

@@ -163,9 +163,13 @@ class Stream:
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith((b"HTTP/1.1 200", b"HTTP/1.0 200")):
             raise RuntimeError(f"the stream answered {head[:40]!r}")
-        buffer = b""
+        # uvicorn's httptools answers an HTTP/1.0 request in chunks all the same.
+        chunked = b"transfer-encoding: chunked" in head.lower()
+        buffer = framed = b""
         while chunk := await reader.read(1 << 16):
             now = time.perf_counter()
+            if chunked:
+                chunk, framed = unchunked(framed + chunk)
             *blocks, buffer = (buffer + chunk).split(b"\n\n")
             for block in blocks:
                 self._read(block, now)
@@ -191,6 +195,18 @@ class Stream:
             self.writer.close()
         if self.task is not None:
             self.task.cancel()
+
+
+def unchunked(framed: bytes) -> tuple[bytes, bytes]:
+    """The body that the whole chunks at the start of ``framed`` carry, and what follows them."""
+    body = []
+    while (end := framed.find(b"\r\n")) >= 0:
+        size = int(framed[:end].split(b";")[0], 16)
+        if len(framed) < end + 2 + size + 2:
+            break
+        body.append(framed[end + 2 : end + 2 + size])
+        framed = framed[end + 2 + size + 2 :]
+    return b"".join(body), framed
 
 
 async def open_streams(port: int, path: str, count: int, batch: int = 200) -> list[Stream]:

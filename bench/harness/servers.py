@@ -40,6 +40,12 @@ MIGRATE = (
 #: Django's ASGI application, and the same in ``whos_online.asgi.LiveStreams`` (``bench.asgi``).
 DJANGO_ASGI = "django.core.asgi:get_asgi_application"
 LIVE_STREAMS_ASGI = "bench.asgi:live_streams"
+#: uvicorn's event loop and HTTP parser: asyncio's and h11 (pure Python), or uvloop and httptools
+#: (C), which ``uvicorn[standard]`` installs and uvicorn then picks by itself.
+UVICORN: dict[str, tuple[str, ...]] = {
+    "h11": ("--loop", "asyncio", "--http", "h11"),
+    "httptools": ("--loop", "uvloop", "--http", "httptools"),
+}
 
 redis_server = running
 __all__ = ["ROOT", "Node", "RedisServer", "redis_server"]
@@ -80,16 +86,23 @@ def site(
     asgi: bool = False,
     workers: int = 2,
     factory: str = DJANGO_ASGI,
+    http: str = "h11",
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Serve ``env``'s site with gunicorn's sync workers, or uvicorn's (``asgi``: the ASGI
-    application ``factory`` makes); with one uvicorn worker its process is the worker (no
-    supervisor). Yields the port and the process."""
+    application ``factory`` makes, on ``UVICORN[http]``); with one uvicorn worker its process
+    is the worker (no supervisor). Yields the port and the process."""
     checkout = Path(env["PYTHONPATH"])
     if not asgi:
         serving = wsgi_server.gunicorn(env, log, ready_path=READY_PATH, checkout=checkout)
     else:
         serving = wsgi_server.uvicorn(
-            env, log, ready_path=READY_PATH, workers=workers, checkout=checkout, factory=factory
+            env,
+            log,
+            ready_path=READY_PATH,
+            workers=workers,
+            checkout=checkout,
+            factory=factory,
+            options=UVICORN[http],
         )
     with serving as (port, process):
         if asgi and workers == 1 and children(process.pid):
@@ -113,14 +126,22 @@ class Served:
 
 @contextlib.contextmanager
 def serving(
-    variant: str, *, asgi: bool = False, workers: int = 2, factory: str = DJANGO_ASGI
+    variant: str,
+    *,
+    asgi: bool = False,
+    workers: int = 2,
+    factory: str = DJANGO_ASGI,
+    http: str = "h11",
 ) -> Iterator[Served]:
     """A redis-server, and the bench site of ``variant`` on it with its database made."""
     with temporary_directory() as workdir, redis_server() as server:
         env = site_env(variant, server.url, Path(workdir) / "db.sqlite3")
         python(env, MIGRATE)
         log = Path(workdir) / "server.log"
-        with site(env, log, asgi=asgi, workers=workers, factory=factory) as (port, process):
+        with site(env, log, asgi=asgi, workers=workers, factory=factory, http=http) as (
+            port,
+            process,
+        ):
             yield Served(port, process.pid, Node.of(server), server, log)
 
 
