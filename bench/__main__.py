@@ -47,6 +47,7 @@ ON_REQUEST: Final = (
     "streams_requests",
     "streams_outage",
     "streams_stalled",
+    "pubsub",
 )
 #: Parts that load the site with wrk.
 WITH_WRK: Final = ("throughput", "streams_requests")
