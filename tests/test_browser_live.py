@@ -35,8 +35,11 @@ from tests.test_browser import (
     TIMEOUT_MS,
     Sent,
     is_renewal,
+    is_routed,
     widget_list,
+    with_csp,
 )
+from whos_online.config.settings import DEFAULTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -94,6 +97,8 @@ call_command("migrate", verbosity=0)
 User.objects.bulk_create([User(username="alice"), User(username="bob")])
 """
 ROUNDS = int(os.environ.get("WHOS_ONLINE_LIVE_ROUNDS", "3"))
+#: The path of the presence view, which a room's page tells that its reader stays or leaves.
+PRESENCE = "/online/presence/"
 #: Records, on the page, each text the widget's list shows and when (the page's clock, which is
 #: this machine's: ``Date.now()`` and ``time.time()`` agree).
 WATCH = """() => {
@@ -113,12 +118,17 @@ WATCH = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def asgi_site(real_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The test site under uvicorn, with users alice and bob in its own database."""
+@pytest.fixture(scope="module", params=["django", "live_streams"])
+def asgi_site(
+    request: pytest.FixtureRequest, real_redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The test site under uvicorn, with users alice and bob in its own database; Django's
+    application as it is, then the same in ``LiveStreams``."""
     directory = tmp_path_factory.mktemp("live")
     (directory / "live_settings.py").write_text(SETTINGS)
-    (directory / "live_asgi.py").write_text(APPLICATION)
+    (directory / "live_asgi.py").write_text(
+        APPLICATION if request.param == "django" else LIVE_STREAMS_APPLICATION
+    )
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(directory), str(ROOT)]),
@@ -228,6 +238,65 @@ def test_under_asgi_the_stream_shows_who_comes_and_goes(backend, asgi_site, open
     assert bobs.evaluate("window.whosOnlineTestMark") is True
     report("arrival", arrivals)
     report("leave", leaves)
+
+
+def test_joins_moves_reloads_and_closes_as_another_open_page_sees_them(
+    backend, asgi_site, open_page
+):
+    """What bob's open page of the topic shows as alice, round after round, comes to it (a
+    join), reloads her page (she never leaves his list: no blink), goes to another topic (a
+    move: she leaves his at once), comes back, and closes her tab (she leaves after
+    ``LEAVE_GRACE``, 5 s). The times are printed (``-s``), to report: a shared machine's."""
+    bobs: Page = open_page()
+    bobs.goto(f"{asgi_site}/login/bob/")
+    bobs.goto(f"{asgi_site}{TOPIC}")
+    expect(widget_list(bobs)).to_have_text("bob")
+    bobs.evaluate(WATCH)
+    seen: dict[str, list[float]] = {"join": [], "move": [], "close": []}
+    blinks = 0
+
+    def shown(moment: float, *, alice: bool) -> float:
+        expect(widget_list(bobs)).to_have_text(
+            "alice and bob" if alice else "bob", timeout=TIMEOUT_MS
+        )
+        return first_time(bobs, moment, shows_alice=alice)
+
+    alices: Page = open_page()
+    alices.goto(f"{asgi_site}/login/alice/")
+    # Her context does not hold her leaving words for its route (see the test above), which a
+    # closing page would cut short.
+    context = alices.context
+    context.unroute_all(behavior="wait")
+    context.route(lambda url: is_routed(url) and PRESENCE not in url, with_csp)
+    for _ in range(ROUNDS):
+        moment = time.time()
+        alices.goto(f"{asgi_site}{TOPIC}")
+        seen["join"].append(shown(moment, alice=True))
+
+        moment = time.time()
+        alices.reload()
+        expect(widget_list(alices)).to_contain_text("alice")
+        bobs.wait_for_timeout(3_000)  # past the leaving word's answer and the next state
+        blinks += sum(1 for _at, text in texts_since(bobs, moment) if "alice" not in text)
+
+        moment = time.time()
+        alices.goto(f"{asgi_site}/topics/2/")
+        seen["move"].append(shown(moment, alice=False))
+
+        # Her tab closes: only its leaving word tells.
+        alices.goto(f"{asgi_site}{TOPIC}")
+        shown(time.time(), alice=True)
+        moment = time.time()
+        alices.close(run_before_unload=True)
+        seen["close"].append(shown(moment, alice=False))
+        alices = context.new_page()
+
+    for name, delays in seen.items():
+        report(name, delays)
+    print(f"reload over {ROUNDS} rounds: {blinks} blinks")
+    assert blinks == 0
+    assert statistics.median(seen["move"]) < DEFAULTS["LEAVE_GRACE"]
+    assert statistics.median(seen["close"]) >= DEFAULTS["LEAVE_GRACE"]
 
 
 def opened_streams(sent: Sent) -> int:
