@@ -39,30 +39,15 @@ class LiveStreams:
         if scope["type"] != "http" or not scope["path"].endswith(self._stream_path()):
             await self.application(scope, receive, send)
             return
-        opening = Opening(send)
-
-        async def send_opening(message: Message) -> None:
-            if (
-                opening.opened is not None
-                and message["type"] == "http.response.body"
-                and not message.get("more_body", False)
-            ):
-                # Django's end of the response: the stream goes on, here.
-                opening.handed_on = True
-                if message.get("body"):
-                    await send({**message, "more_body": True})
-                return
-            await send(message)
-
+        opening = Opening(send, receive)
         try:
-            await self.application({**scope, OPENING: opening}, receive, send_opening)
+            await self.application(
+                {**scope, OPENING: opening}, opening.receive, opening.send_response
+            )
         except BaseException:
             opening.abandon()
             raise
-        if opening.opened is not None and opening.handed_on:
-            await opening.opened.follow(receive)
-        else:
-            opening.abandon()
+        await opening.go_on()
 
     def _stream_path(self) -> str:
         """The stream's path, as the site's URLconf names it (without the script's prefix: the

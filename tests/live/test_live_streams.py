@@ -1,14 +1,23 @@
 """``whos_online.asgi.LiveStreams`` leaves alone what is not a live stream: another path, another
-kind of scope, and a stream Django answered without opening it (204, 400). The streams it serves
-are tests/test_stream*.py's (served both ways)."""
+kind of scope, a stream Django answered without opening it (204, 400), and one a middleware
+compressed, which Django carries. The streams it serves are tests/test_stream*.py's (served both
+ways)."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 from typing import Any
 
+from tests.support import asgi_stream
+from tests.support.asgi_stream import Stream
+from tests.support.helpers import configure
+from tests.test_stream import room_widget, run, stream_url
+from tests.test_stream_bounds import only_listener
 from whos_online.asgi import LiveStreams
+from whos_online.live import streaming
 from whos_online.live.opening import OPENING
+from whos_online.live.outbox import Outbox
 
 
 class Recorder:
@@ -58,3 +67,34 @@ def test_a_stream_django_answers_without_opening_it_is_sent_as_it_is(db):
 
     assert OPENING in inner.scopes[0]
     assert sent[-1] == {"type": "http.response.body", "body": b"ok"}  # the end, kept
+
+
+def test_a_stream_a_middleware_compressed_goes_on_through_django_s_response(
+    backend, settings, db, monkeypatch
+):
+    """``GZipMiddleware`` compresses the stream for a browser that accepts gzip: events added
+    to it as they are would be garbage. The response is left to Django, which carries the whole
+    stream (each event compressed), as without ``LiveStreams``."""
+    configure(settings, LIVE_UPDATES=True)
+    settings.MIDDLEWARE = ["django.middleware.gzip.GZipMiddleware", *settings.MIDDLEWARE]
+    monkeypatch.setattr(asgi_stream, "SERVED_BY", "live_streams")
+
+    async def scenario() -> tuple[str, type, list[bytes]]:
+        stream = Stream(stream_url(room_widget()))
+        headers = stream.scope["headers"]
+        assert isinstance(headers, list)
+        headers.append((b"accept-encoding", b"gzip"))
+        await stream.open()
+        listener = await only_listener()
+        assert isinstance(listener, streaming.Stream)
+        listener.send("data: 1\n\n")
+        bodies = [(await stream._outbox.get())["body"] for _ in range(2)]
+        await stream.close()
+        return stream.headers.get("content-encoding", ""), type(listener.outbox), bodies
+
+    encoding, outbox, bodies = run(scenario)
+    assert encoding == "gzip"
+    assert outbox is Outbox
+    events = [gzip.decompress(body) for body in bodies]
+    assert events[0].startswith(b"retry: ")
+    assert events[1] == b"data: 1\n\n"

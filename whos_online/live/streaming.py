@@ -200,7 +200,7 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     else:
         line = opened.outbox = Line(opening.send, opened.ends_at, asyncio.get_running_loop())
         opening.opened = Opened(opened, line, hub, seen, ticket)
-        events = _first(opened)
+        events = _first(opening, opened, hub, seen, ticket)
     response = StreamingHttpResponse(events, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -241,8 +241,17 @@ def _opening_of(request: HttpRequest) -> Opening | None:
     return found if isinstance(found, Opening) else None
 
 
-async def _first(opened: Stream) -> AsyncIterator[str]:
-    """The response of a stream that goes on in ``LiveStreams``: its first state alone."""
+async def _first(
+    opening: Opening, opened: Stream, hub: subscription.Hub, seen: int, ticket: resources.Ticket
+) -> AsyncIterator[str]:
+    """The response of a stream that goes on in ``LiveStreams``: its first state alone; or, if
+    a middleware made the response one that cannot go on there (``Opening.declined``), the
+    whole stream, as Django carries it without ``LiveStreams``."""
+    if opening.declined:
+        outbox = opened.outbox = Outbox(opened.ends_at)
+        async for event in _events(hub, opened, outbox, seen, ticket):
+            yield event
+        return
     yield opened.first()
 
 
