@@ -6,6 +6,7 @@ refuses taken for a client gone. Through Django and ``LiveStreams``, tests/test_
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from typing import Any
 
@@ -162,3 +163,34 @@ def test_the_hub_hands_events_out_in_slices_with_other_work_between(monkeypatch)
     log = run(scenario)
     assert log.index("other") < log.index("stream 2")  # it ran between two sends
     assert [entry for entry in log if entry != "other"] == ["stream 0", "stream 2"]
+
+
+def test_a_send_runs_in_the_stream_s_own_context_whichever_task_calls_it():
+    """A middleware's ``send`` that sets a context variable until its write is done (a tracer's
+    span) finds it again after a wait, and the task that offered the state sees none of it."""
+    span: contextvars.ContextVar[str] = contextvars.ContextVar("span", default="none")
+
+    async def scenario() -> tuple[list[str], str]:
+        server = Server()
+        seen: list[str] = []
+
+        async def traced(message: dict[str, Any]) -> None:
+            token = span.set("stream")
+            try:
+                await server.send(message)
+                seen.append(span.get())
+            finally:
+                span.reset(token)  # raises in another context than the one that set it
+
+        line = Line(traced, time.time() + HOUR, asyncio.get_running_loop())
+        server.full = True
+        line.offer("data: 1\n\n")
+        await asyncio.sleep(0)
+        server.full = False
+        server.room.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        line.end()
+        return [*seen, str(await line.over)], span.get()
+
+    assert run(scenario) == (["stream", "stream", "False"], "none")

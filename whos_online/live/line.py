@@ -8,6 +8,8 @@ with the same rules and bounds as an ``Outbox``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Generator
 
     Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+logger = logging.getLogger("whos_online")
 
 
 class Line:
@@ -43,6 +47,8 @@ class Line:
         self._waiting: asyncio.Future[None] | None = None
         self._waiting_since = 0.0
         self._quiet_since = time.time() if now is None else now
+        #: The context its sends run in (see ``_write``).
+        self._context = contextvars.copy_context()
         #: Done once the stream is over: its end sent, its client gone, or cut off (then True:
         #: the response was left unfinished, and the server closes the connection).
         self.over: asyncio.Future[bool] = loop.create_future()
@@ -130,11 +136,17 @@ class Line:
             if not asyncio.iscoroutine(sending):
                 waiting: asyncio.Future[None] = asyncio.ensure_future(sending)
             else:
-                waiting = asyncio.ensure_future(_Rest(sending, sending.send(None)))
+                # In the stream's own context, whichever task calls: a ``send`` wrapped by a
+                # middleware that sets context variables (a tracer's) finds its own.
+                rest = _Rest(sending, self._context.run(sending.send, None), self._context)
+                waiting = self._context.run(asyncio.ensure_future, rest)
         except StopIteration:  # sent without waiting: the usual case
             self._sent(last=last)
             return
-        except Exception:  # the server refuses: its client is gone
+        except Exception:
+            logger.debug(
+                "A live stream's send failed; its client is taken for gone.", exc_info=True
+            )
             self._over(cut=False)
             return
         self._waiting, self._waiting_since = waiting, time.time()
@@ -163,21 +175,24 @@ class Line:
 
 class _Rest:
     """The rest of a send that had to wait: ``waiting``, what it first waits for, then on to its
-    end, as a task would have run it from its start."""
+    end, in ``context``, as a task of that context would have run it from its start."""
 
-    def __init__(self, sending: Coroutine[Any, Any, None], waiting: object) -> None:
+    def __init__(
+        self, sending: Coroutine[Any, Any, None], waiting: object, context: contextvars.Context
+    ) -> None:
         self._sending = sending
         self._waiting = waiting
+        self._context = context
 
     def __await__(self) -> Generator[Any, Any, None]:
-        waiting = self._waiting
+        waiting, run = self._waiting, self._context.run
         while True:
             try:
                 try:
                     value = yield waiting
                 except BaseException as error:  # the task's cancellation, passed on
-                    waiting = self._sending.throw(error)
+                    waiting = run(self._sending.throw, error)
                 else:
-                    waiting = self._sending.send(value)
+                    waiting = run(self._sending.send, value)
             except StopIteration:
                 return
