@@ -6,7 +6,7 @@ ways)."""
 from __future__ import annotations
 
 import asyncio
-import gzip
+import zlib
 from typing import Any
 
 from tests.support import asgi_stream
@@ -69,6 +69,17 @@ def test_a_stream_django_answers_without_opening_it_is_sent_as_it_is(db):
     assert sent[-1] == {"type": "http.response.body", "body": b"ok"}  # the end, kept
 
 
+def unzipped(bodies: list[bytes]) -> bytes:
+    """What gzip-compressed ``bodies`` say so far: one gzip member per event (Django 5.2), or
+    one member flushed at each (Django 6.1)."""
+    compressed, found = b"".join(bodies), b""
+    while compressed:
+        member = zlib.decompressobj(wbits=31)
+        found += member.decompress(compressed)
+        compressed = member.unused_data
+    return found
+
+
 def test_a_stream_a_middleware_compressed_goes_on_through_django_s_response(
     backend, settings, db, monkeypatch
 ):
@@ -88,13 +99,15 @@ def test_a_stream_a_middleware_compressed_goes_on_through_django_s_response(
         listener = await only_listener()
         assert isinstance(listener, streaming.Stream)
         listener.send("data: 1\n\n")
-        bodies = [(await stream._outbox.get())["body"] for _ in range(2)]
+        bodies: list[bytes] = []
+        while b"data: 1\n\n" not in unzipped(bodies) and len(bodies) < 10:
+            bodies.append((await asyncio.wait_for(stream._outbox.get(), 10))["body"])
         await stream.close()
         return stream.headers.get("content-encoding", ""), type(listener.outbox), bodies
 
     encoding, outbox, bodies = run(scenario)
     assert encoding == "gzip"
     assert outbox is Outbox
-    events = [gzip.decompress(body) for body in bodies]
-    assert events[0].startswith(b"retry: ")
-    assert events[1] == b"data: 1\n\n"
+    received = unzipped(bodies)
+    assert received.startswith(b"retry: ")
+    assert received.endswith(b"\n\ndata: 1\n\n")
