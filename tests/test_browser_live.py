@@ -97,6 +97,21 @@ call_command("migrate", verbosity=0)
 User.objects.bulk_create([User(username="alice"), User(username="bob")])
 """
 ROUNDS = int(os.environ.get("WHOS_ONLINE_LIVE_ROUNDS", "3"))
+#: Records, on the page, the events of its streams other than states (``stale``, ``end``,
+#: ``error``), before its script opens any.
+STREAM_EVENTS = """(() => {
+  const Original = window.EventSource;
+  window.whosOnlineStreamEvents = [];
+  window.EventSource = function (url, options) {
+    const source = new Original(url, options);
+    for (const name of ["stale", "end", "error"]) {
+      source.addEventListener(name, () => window.whosOnlineStreamEvents.push(name));
+    }
+    return source;
+  };
+  window.EventSource.prototype = Original.prototype;
+  Object.assign(window.EventSource, { CONNECTING: 0, OPEN: 1, CLOSED: 2 });
+})();"""
 #: The path of the presence view, which a room's page tells that its reader stays or leaves.
 PRESENCE = "/online/presence/"
 #: Records, on the page, each text the widget's list shows and when (the page's clock, which is
@@ -198,6 +213,7 @@ def test_under_asgi_the_stream_shows_who_comes_and_goes(backend, asgi_site, open
     page closing itself with ``window.close()`` (8 of 8, routed or not). A page that navigates
     away stays open, and the beacon it holds is answered."""
     bobs: Page = open_page()
+    bobs.add_init_script(STREAM_EVENTS)
     bobs.goto(f"{asgi_site}/login/bob/")
     sent = Sent(bobs)
     with bobs.expect_response(is_stream) as opened:
@@ -232,9 +248,12 @@ def test_under_asgi_the_stream_shows_who_comes_and_goes(backend, asgi_site, open
             raise AssertionError(msg) from error
         leaves.append(first_time(bobs, moment, shows_alice=False))
 
-    # Every change came on the one stream the page opened: no refresh, no second stream.
+    # Every change came on the one stream the page opened: no second stream, and no refresh
+    # but while the stream said Redis could not be read (``stale``: a read that timed out on a
+    # busy machine), when the page polls by design.
     assert sent.to(STREAM) == 1
-    assert sent.to("/online/widgets/") == 0
+    stales = bobs.evaluate("window.whosOnlineStreamEvents").count("stale")
+    assert sent.to("/online/widgets/") <= stales, bobs.evaluate("window.whosOnlineStreamEvents")
     assert bobs.evaluate("window.whosOnlineTestMark") is True
     report("arrival", arrivals)
     report("leave", leaves)
