@@ -2,7 +2,7 @@
 subscription's own turn of the event loop calls the server's ``send`` for each stream that has
 news, so that no task wakes per stream per change. A send the server makes wait (its buffer is
 full) goes on in a task of its own; until it is done the stream keeps only what it sends next,
-with the same rules and bounds as an ``Outbox``.
+with the same rules and bounds as an ``Outbox`` (``outbox.Pending``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from whos_online.live.outbox import END, END_GRACE, HEARTBEAT, SEND_BOUND, STALE, STILL_HERE
+from whos_online.live.outbox import END, Pending
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("whos_online")
 
 
-class Line:
+class Line(Pending):
     """What one stream sends next, sent as soon as it may be."""
 
     def __init__(
@@ -34,60 +34,15 @@ class Line:
         *,
         now: float | None = None,
     ) -> None:
-        #: When (Unix time) the stream ends.
-        self.ends_at = ends_at
+        super().__init__(ends_at, now=now)
         self._send = send
-        self._state: str | None = None
-        self._stale = False
-        self._heartbeat = False
-        #: When it was told to end (its end time, a stop); and whether its end went out.
-        self._ending_since: float | None = None
-        self._ended = False
-        #: A send the server made wait, and since when.
+        #: A send the server made wait (since ``_sending_since``).
         self._waiting: asyncio.Future[None] | None = None
-        self._waiting_since = 0.0
-        self._quiet_since = time.time() if now is None else now
         #: The context its sends run in (see ``_write``).
         self._context = contextvars.copy_context()
         #: Done once the stream is over: its end sent, its client gone, or cut off (then True:
         #: the response was left unfinished, and the server closes the connection).
         self.over: asyncio.Future[bool] = loop.create_future()
-
-    # What the hub hands it (the same as an ``Outbox``)
-
-    def offer(self, state: str) -> None:
-        """A newer state: it replaces one not sent yet."""
-        if self._ending_since is None:
-            self._state, self._stale = state, False
-            self._pump()
-
-    def stale(self) -> None:
-        """Say, after the state waiting (if any), that what the page shows may be out of date."""
-        if self._ending_since is None:
-            self._stale = True
-            self._pump()
-
-    def end(self, now: float | None = None) -> None:
-        """Send its end, and nothing after; what was waiting is dropped."""
-        if self._ending_since is None:
-            self._ending_since = time.time() if now is None else now
-            self._state, self._stale, self._heartbeat = None, False, False
-            self._pump()
-
-    def tick(self, now: float | None = None) -> bool:
-        """Heartbeats, the end at the end time, and the cut of a stream whose send or end takes
-        too long; False once the stream is over."""
-        if self.over.done():
-            return False
-        now = time.time() if now is None else now
-        if now >= self.ends_at:
-            self.end(now)
-        if self._overdue(now):
-            self.cancel()
-        elif self._waiting is None and now - self._quiet_since >= HEARTBEAT:
-            self._heartbeat = True
-            self._pump()
-        return not self.over.done()
 
     def cancel(self) -> None:
         """Cut the stream off: its response is left unfinished, and the server closes it."""
@@ -97,37 +52,16 @@ class Line:
         """Its client went (``http.disconnect``)."""
         self._over(cut=False)
 
-    # Sending
+    def _finished(self) -> bool:
+        return self.over.done()
 
-    def _overdue(self, now: float) -> bool:
-        if self._waiting is not None and now - self._waiting_since >= SEND_BOUND:
-            return True
-        ending = self._ending_since
-        return ending is not None and now - ending >= END_GRACE
-
-    def _pump(self) -> None:
+    def _wake(self) -> None:
+        """Send what is due, until a send has to wait (its end sends the rest)."""
         while self._waiting is None and not self.over.done():
             event = self._take()
             if event is None:
                 return
             self._write(event, last=event is END)
-
-    def _take(self) -> str | None:
-        if self._ending_since is not None:
-            if self._ended:
-                return None
-            self._ended = True
-            return END
-        if self._state is not None:
-            state, self._state = self._state, None
-            return state
-        if self._stale:
-            self._stale = False
-            return STALE
-        if self._heartbeat:
-            self._heartbeat = False
-            return STILL_HERE
-        return None
 
     def _write(self, event: str, *, last: bool) -> None:
         message = {"type": "http.response.body", "body": event.encode(), "more_body": not last}
@@ -149,16 +83,16 @@ class Line:
             )
             self._over(cut=False)
             return
-        self._waiting, self._waiting_since = waiting, time.time()
+        self._waiting, self._sending_since = waiting, time.time()
         waiting.add_done_callback(lambda done: self._waited(done, last=last))
 
     def _waited(self, done: asyncio.Future[None], *, last: bool) -> None:
-        self._waiting = None
+        self._waiting = self._sending_since = None
         if done.cancelled() or done.exception() is not None:
             self._over(cut=False)
             return
         self._sent(last=last)
-        self._pump()
+        self._wake()
 
     def _sent(self, *, last: bool) -> None:
         self._quiet_since = time.time()

@@ -26,8 +26,11 @@ END: Final = "event: end\ndata: \n\n"
 STILL_HERE: Final = ": still here\n\n"
 
 
-class Outbox:
-    """The next events of one stream (see the module's docstring)."""
+class Pending:
+    """What one stream has to send next (see the module's docstring), whichever way it is sent:
+    pulled by its response (``Outbox``) or pushed to its connection (``line.Line``), each of
+    which says how it is woken (``_wake``), when it is over (``_finished``) and how it is cut
+    off (``cancel``)."""
 
     def __init__(self, ends_at: float, *, now: float | None = None) -> None:
         #: When (Unix time) the stream ends.
@@ -35,10 +38,9 @@ class Outbox:
         self._state: str | None = None
         self._stale = False
         self._heartbeat = False
-        #: When it was told to end (its end time, a stop), until it has sent its end.
+        #: When it was told to end (its end time, a stop); and whether its end was taken.
         self._ending_since: float | None = None
-        self._ready = asyncio.Event()
-        self._task: asyncio.Task[object] | None = None
+        self._ended = False
         #: When the last event was handed to the server, while its send has not returned.
         self._sending_since: float | None = None
         self._quiet_since = time.time() if now is None else now
@@ -49,13 +51,13 @@ class Outbox:
         """A newer state: it replaces one not sent yet, and says Redis can be read again."""
         if self._ending_since is None:
             self._state, self._stale = state, False
-            self._ready.set()
+            self._wake()
 
     def stale(self) -> None:
         """Say, after the state waiting (if any), that what the page shows may be out of date."""
         if self._ending_since is None:
             self._stale = True
-            self._ready.set()
+            self._wake()
 
     def end(self, now: float | None = None) -> None:
         """End the stream: its end, and nothing after; what was waiting is dropped (the page
@@ -63,54 +65,12 @@ class Outbox:
         if self._ending_since is None:
             self._ending_since = time.time() if now is None else now
             self._state, self._stale, self._heartbeat = None, False, False
-            self._ready.set()
-
-    # What the stream's generator does
-
-    def begin(self, event: str) -> str:
-        """Note the task that consumes the stream; ``event``, its first, handed out."""
-        self._task = asyncio.current_task()
-        return self._handing_out(event)
-
-    async def next(self) -> str:
-        """The next event to send, once there is one: ``END`` is the last."""
-        now = time.time()
-        self._sending_since, self._quiet_since = None, now  # the previous one has gone
-        while not self._due():
-            self._ready.clear()
-            await self._ready.wait()
-        return self._handing_out(self._take())
-
-    def _due(self) -> bool:
-        return (
-            self._ending_since is not None
-            or self._state is not None
-            or self._stale
-            or self._heartbeat
-        )
-
-    def _take(self) -> str:
-        if self._ending_since is not None:
-            return END
-        if self._state is not None:
-            state, self._state = self._state, None
-            return state
-        if self._stale:
-            self._stale = False
-            return STALE
-        self._heartbeat = False
-        return STILL_HERE
-
-    def _handing_out(self, event: str) -> str:
-        self._sending_since = time.time()
-        return event
-
-    # The hub's tick
+            self._wake()
 
     def tick(self, now: float | None = None) -> bool:
         """Heartbeats, the end at the end time, and the cancellation of a stream whose send or
-        end takes too long; False once the task that consumed the stream has ended."""
-        if self._task is not None and self._task.done():
+        end takes too long; False once the stream is over."""
+        if self._finished():
             return False
         now = time.time() if now is None else now
         if now >= self.ends_at:
@@ -119,8 +79,8 @@ class Outbox:
             self.cancel()
         elif self._sending_since is None and now - self._quiet_since >= HEARTBEAT:
             self._heartbeat = True
-            self._ready.set()
-        return True
+            self._wake()
+        return not self._finished()
 
     def _overdue(self, now: float) -> bool:
         sending = self._sending_since
@@ -128,6 +88,67 @@ class Outbox:
             return True
         ending = self._ending_since
         return ending is not None and now - ending >= END_GRACE
+
+    def _take(self) -> str | None:
+        """The next event to send, if one is due: ``END`` once, then nothing."""
+        if self._ending_since is not None:
+            if self._ended:
+                return None
+            self._ended = True
+            return END
+        if self._state is not None:
+            state, self._state = self._state, None
+            return state
+        if self._stale:
+            self._stale = False
+            return STALE
+        if self._heartbeat:
+            self._heartbeat = False
+            return STILL_HERE
+        return None
+
+    # What each way of sending says
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    def _finished(self) -> bool:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+
+class Outbox(Pending):
+    """The next events of one stream, taken by its response's generator (``next``)."""
+
+    def __init__(self, ends_at: float, *, now: float | None = None) -> None:
+        super().__init__(ends_at, now=now)
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[object] | None = None
+
+    def begin(self, event: str) -> str:
+        """Note the task that consumes the stream; ``event``, its first, handed out."""
+        self._task = asyncio.current_task()
+        return self._handing_out(event)
+
+    async def next(self) -> str:
+        """The next event to send, once there is one: ``END`` is the last."""
+        self._sending_since, self._quiet_since = None, time.time()  # the previous one has gone
+        while (event := self._take()) is None:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._handing_out(event)
+
+    def _handing_out(self, event: str) -> str:
+        self._sending_since = time.time()
+        return event
+
+    def _wake(self) -> None:
+        self._ready.set()
+
+    def _finished(self) -> bool:
+        return self._task is not None and self._task.done()
 
     def cancel(self) -> None:
         """Cancel the task that consumes the stream: the ASGI handler takes it for a client gone

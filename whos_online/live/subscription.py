@@ -99,7 +99,7 @@ class Listener(Protocol):
         """Have it send its end, and end."""
 
     def tick(self, now: float | None = None) -> bool:
-        """Its heartbeat, its end or its cancellation, when due (``outbox.Outbox.tick``);
+        """Its heartbeat, its end or its cancellation, when due (``outbox.Pending.tick``);
         False once it has ended."""
 
 
