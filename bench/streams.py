@@ -107,7 +107,7 @@ async def longest_pause(port: int, stop: asyncio.Event) -> float:
     return longest
 
 
-async def measure(site: servers.Served, options: Options) -> list[str]:
+async def measure(site: servers.Served, options: Options) -> list[tuple[str, str]]:
     path = await stream_path(site.port)
     await asyncio.sleep(1.5)  # the first guest written and published
     rss, started = servers.rss(site.pid), time.perf_counter()
@@ -145,60 +145,67 @@ def report(
     subscribed: list[object],
     rounds: list[Round],
     pauses: tuple[float, float],
-) -> list[str]:
-    """The column of one application, in the order of ``measures``."""
+) -> list[tuple[str, str]]:
+    """Each measure of one application, and its value."""
     (rss, rss_after, opened, connected, closing), mib = memory, 1024 * 1024
     latencies = [at for found in rounds for at in found[0] if at is not None] or [0.0]
     firsts = [min((at for at in found[0] if at is not None), default=0) for found in rounds]
     spreads = {"median": statistics.median(latencies), "p95": percentile(latencies, 0.95)}
     per_stream = [found[2] / options.streams * 1e6 for found in rounds]
     return [
-        f"{options.streams} (opened in {opened:.1f} s)",
-        f"{rss / mib:.1f} / {rss_after / mib:.1f} MiB",
-        f"{(rss_after - rss) / options.streams / 1024:.1f} KiB",
-        f"{idle * 100:.2f} % of a core",
-        f"{subscribed[1]} / {subscribed[2]}",
-        ", ".join(str(r[1]) for r in rounds),
-        ", ".join(f"{a:.3f} s" for a in firsts),
-        ", ".join(f"{found[2]:.2f} s" for found in rounds),
-        f"{statistics.median(per_stream):.1f} µs (rounds: "
-        + ", ".join(f"{one:.0f}" for one in per_stream)
-        + ")",
-        *(
-            f"{value:.3f} s = {value / TARGET:.2f} × the 2 s target = "
-            f"{value / POLLING:.3f} × the 30 s polling"
-            for value in (*spreads.values(), max(latencies))
+        ("streams open on one uvicorn worker", f"{options.streams} (opened in {opened:.1f} s)"),
+        ("worker RSS before / after", f"{rss / mib:.1f} / {rss_after / mib:.1f} MiB"),
+        ("memory per stream", f"{(rss_after - rss) / options.streams / 1024:.1f} KiB"),
+        (
+            f"worker CPU, idle, all streams open ({options.idle:g} s)",
+            f"{idle * 100:.2f} % of a core",
         ),
-        str(sum(1 for found in rounds for at in found[0] if at is None)),
-        f"{pauses[0]:.3f} s",
-        f"{pauses[1]:.2f} s",
-        f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
-        str(len(site.log_lines())),
-    ]
-
-
-def measures(options: Options) -> list[str]:
-    """What each row of the table says."""
-    return [
-        "streams open on one uvicorn worker",
-        "worker RSS before / after",
-        "memory per stream",
-        f"worker CPU, idle, all streams open ({options.idle:g} s)",
-        "Redis: subscribers of the changes' channel (`PUBSUB NUMSUB`) / connections subscribed "
-        "to anything (`CLIENT LIST`)",
-        "PUBLISH per change (`INFO commandstats`), each round",
-        "visit to the first stream's new state, each round",
-        "worker CPU from the visit until every stream had it, each round",
-        "worker CPU per stream per change, median",
-        *(
-            f"visit to state on every stream, {label} ({options.rounds} rounds)"
-            for label in ("median", "p95", "max")
+        (
+            "Redis: subscribers of the changes' channel (`PUBSUB NUMSUB`) / connections "
+            "subscribed to anything (`CLIENT LIST`)",
+            f"{subscribed[1]} / {subscribed[2]}",
         ),
-        "stream-rounds that missed the change within 30 s",
-        f"longest answer to a request (one every {PROBE_EVERY * 1000:.0f} ms) during the rounds",
-        "every page gone at once: the worker's next answer took",
-        "worker's connections on its port: with the streams open / after the pages went",
-        "lines in the worker's log (warnings, errors)",
+        (
+            "PUBLISH per change (`INFO commandstats`), each round",
+            ", ".join(str(r[1]) for r in rounds),
+        ),
+        (
+            "visit to the first stream's new state, each round",
+            ", ".join(f"{a:.3f} s" for a in firsts),
+        ),
+        (
+            "worker CPU from the visit until every stream had it, each round",
+            ", ".join(f"{found[2]:.2f} s" for found in rounds),
+        ),
+        (
+            "worker CPU per stream per change, median",
+            f"{statistics.median(per_stream):.1f} µs (rounds: "
+            + ", ".join(f"{one:.0f}" for one in per_stream)
+            + ")",
+        ),
+        *(
+            (
+                f"visit to state on every stream, {label} ({options.rounds} rounds)",
+                f"{value:.3f} s = {value / TARGET:.2f} × the 2 s target = "
+                f"{value / POLLING:.3f} × the 30 s polling",
+            )
+            for label, value in (*spreads.items(), ("max", max(latencies)))
+        ),
+        (
+            "stream-rounds that missed the change within 30 s",
+            str(sum(1 for found in rounds for at in found[0] if at is None)),
+        ),
+        (
+            f"longest answer to a request (one every {PROBE_EVERY * 1000:.0f} ms) during the "
+            "rounds",
+            f"{pauses[0]:.3f} s",
+        ),
+        ("every page gone at once: the worker's next answer took", f"{pauses[1]:.2f} s"),
+        (
+            "worker's connections on its port: with the streams open / after the pages went",
+            f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
+        ),
+        ("lines in the worker's log (warnings, errors)", str(len(site.log_lines()))),
     ]
 
 
@@ -210,5 +217,6 @@ def run(options: Options) -> Section:
             "streams", asgi=True, workers=1, factory=factory, http=options.http
         ) as site:
             columns.append(asyncio.run(measure(site, options)))
-    rows = [[name, *values] for name, *values in zip(measures(options), *columns, strict=True)]
+    # Each row: its measure (the same in every column), then each application's value.
+    rows = [[pairs[0][0], *(value for _, value in pairs)] for pairs in zip(*columns, strict=True)]
     return Section("Live streams", "", [table(" | ".join(["measure", *APPLICATIONS]), rows)])
