@@ -6,6 +6,7 @@ ways)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import zlib
 from typing import Any
 
@@ -15,7 +16,7 @@ from tests.support.helpers import configure
 from tests.test_stream import room_widget, run, stream_url
 from tests.test_stream_bounds import only_listener
 from whos_online.asgi import LiveStreams
-from whos_online.live import streaming
+from whos_online.live import streaming, subscription
 from whos_online.live.opening import OPENING
 from whos_online.live.outbox import Outbox
 
@@ -67,6 +68,48 @@ def test_a_stream_django_answers_without_opening_it_is_sent_as_it_is(db):
 
     assert OPENING in inner.scopes[0]
     assert sent[-1] == {"type": "http.response.body", "body": b"ok"}  # the end, kept
+
+
+def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders_it(
+    backend, settings, db, monkeypatch
+):
+    """Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers back
+    to the request): dropped, what the stream held is freed as it ends, by reference counting,
+    rather than at the collector's next full pass. A read under way in its thread may still
+    render the stream: not before that read is over."""
+    configure(settings, LIVE_UPDATES=True)
+    monkeypatch.setattr(asgi_stream, "SERVED_BY", "live_streams")
+    reading, go_on = threading.Event(), threading.Event()
+    read_and_render = subscription.read_and_render
+
+    def held_read(*args: Any, **kwargs: Any) -> Any:
+        reading.set()
+        go_on.wait(10)
+        return read_and_render(*args, **kwargs)
+
+    async def scenario() -> tuple[bool, bool, dict[str, Any]]:
+        stream = Stream(stream_url(room_widget()))
+        await stream.open()
+        listener = await only_listener()
+        assert isinstance(listener, streaming.Stream)
+        request = listener.request
+        had_user = hasattr(request, "user")
+        monkeypatch.setattr(subscription, "read_and_render", held_read)
+        subscription.hub().changed(None)
+        await asyncio.get_running_loop().run_in_executor(None, reading.wait, 10)
+        await stream.close()
+        kept_while_read = bool(vars(request))
+        go_on.set()
+        for _ in range(500):
+            if not vars(request):
+                break
+            await asyncio.sleep(0.01)
+        return had_user, kept_while_read, vars(request)
+
+    had_user, kept_while_read, left = run(scenario)
+    assert had_user
+    assert kept_while_read
+    assert left == {}
 
 
 def unzipped(bodies: list[bytes]) -> bytes:

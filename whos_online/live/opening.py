@@ -14,6 +14,8 @@ from whos_online.config import process
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
+    from django.http import HttpRequest
+
     from whos_online.live.line import Line
     from whos_online.live.resources import Ticket
     from whos_online.live.subscription import Hub, Listener
@@ -28,9 +30,10 @@ OPENING: Final = "whos_online.opening"
 
 @dataclass(frozen=True)
 class Opened:
-    """A stream its view opened: it goes on once Django has sent its first state, read when
-    ``hub`` had announced ``seen`` changes."""
+    """A stream its view opened for ``request``: it goes on once Django has sent its first
+    state, read when ``hub`` had announced ``seen`` changes."""
 
+    request: HttpRequest
     stream: Listener
     line: Line
     hub: Hub
@@ -56,6 +59,11 @@ class Opened:
             self.line.cancel()  # a send still under way, should this task be cancelled
             self.hub.discard(self.stream)
             self.ticket.release()
+            # Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers
+            # back to the request, as other middleware's may): dropped, the stream's memory is
+            # given back as it ends, rather than at the collector's next full pass. A read under
+            # way may still render it.
+            self.hub.after_read(vars(self.request).clear)
 
 
 class Opening:

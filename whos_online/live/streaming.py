@@ -199,7 +199,7 @@ async def stream(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
         events = _events(hub, opened, outbox, seen, ticket)
     else:
         line = opened.outbox = Line(opening.send, opened.ends_at, asyncio.get_running_loop())
-        opening.opened = Opened(opened, line, hub, seen, ticket)
+        opening.opened = Opened(request, opened, line, hub, seen, ticket)
         events = _first(opening, opened, hub, seen, ticket)
     response = StreamingHttpResponse(events, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"

@@ -29,7 +29,7 @@ from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     import redis.asyncio
 
@@ -130,6 +130,8 @@ class Hub:
         #: The epoch of each shard as the last read saw it (``read_and_render``).
         self.epochs: dict[str, str] = {}
         self._idle_since = time.monotonic()
+        #: What to do once the read under way is over (``after_read``); None while none is.
+        self._after_read: list[Callable[[], None]] | None = None
         self._tasks = [
             asyncio.ensure_future(self._subscribe()),
             asyncio.ensure_future(self._read()),
@@ -152,6 +154,14 @@ class Hub:
         self._joining.discard(listener)
         if not self.listeners:
             self._idle_since = time.monotonic()
+
+    def after_read(self, then: Callable[[], None]) -> None:
+        """Do ``then`` now, or once the read under way is over: its thread may still render a
+        stream discarded meanwhile."""
+        if self._after_read is None:
+            then()
+        else:
+            self._after_read.append(then)
 
     def changed(self, rooms: set[str] | None) -> None:
         """Have the streams of ``rooms`` (None: of every room) read and told."""
@@ -301,9 +311,16 @@ class Hub:
                 continue
             rooms = sorted(set().union(*(listener.rooms for listener in affected)))
             lost, self._lost = self._lost, False
-            events = await sync_to_async(read_and_render, thread_sensitive=False)(
-                rooms, affected, self.epochs, lost=lost
-            )
+            self._after_read = []
+            try:
+                events = await sync_to_async(read_and_render, thread_sensitive=False)(
+                    rooms, affected, self.epochs, lost=lost
+                )
+            finally:
+                # Cancelled, the read's thread may still be rendering: nothing is done.
+                after, self._after_read = self._after_read, None
+            for then in after:
+                then()
             if events is not None and len(events) < len(affected):
                 self.changed(None)  # Redis lost its data: read again once each was recorded
                 continue
