@@ -75,8 +75,9 @@ def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders
 ):
     """Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers back
     to the request): dropped, what the stream held is freed as it ends, by reference counting,
-    rather than at the collector's next full pass. A read under way in its thread may still
-    render the stream: not before that read is over."""
+    rather than at the collector's next full pass, from which ``Freezer`` may keep it
+    (``test_freezer.py``). A read under way in its thread may still render the stream: not
+    before that read is over."""
     configure(settings, LIVE_UPDATES=True)
     monkeypatch.setattr(asgi_stream, "SERVED_BY", "live_streams")
     reading, go_on = threading.Event(), threading.Event()

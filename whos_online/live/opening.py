@@ -5,6 +5,7 @@ the stream followed there once Django has sent its first state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
     from django.http import HttpRequest
 
+    from whos_online.live.freezer import Freezer
     from whos_online.live.line import Line
     from whos_online.live.resources import Ticket
     from whos_online.live.subscription import Hub, Listener
@@ -61,8 +63,8 @@ class Opened:
             self.ticket.release()
             # Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers
             # back to the request, as other middleware's may): dropped, the stream's memory is
-            # given back as it ends, rather than at the collector's next full pass. A read under
-            # way may still render it.
+            # given back as it ends, rather than at the collector's next full pass (or once
+            # ``Freezer`` has thawed it). A read under way may still render it.
             self.hub.after_read(vars(self.request).clear)
 
 
@@ -102,12 +104,14 @@ class Opening:
                 return
         await self.send(message)
 
-    async def go_on(self) -> None:
-        """Once Django has returned: the stream, if its response is to go on here."""
+    async def go_on(self, freezer: Freezer | None = None) -> None:
+        """Once Django has returned: the stream, if its response is to go on here (held by
+        ``freezer``, if any)."""
         if self.opened is None or self.declined:
             return
         if self._handed_on:
-            await self.opened.follow(self._receive, gone=self._gone)
+            with contextlib.nullcontext() if freezer is None else freezer.holding():
+                await self.opened.follow(self._receive, gone=self._gone)
         else:
             self.abandon()
 
