@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 import zlib
 from typing import Any
 
@@ -111,6 +112,64 @@ def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders
     assert had_user
     assert kept_while_read
     assert left == {}
+
+
+class Reader:
+    """A stream as the hub sees it (``subscription.Listener``), of the site's list."""
+
+    rooms = frozenset({""})
+
+    def sought(self) -> dict[str, list[Any]]:
+        return {}
+
+    def send(self, event: str) -> None:
+        pass
+
+    def stale(self) -> None:
+        pass
+
+    def render(self, found: Any, shared: Any) -> str | None:
+        return None
+
+    def lost(self, config: Any) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def tick(self, now: float | None = None) -> bool:
+        return True
+
+
+def test_a_stream_that_ended_is_not_kept_until_the_next_change(backend, settings, monkeypatch):
+    """The hub's read lets go of the streams it read once it is done: a stream that ends after
+    it is freed with its connection's objects, not kept until the next change is read."""
+    configure(settings, LIVE_UPDATES=True)
+    read = threading.Event()
+
+    def read_and_render(rooms: Any, listeners: list[Any], *args: Any, **kwargs: Any) -> Any:
+        read.set()
+        return ["data: 1\n\n" for _ in listeners]
+
+    monkeypatch.setattr(subscription, "read_and_render", read_and_render)
+
+    async def scenario() -> bool:
+        hub = subscription.hub()
+        reader = Reader()
+        hub.add(reader)
+        hub.changed(None)
+        await asyncio.get_running_loop().run_in_executor(None, read.wait, 10)
+        await asyncio.sleep(0.05)  # its events handed out
+        kept = weakref.ref(reader)
+        hub.discard(reader)
+        del reader
+        freed = kept() is None
+        hub.stop()
+        await asyncio.sleep(0)
+        return freed
+
+    assert asyncio.run(scenario())
+    assert read.is_set()
 
 
 def unzipped(bodies: list[bytes]) -> bytes:

@@ -300,36 +300,41 @@ class Hub:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            changed, self._changed = self._changed, set()
-            joining, self._joining = self._joining, set()
-            affected = [
-                listener
-                for listener in self.listeners
-                if changed is None or listener in joining or not listener.rooms.isdisjoint(changed)
-            ]
-            if not affected:
-                continue
-            rooms = sorted(set().union(*(listener.rooms for listener in affected)))
-            lost, self._lost = self._lost, False
-            self._after_read = []
-            try:
-                events = await sync_to_async(read_and_render, thread_sensitive=False)(
-                    rooms, affected, self.epochs, lost=lost
-                )
-            finally:
-                # Cancelled, the read's thread may still be rendering: nothing is done.
-                after, self._after_read = self._after_read, None
-            for then in after:
-                then()
-            if events is not None and len(events) < len(affected):
-                self.changed(None)  # Redis lost its data: read again once each was recorded
-                continue
-            if events is None:
-                self._lost = self._lost or lost  # for the read that gets through
-                for listener in affected:
-                    listener.stale()
-                self._read_again()
-                continue
+            await self._read_changed()
+
+    async def _read_changed(self) -> None:
+        """One read of what changed, and its events handed out. A method of its own: the streams
+        it read are let go as it returns, not held by ``_read``'s frame until the next change
+        (a stream that ended meanwhile would keep its connection's objects alive until then)."""
+        changed, self._changed = self._changed, set()
+        joining, self._joining = self._joining, set()
+        affected = [
+            listener
+            for listener in self.listeners
+            if changed is None or listener in joining or not listener.rooms.isdisjoint(changed)
+        ]
+        if not affected:
+            return
+        rooms = sorted(set().union(*(listener.rooms for listener in affected)))
+        lost, self._lost = self._lost, False
+        self._after_read = []
+        try:
+            events = await sync_to_async(read_and_render, thread_sensitive=False)(
+                rooms, affected, self.epochs, lost=lost
+            )
+        finally:
+            # Cancelled, the read's thread may still be rendering: nothing is done.
+            after, self._after_read = self._after_read, None
+        for then in after:
+            then()
+        if events is not None and len(events) < len(affected):
+            self.changed(None)  # Redis lost its data: read again once each was recorded
+        elif events is None:
+            self._lost = self._lost or lost  # for the read that gets through
+            for listener in affected:
+                listener.stale()
+            self._read_again()
+        else:
             await _hand_out(affected, events)
 
 
