@@ -5,19 +5,22 @@ ONE uvicorn process (no supervisor) serves the bench site's room with its live w
 process opens ``streams`` streams of it on raw asyncio sockets, then measures the worker's memory
 and idle CPU, what Redis sees (subscribers, PUBLISH per change) and, over ``rounds`` changes (a
 new guest entering the room), the time until every stream has the new state and the worker's
-CPU for it. Meanwhile a cheap request every 50 ms measures the worker's longest pause; after
-every page has gone at once, one more says how soon the worker answers again. The streams are
-read on the same cores as the worker: the times are an upper bound of the worker's.
+CPU for it. Meanwhile a cheap request every 50 ms measures the longest answer; after every page
+has gone at once, one more says how soon the worker answers again. The streams are read on the
+same cores as the worker: the times are an upper bound of the worker's. The worker notes its
+own pauses (``bench.asgi``): when its event loop ran late, and its collector's full passes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from bench import asgi
 from bench.harness import servers
 from bench.harness.clients import address, closed, open_streams, page, stream_path
 from bench.harness.report import Section, table
@@ -111,8 +114,10 @@ async def measure(site: servers.Served, options: Options) -> list[tuple[str, str
     path = await stream_path(site.port)
     await asyncio.sleep(1.5)  # the first guest written and published
     rss, started = servers.rss(site.pid), time.perf_counter()
+    phases = [time.time()]
     streams = await open_streams(site.port, path, options.streams, options.batch)
     opened = time.perf_counter() - started
+    phases.append(time.time())
     await asyncio.sleep(2)
     rss_after, connected = servers.rss(site.pid), len(servers.connections(site.port))
     cpu, started = servers.threads_cpu([site.pid]), time.perf_counter()
@@ -124,16 +129,43 @@ async def measure(site: servers.Served, options: Options) -> list[tuple[str, str
     rounds = [await change(site, streams, number) for number in range(options.rounds)]
     stop.set()
     pause = await probe
+    phases.append(time.time())
     for stream in streams:
         stream.close()
     await asyncio.sleep(PROBE_EVERY)
     again = await answered_in(site.port)
     closing = await closed(site.port)
+    await asyncio.sleep(2)  # a pause under way, and ``LiveStreams``' thaw (a second later)
+    phases.append(time.time())
     memory = (rss, rss_after, opened, connected, closing)
     pauses = (pause, again)
-    return report(
+    rows = report(
         site, options, memory, idle=idle, subscribed=subscribers_seen, rounds=rounds, pauses=pauses
     )
+    return [*rows[:-2], *worker_pauses(site, phases), *rows[-2:]]
+
+
+def worker_pauses(site: servers.Served, phases: list[float]) -> list[tuple[str, str]]:
+    """The worker's longest pause and its collector's full passes, in each phase: while the
+    streams opened, while they were open (idle, then the rounds), as they all went."""
+    noted = list(asgi.pauses(site.log.parent))
+    late, passes = [], []
+    for start, end in itertools.pairwise(phases):
+        within = [pause for pause in noted if start <= pause.ended < end]
+        late.append(max((p.seconds for p in within if p.kind == "late"), default=0.0))
+        full = [p.seconds for p in within if p.kind == "collection"]
+        passes.append(f"{len(full)}, {max(full, default=0.0):.3f} s")
+    return [
+        (
+            "the worker's longest pause (its event loop late, as it noted), while the streams "
+            "opened / while they were open / as they all went",
+            " / ".join(f"{one:.3f} s" for one in late),
+        ),
+        (
+            "full passes of the garbage collector (how many, the longest), in the same phases",
+            " / ".join(passes),
+        ),
+    ]
 
 
 def report(

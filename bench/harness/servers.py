@@ -37,8 +37,9 @@ MIGRATE = (
     "call_command('migrate', verbosity=0)"
 )
 
-#: Django's ASGI application, and the same in ``whos_online.asgi.LiveStreams`` (``bench.asgi``).
-DJANGO_ASGI = "django.core.asgi:get_asgi_application"
+#: Django's ASGI application, and the same in ``whos_online.asgi.LiveStreams``, each noting its
+#: worker's pauses (``bench.asgi``).
+DJANGO_ASGI = "bench.asgi:django"
 LIVE_STREAMS_ASGI = "bench.asgi:live_streams"
 #: uvicorn's event loop and HTTP parser: asyncio's and h11 (pure Python), or uvloop and httptools
 #: (C), which ``uvicorn[standard]`` installs and uvicorn then picks by itself.
