@@ -35,6 +35,9 @@ class Options:
     repeats: int = 3
     seconds: int = 5
     batch: int = 200
+    #: Whether the worker's streams go on in ``whos_online.asgi.LiveStreams`` (as a site with
+    #: many open pages serves them) rather than through Django's response.
+    live_streams: bool = False
 
 
 QUICK = Options(streams="100,200", repeats=1, seconds=1)
@@ -175,7 +178,8 @@ def report(
 def run(options: Options) -> Section:
     levels = [int(level) for level in options.streams.split(",")]
     servers.raise_open_files(max(levels) + 1000)
-    with servers.serving("streams", asgi=True, workers=1) as site:
+    factory = servers.LIVE_STREAMS_ASGI if options.live_streams else servers.DJANGO_ASGI
+    with servers.serving("streams", asgi=True, workers=1, factory=factory) as site:
         bench = Bench(site, asyncio.run(stream_path(site.port)), options)
         ran = asyncio.run(measure(bench, options))
         rows, notes = report(ran, levels)
@@ -190,7 +194,8 @@ def run(options: Options) -> Section:
         "Requests with live streams open",
         f"wrk ({wrk.THREADS} thread, {wrk.CONNECTIONS} connections), {options.seconds} s cells, "
         f"{options.repeats} repetitions; each cell with streams open between two with none, its "
-        "ratio to their mean: median (min–max).",
+        "ratio to their mean: median (min–max). The streams go on "
+        + ("in `LiveStreams`." if options.live_streams else "through Django's response."),
         [
             table(
                 "requests | streams open | req/s | × 0 streams | worker CPU µs/req | × 0 streams "
