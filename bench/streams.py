@@ -74,7 +74,7 @@ async def change(site: servers.Served, streams: list[Stream], number: int) -> Ro
     the PUBLISHes, the first stream's delay, and the worker's CPU until every stream had it."""
     published, cpu, sent = (
         site.node.calls().get("publish", (0, 0))[0],
-        servers.threads_cpu([site.pid]),
+        servers.process_cpu(site.pid),
         time.perf_counter(),
     )
     status, _body = await page(site.port, "/room/", address(number, "10.1"))
@@ -84,7 +84,7 @@ async def change(site: servers.Served, streams: list[Stream], number: int) -> Ro
     while waiting and time.perf_counter() < sent + POLLING:
         await asyncio.sleep(0.1)
         waiting = [stream for stream in waiting if stream.arrived(number + 2, sent) is None]
-    spent = servers.threads_cpu([site.pid]) - cpu
+    spent = servers.process_cpu(site.pid) - cpu
     await asyncio.sleep(1.5)  # a publish coalesced late would still count
     arrived = [stream.arrived(number + 2, sent) for stream in streams]
     publishes = site.node.calls().get("publish", (0, 0))[0] - published
@@ -120,9 +120,9 @@ async def measure(site: servers.Served, options: Options) -> list[tuple[str, str
     phases.append(time.time())
     await asyncio.sleep(2)
     rss_after, connected = servers.rss(site.pid), len(servers.connections(site.port))
-    cpu, started = servers.threads_cpu([site.pid]), time.perf_counter()
+    cpu, started = servers.process_cpu(site.pid), time.perf_counter()
     await asyncio.sleep(options.idle)
-    idle = (servers.threads_cpu([site.pid]) - cpu) / (time.perf_counter() - started)
+    idle = (servers.process_cpu(site.pid) - cpu) / (time.perf_counter() - started)
     subscribers_seen = subscribers(site)
     stop = asyncio.Event()
     probe = asyncio.ensure_future(longest_pause(site.port, stop))
