@@ -10,7 +10,8 @@ PUBLISH; a line through the counts gives the cost of one delivery and of a PUBLI
 so the processes one Redis serves within a share of one core. On a 3-master cluster (classic
 pub/sub, as whos_online subscribes) the subscribers are on the first master, the messages
 published on the second, and every master's CPU is read: the cluster bus carries each message
-to every node.
+to every node. With Redis 7 or newer, the same with sharded pub/sub (``SSUBSCRIBE`` and
+``SPUBLISH`` on the master of the channel's slot), which keeps a message within its shard.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bench.harness import servers
 from bench.harness.report import Section, table
@@ -32,13 +33,25 @@ if TYPE_CHECKING:
 CHANNEL: Final = "{bench}:changes"
 #: A message as a flush publishes it: a few rooms and the site.
 MESSAGE: Final = json.dumps({"rooms": ["topic:1042", "topic:77", "forum:3"], "site": True})
-#: What a subscriber reads of each message (RESP: its kind, the channel, the message).
-DELIVERY: Final = (
-    f"*3\r\n$7\r\nmessage\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n${len(MESSAGE)}\r\n{MESSAGE}\r\n"
-)
+#: The commands that subscribe and publish, classic or sharded (Redis 7).
+CLASSIC: Final = ("SUBSCRIBE", "PUBLISH")
+SHARDED: Final = ("SSUBSCRIBE", "SPUBLISH")
+
+
+def delivery(subscribe: str) -> str:
+    """What a subscriber reads of each message (RESP: its kind, the channel, the message)."""
+    kind = "smessage" if subscribe == "SSUBSCRIBE" else "message"
+    return (
+        f"*3\r\n${len(kind)}\r\n{kind}\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n"
+        f"${len(MESSAGE)}\r\n{MESSAGE}\r\n"
+    )
+
+
 #: Share of one core that Redis may spend on pub/sub in the capacity figure.
 BUDGET: Final = 0.5
 MASTERS: Final = 3
+#: The first Redis with sharded pub/sub.
+SHARDED_SINCE: Final = 7
 #: Subscribers on the cluster at most: with 1 000 on one master of the benchmark's cluster
 #: (Redis 6.2), its subscribers read almost none of the messages, unexplained; up to 100, all.
 CLUSTER_MOST: Final = 100
@@ -53,13 +66,16 @@ class Options:
 QUICK = Options(subscribers="1,10", messages=200)
 
 
-async def subscribed(port: int, count: int) -> list[asyncio.Task[int]]:
-    """``count`` connections subscribed to ``CHANNEL``, each a task that reads until cancelled
-    and returns the bytes it read."""
+async def subscribed(
+    port: int, count: int, subscribe: str = "SUBSCRIBE"
+) -> list[asyncio.Task[int]]:
+    """``count`` connections subscribed to ``CHANNEL`` (``subscribe``: or ``SSUBSCRIBE``), each
+    a task that reads until cancelled and returns the bytes it read."""
+    command = f"*2\r\n${len(subscribe)}\r\n{subscribe}\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n"
 
     async def one() -> int:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"*2\r\n$9\r\nSUBSCRIBE\r\n${len(CHANNEL)}\r\n{CHANNEL}\r\n".encode())
+        writer.write(command.encode())
         read = 0
         try:
             while chunk := await reader.read(1 << 16):
@@ -76,17 +92,24 @@ async def subscribed(port: int, count: int) -> list[asyncio.Task[int]]:
 
 
 async def cpu_per_publish(
-    publisher: redis.Redis, watched: list[servers.Node], subscribers: int, port: int, count: int
+    publisher: redis.Redis,
+    watched: list[servers.Node],
+    subscribers: int,
+    port: int,
+    count: int,
+    *,
+    commands: tuple[str, str] = CLASSIC,
 ) -> tuple[list[float], float]:
-    """µs of each watched node's CPU per PUBLISH, with ``subscribers`` on ``port``; and the
-    share of the deliveries that the subscribers read."""
-    tasks = await subscribed(port, subscribers)
+    """µs of each watched node's CPU per PUBLISH (``commands``: or sharded), with
+    ``subscribers`` on ``port``; and the share of the deliveries that the subscribers read."""
+    subscribe, publish = commands
+    tasks = await subscribed(port, subscribers, subscribe)
     try:
         before = [node.cpu() for node in watched]
         for start in range(0, count, 100):
             pipe = publisher.pipeline(transaction=False)
             for _ in range(min(100, count - start)):
-                pipe.publish(CHANNEL, MESSAGE)
+                getattr(pipe, publish.lower())(CHANNEL, MESSAGE)  # publish, or spublish
             await asyncio.to_thread(pipe.execute)
         await asyncio.sleep(0.5)  # the last deliveries read
         spent = [
@@ -96,7 +119,7 @@ async def cpu_per_publish(
         for task in tasks:
             task.cancel()
         read = sum(await asyncio.gather(*tasks))
-    return spent, read / (count * subscribers * len(DELIVERY))
+    return spent, read / (count * subscribers * len(delivery(subscribe)))
 
 
 def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -140,22 +163,51 @@ def one_redis(counts: list[int], options: Options) -> list[list[str]]:
     return rows
 
 
-def cluster(counts: list[int], options: Options) -> list[list[str]]:
+def cluster(counts: list[int], options: Options) -> tuple[list[list[str]], list[list[str]], int]:
+    """Each master's CPU per message with classic pub/sub (subscribers on the first master,
+    published on the second), and with sharded pub/sub on the master of the channel's slot
+    (none before Redis 7), and which master that is."""
     # A master busy delivering for a second must not be taken for a failing one.
     nodes = ClusterServers(MASTERS, node_timeout_ms=15_000)
     nodes.start()
     try:
         watched = [servers.Node.of(node) for node in nodes.nodes]
+        classic, sharded = [], []
         publisher = nodes.nodes[1].client()
-        rows = []
         for count in counts:
             spent, read = asyncio.run(
                 cpu_per_publish(publisher, watched, count, nodes.nodes[0].port, options.messages)
             )
-            rows.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
-        return rows
+            classic.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
+        version = str(publisher.info("server")["redis_version"])
+        owner = shard_of(nodes)
+        if int(version.split(".", maxsplit=1)[0]) >= SHARDED_SINCE:
+            for count in counts:
+                spent, read = asyncio.run(
+                    cpu_per_publish(
+                        owner.client(),
+                        watched,
+                        count,
+                        owner.port,
+                        options.messages,
+                        commands=SHARDED,
+                    )
+                )
+                sharded.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
+        return classic, sharded, nodes.nodes.index(owner)
     finally:
         nodes.close()
+
+
+def shard_of(nodes: ClusterServers) -> Any:
+    """The master that holds ``CHANNEL``'s slot, where its sharded messages stay."""
+    first = nodes.nodes[0]
+    slot = int(first.command("CLUSTER", "KEYSLOT", CHANNEL))
+    for start, end, master, *_replicas in first.command("CLUSTER", "SLOTS"):
+        if int(start) <= slot <= int(end):
+            port = int(master[1])
+            return next(node for node in nodes.nodes if node.port == port)
+    raise LookupError(slot)
 
 
 def run(options: Options) -> Section:
@@ -163,16 +215,26 @@ def run(options: Options) -> Section:
     servers.raise_open_files(max(counts) + 1000)  # this process's, and the servers' it starts
     started = time.perf_counter()
     single = one_redis(counts, options)
-    spread = cluster([count for count in counts if count <= CLUSTER_MOST], options)
+    spread, sharded, owner = cluster([count for count in counts if count <= CLUSTER_MOST], options)
     masters = " | ".join(
         f"master {n + 1}" + (" (subscribers)" if n == 0 else " (publisher)" if n == 1 else "")
         for n in range(MASTERS)
     )
+    tables = [
+        table("subscribers | Redis CPU per PUBLISH | per subscriber | read", single),
+        table(f"subscribers | {masters} | read", spread),
+    ]
+    if sharded:
+        every = " | ".join(
+            f"master {n + 1}" + (" (the channel's slot)" if n == owner else "")
+            for n in range(MASTERS)
+        )
+        tables.append(table(f"subscribers, sharded (`SPUBLISH`) | {every} | read", sharded))
     return Section(
         "Pub/sub",
-        f"{options.messages} PUBLISH per cell; {time.perf_counter() - started:.0f} s.",
-        [
-            table("subscribers | Redis CPU per PUBLISH | per subscriber | read", single),
-            table(f"subscribers | {masters} | read", spread),
-        ],
+        f"{options.messages} PUBLISH per cell; {time.perf_counter() - started:.0f} s."
+        + (
+            "" if sharded else " Sharded pub/sub: not measured (this redis-server is older than 7)."
+        ),
+        tables,
     )
