@@ -139,10 +139,16 @@ async def measure(site: servers.Served, options: Options) -> list[tuple[str, str
     phases.append(time.time())
     memory = (rss, rss_after, opened, connected, closing)
     pauses = (pause, again)
-    rows = report(
-        site, options, memory, idle=idle, subscribed=subscribers_seen, rounds=rounds, pauses=pauses
+    return report(
+        site,
+        options,
+        memory,
+        idle=idle,
+        subscribed=subscribers_seen,
+        rounds=rounds,
+        pauses=pauses,
+        noted=worker_pauses(site, phases),
     )
-    return [*rows[:-2], *worker_pauses(site, phases), *rows[-2:]]
 
 
 def worker_pauses(site: servers.Served, phases: list[float]) -> list[tuple[str, str]]:
@@ -177,13 +183,10 @@ def report(
     subscribed: list[object],
     rounds: list[Round],
     pauses: tuple[float, float],
+    noted: list[tuple[str, str]],
 ) -> list[tuple[str, str]]:
-    """Each measure of one application, and its value."""
+    """Each measure of one application, and its value (``noted``: the worker's own pauses)."""
     (rss, rss_after, opened, connected, closing), mib = memory, 1024 * 1024
-    latencies = [at for found in rounds for at in found[0] if at is not None] or [0.0]
-    firsts = [min((at for at in found[0] if at is not None), default=0) for found in rounds]
-    spreads = {"median": statistics.median(latencies), "p95": percentile(latencies, 0.95)}
-    per_stream = [found[2] / options.streams * 1e6 for found in rounds]
     return [
         ("streams open on one uvicorn worker", f"{options.streams} (opened in {opened:.1f} s)"),
         ("worker RSS before / after", f"{rss / mib:.1f} / {rss_after / mib:.1f} MiB"),
@@ -197,6 +200,30 @@ def report(
             "subscribed to anything (`CLIENT LIST`)",
             f"{subscribed[1]} / {subscribed[2]}",
         ),
+        *round_rows(options, rounds),
+        (
+            f"longest answer to a request (one every {PROBE_EVERY * 1000:.0f} ms) during the "
+            "rounds",
+            f"{pauses[0]:.3f} s",
+        ),
+        ("every page gone at once: the worker's next answer took", f"{pauses[1]:.2f} s"),
+        *noted,
+        (
+            "worker's connections on its port: with the streams open / after the pages went",
+            f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
+        ),
+        ("lines in the worker's log (warnings, errors)", str(len(site.log_lines()))),
+    ]
+
+
+def round_rows(options: Options, rounds: list[Round]) -> list[tuple[str, str]]:
+    """What the rounds measured: Redis's publishes, the times to the first stream and to every
+    stream, the worker's CPU."""
+    latencies = [at for found in rounds for at in found[0] if at is not None] or [0.0]
+    firsts = [min((at for at in found[0] if at is not None), default=0) for found in rounds]
+    spreads = {"median": statistics.median(latencies), "p95": percentile(latencies, 0.95)}
+    per_stream = [found[2] / options.streams * 1e6 for found in rounds]
+    return [
         (
             "PUBLISH per change (`INFO commandstats`), each round",
             ", ".join(str(r[1]) for r in rounds),
@@ -227,17 +254,6 @@ def report(
             "stream-rounds that missed the change within 30 s",
             str(sum(1 for found in rounds for at in found[0] if at is None)),
         ),
-        (
-            f"longest answer to a request (one every {PROBE_EVERY * 1000:.0f} ms) during the "
-            "rounds",
-            f"{pauses[0]:.3f} s",
-        ),
-        ("every page gone at once: the worker's next answer took", f"{pauses[1]:.2f} s"),
-        (
-            "worker's connections on its port: with the streams open / after the pages went",
-            f"{connected} / {len(servers.connections(site.port))} ({closing:.1f} s later)",
-        ),
-        ("lines in the worker's log (warnings, errors)", str(len(site.log_lines()))),
     ]
 
 
