@@ -11,13 +11,16 @@ import weakref
 import zlib
 from typing import Any
 
+import pytest
+
 from tests.support import asgi_stream
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure
 from tests.test_stream import room_widget, run, stream_url
 from tests.test_stream_bounds import only_listener
 from whos_online.asgi import LiveStreams
-from whos_online.live import streaming, subscription
+from whos_online.live import opening, streaming, subscription
+from whos_online.live.freezer import Freezer
 from whos_online.live.opening import OPENING
 from whos_online.live.outbox import Outbox
 
@@ -71,14 +74,16 @@ def test_a_stream_django_answers_without_opening_it_is_sent_as_it_is(db):
     assert sent[-1] == {"type": "http.response.body", "body": b"ok"}  # the end, kept
 
 
+@pytest.mark.parametrize("ending", ["its client goes", "the process stops"])
 def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders_it(
-    backend, settings, db, monkeypatch
+    backend, settings, db, monkeypatch, ending
 ):
     """Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers back
     to the request): dropped, what the stream held is freed as it ends, by reference counting,
     rather than at the collector's next full pass, from which ``Freezer`` may keep it
     (``test_freezer.py``). A read under way in its thread may still render the stream: not
-    before that read is over."""
+    before that read's thread is done, even when the process stops (which cancels the read's
+    task, not its thread). What its ``repr`` reads stays."""
     configure(settings, LIVE_UPDATES=True)
     monkeypatch.setattr(asgi_stream, "SERVED_BY", "live_streams")
     reading, go_on = threading.Event(), threading.Event()
@@ -89,7 +94,7 @@ def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders
         go_on.wait(10)
         return read_and_render(*args, **kwargs)
 
-    async def scenario() -> tuple[bool, bool, dict[str, Any]]:
+    async def scenario() -> tuple[bool, bool, dict[str, Any], str]:
         stream = Stream(stream_url(room_widget()))
         await stream.open()
         listener = await only_listener()
@@ -97,21 +102,52 @@ def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders
         request = listener.request
         had_user = hasattr(request, "user")
         monkeypatch.setattr(subscription, "read_and_render", held_read)
-        subscription.hub().changed(None)
+        hub = subscription.hub()
+        hub.changed(None)
         await asyncio.get_running_loop().run_in_executor(None, reading.wait, 10)
+        if ending == "the process stops":
+            hub.shut_down()
+            await asyncio.sleep(0.1)  # the stream ends
         await stream.close()
-        kept_while_read = bool(vars(request))
+        kept_while_read = hasattr(request, "user")
         go_on.set()
         for _ in range(500):
-            if not vars(request):
+            if not hasattr(request, "user"):
                 break
             await asyncio.sleep(0.01)
-        return had_user, kept_while_read, vars(request)
+        return had_user, kept_while_read, dict(vars(request)), repr(request)
 
-    had_user, kept_while_read, left = run(scenario)
+    had_user, kept_while_read, left, shown = run(scenario)
     assert had_user
     assert kept_while_read
-    assert left == {}
+    assert set(left) <= opening.KEPT
+    assert shown.startswith("<ASGIRequest: GET '/online/stream/?")
+
+
+def test_live_streams_holds_each_stream_in_its_freezer_while_it_is_open(
+    backend, settings, db, monkeypatch
+):
+    configure(settings, LIVE_UPDATES=True)
+    freezers: list[Freezer] = []
+
+    class Counted(Freezer):
+        def __init__(self) -> None:
+            super().__init__()
+            freezers.append(self)
+
+    monkeypatch.setattr("whos_online.asgi.Freezer", Counted)
+    monkeypatch.setattr(asgi_stream, "SERVED_BY", "live_streams")
+
+    async def scenario() -> tuple[int, int]:
+        stream = Stream(stream_url(room_widget()))
+        await stream.open()
+        await only_listener()
+        [freezer] = freezers
+        held = freezer.open
+        await stream.close()
+        return held, freezer.open
+
+    assert run(scenario) == (1, 0)
 
 
 class Reader:

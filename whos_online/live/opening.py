@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Final
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 #: The scope's key under which the stream's view finds its ``Opening``.
 OPENING: Final = "whos_online.opening"
+#: What a request keeps once its stream is over (``_forget``): plain strings.
+KEPT: Final = frozenset({"method", "path", "path_info", "META"})
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,8 @@ class Opened:
             self.line.cancel()  # a send still under way, should this task be cancelled
             self.hub.discard(self.stream)
             self.ticket.release()
-            # Its request's attributes hold cycles (AuthenticationMiddleware's lazy user refers
-            # back to the request, as other middleware's may): dropped, the stream's memory is
-            # given back as it ends, rather than at the collector's next full pass (or once
-            # ``Freezer`` has thawed it). A read under way may still render it.
-            self.hub.after_read(vars(self.request).clear)
+            # A read under way may still render it.
+            self.hub.after_read(functools.partial(_forget, self.request))
 
 
 class Opening:
@@ -119,6 +119,17 @@ class Opening:
         """Django did not finish the response (its client went, or it failed): no stream."""
         if self.opened is not None and not self.declined:
             self.opened.ticket.release()
+
+
+def _forget(request: HttpRequest) -> None:
+    """Drop the attributes of a request whose stream is over, but those its ``repr`` reads (a
+    log record, an error reporter): they hold cycles (AuthenticationMiddleware's lazy user
+    refers back to its request, as other middleware's may), and dropped, what the stream held
+    is given back as it ends, rather than at the collector's next full pass (or once
+    ``Freezer`` has thawed it)."""
+    attributes = vars(request)
+    for name in [name for name in attributes if name not in KEPT]:
+        del attributes[name]
 
 
 def _carries_a_stream(start: Message) -> bool:

@@ -155,6 +155,12 @@ class Hub:
         if not self.listeners:
             self._idle_since = time.monotonic()
 
+    def _read_over(self, after: list[Callable[[], None]]) -> None:
+        if self._after_read is after:
+            self._after_read = None
+        for then in after:
+            then()
+
     def after_read(self, then: Callable[[], None]) -> None:
         """Do ``then`` now, or once the read under way is over: its thread may still render a
         stream discarded meanwhile."""
@@ -317,16 +323,17 @@ class Hub:
             return
         rooms = sorted(set().union(*(listener.rooms for listener in affected)))
         lost, self._lost = self._lost, False
-        self._after_read = []
-        try:
-            events = await sync_to_async(read_and_render, thread_sensitive=False)(
+        after: list[Callable[[], None]] = []
+        self._after_read = after
+        reading = asyncio.ensure_future(
+            sync_to_async(read_and_render, thread_sensitive=False)(
                 rooms, affected, self.epochs, lost=lost
             )
-        finally:
-            # Cancelled, the read's thread may still be rendering: nothing is done.
-            after, self._after_read = self._after_read, None
-        for then in after:
-            then()
+        )
+        # Once its thread is done, whether it failed or this task was cancelled meanwhile (at a
+        # stop: the thread goes on rendering).
+        reading.add_done_callback(lambda _reading: self._read_over(after))
+        events = await asyncio.shield(reading)
         if events is not None and len(events) < len(affected):
             self.changed(None)  # Redis lost its data: read again once each was recorded
         elif events is None:
