@@ -8,10 +8,12 @@ stream's end leaving no cycle (what makes freezing safe) is tested on a stream i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
 from whos_online.asgi import LiveStreams
+from whos_online.live import freezer as freezer_module
 from whos_online.live.freezer import FREEZE_EVERY, THAW_AFTER, Freezer
 
 if TYPE_CHECKING:
@@ -25,8 +27,12 @@ class Collector:
         self.calls: list[str] = []
         self.frozen = frozen
         self.enabled = enabled
-        #: What the freezer asked to do later, and after how long.
+        #: What the freezer asked to do later, and after how long; the time (``clock``).
         self.later: list[tuple[float, Callable[[], None]]] = []
+        self.now = 1000.0
+
+    def clock(self) -> float:
+        return self.now
 
     def call_later(self, delay: float, then: Callable[[], None]) -> None:
         self.later.append((delay, then))
@@ -74,7 +80,12 @@ class Streams:
 
 def held(every: int = 3, **collector: Any) -> tuple[Streams, Collector]:
     found = Collector(**collector)
-    freezer = Freezer(every, collector=found, later=found.call_later)  # type: ignore [arg-type]
+    freezer = Freezer(
+        every,
+        collector=found,  # type: ignore [arg-type]
+        later=found.call_later,
+        clock=found.clock,
+    )
     return Streams(freezer), found
 
 
@@ -132,6 +143,40 @@ def test_streams_begun_after_the_last_freeze_do_not_count_as_frozen_ones_ended()
     assert collector.calls == ["collect", "freeze"]
     streams.end()
     collector.run_later()
+    assert collector.calls == ["collect", "freeze", "unfreeze", "collect"]
+
+
+def test_a_thaw_asked_for_on_an_event_loop_that_closed_is_asked_for_again_once_overdue():
+    streams, collector = held(every=4)
+    streams.begin(4)  # frozen
+    streams.begin()
+    streams.end(4)  # 4 frozen ended, 1 open: asked for
+    assert len(collector.later) == 1
+    collector.later.clear()  # its event loop closed: it never runs
+    collector.now += THAW_AFTER
+    streams.end()
+    assert collector.later == []  # not overdue yet
+    collector.now += THAW_AFTER
+    streams.begin()
+    streams.end()
+    assert len(collector.later) == 1
+    collector.run_later()
+    assert collector.calls[-2:] == ["unfreeze", "collect"]
+
+
+def test_the_thaw_runs_on_the_event_loop_the_last_stream_ended_on(monkeypatch):
+    monkeypatch.setattr(freezer_module, "THAW_AFTER", 0.0)
+    collector = Collector()
+    freezer = Freezer(2, collector=collector)  # type: ignore [arg-type]
+
+    async def scenario() -> None:
+        for _ in range(2):
+            with freezer.holding():
+                pass
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
     assert collector.calls == ["collect", "freeze", "unfreeze", "collect"]
 
 

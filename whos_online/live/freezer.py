@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import time
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -39,13 +40,18 @@ class Freezer:
     """Freezes and thaws the objects of one process as its streams begin and end."""
 
     def __init__(
-        self, every: int = FREEZE_EVERY, collector: ModuleType = gc, later: Later = _call_later
+        self,
+        every: int = FREEZE_EVERY,
+        collector: ModuleType = gc,
+        later: Later = _call_later,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._every = every
         self._gc = collector
         self._later = later
-        #: Whether a thaw is due (``THAW_AFTER``).
-        self._thawing = False
+        self._clock = clock
+        #: When (``clock``) the thaw asked for should run; None when none is.
+        self._thaw_at: float | None = None
         #: Streams open, and begun since the last freeze.
         self.open = 0
         self._begun = 0
@@ -81,9 +87,14 @@ class Freezer:
         # Frozen if a freeze since the last thaw came after it began (it was open then).
         if self._thawed_at < self.freezes and began < self.freezes:
             self._ended_frozen += 1
-        if self._thaw_due() and not self._thawing:
-            self._thawing = True
+        if self._thaw_due() and not self._thaw_pending():
             self._later(THAW_AFTER, self._thaw)
+            self._thaw_at = self._clock() + THAW_AFTER
+
+    def _thaw_pending(self) -> bool:
+        """Whether a thaw was asked for and may still run: one long overdue is taken as lost
+        (its event loop closed), and asked for again."""
+        return self._thaw_at is not None and self._clock() < self._thaw_at + THAW_AFTER
 
     def _thaw_due(self) -> bool:
         return self._thawed_at < self.freezes and self.open * THAW_AT <= self._ended_frozen
@@ -99,7 +110,7 @@ class Freezer:
         self.freezes += 1
 
     def _thaw(self) -> None:
-        self._thawing = False
+        self._thaw_at = None
         if not self._thaw_due():  # more streams opened, or it froze again, meanwhile
             return
         self._gc.unfreeze()
