@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.dispatch import receiver
@@ -29,7 +29,7 @@ from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     import redis.asyncio
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from whos_online.store.results import Snapshot
 
 logger = logging.getLogger("whos_online")
+T = TypeVar("T")
 
 #: Seconds without a message after which the subscription pings Redis, and waits as long for
 #: its answer.
@@ -192,25 +193,18 @@ class Hub:
 
     def tick(self, now: float | None = None) -> None:
         """Every stream's heartbeat, end or cancellation, when due; those that ended go."""
-        for _slice in self._ticks(now):
-            pass
-
-    def _ticks(self, now: float | None) -> Iterator[None]:
-        """``tick``, in runs of ``SENDING_SLICE``: streams quiet since the same change all send
-        their heartbeat in the same tick."""
-        since = time.perf_counter()
         for listener in list(self.listeners):
-            if not listener.tick(now):
-                self.discard(listener)
-            if time.perf_counter() - since >= SENDING_SLICE:
-                yield
-                since = time.perf_counter()
+            self._tick(listener, now)
+
+    def _tick(self, listener: Listener, now: float | None = None) -> None:
+        if not listener.tick(now):
+            self.discard(listener)
 
     async def _ticking(self) -> None:
         while not (self.done and not self.listeners):
             await asyncio.sleep(TICK)
-            for _slice in self._ticks(None):
-                await asyncio.sleep(0)
+            # In slices: streams quiet since the same change all send their heartbeat now.
+            await _each_in_slices(list(self.listeners), self._tick)
 
     # The subscription
 
@@ -346,14 +340,21 @@ class Hub:
 
 
 async def _hand_out(listeners: Sequence[Listener], events: Sequence[str | None]) -> None:
-    """Each listener its event, in runs of ``SENDING_SLICE`` between the process's other work."""
+    """Each listener its event, if it has one."""
+    handed = (
+        (one, event) for one, event in zip(listeners, events, strict=True) if event is not None
+    )
+    await _each_in_slices(handed, lambda pair: pair[0].send(pair[1]))
+
+
+async def _each_in_slices(items: Iterable[T], do: Callable[[T], object]) -> None:
+    """``do`` each of ``items``, in runs of ``SENDING_SLICE`` between the process's other work."""
     since = time.perf_counter()
-    for listener, event in zip(listeners, events, strict=True):
-        if event is not None:
-            listener.send(event)
-            if time.perf_counter() - since >= SENDING_SLICE:
-                await asyncio.sleep(0)
-                since = time.perf_counter()
+    for item in items:
+        do(item)
+        if time.perf_counter() - since >= SENDING_SLICE:
+            await asyncio.sleep(0)
+            since = time.perf_counter()
 
 
 def read_and_render(
