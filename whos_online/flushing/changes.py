@@ -191,6 +191,23 @@ def message(rooms: set[str], *, site: bool) -> str:
     return json.dumps({"rooms": sorted(rooms), "site": site}, ensure_ascii=False)
 
 
+def rooms_of(data: object) -> set[str] | None:
+    """The rooms a ``message`` names ("" for the site), read back by a subscriber; None for every
+    room; an empty set for a message that cannot be read."""
+    try:
+        body = json.loads(data)  # type: ignore [arg-type]
+    except (TypeError, ValueError):
+        return set()
+    if not isinstance(body, dict):
+        return set()
+    if body.get("all"):
+        return None
+    rooms = {room for room in body.get("rooms", ()) if isinstance(room, str)}
+    if body.get("site"):
+        rooms.add("")
+    return rooms
+
+
 def publish(config: Config, rooms: set[str], *, site: bool) -> None:
     """One PUBLISH, behind the breaker: while Redis is down the message is dropped (the streams
     say they are stale, and read everything again once they can)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
@@ -24,7 +23,7 @@ from whos_online.backend.connection import CircuitBreaker
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import get_config
-from whos_online.flushing import stopping
+from whos_online.flushing import changes, stopping
 from whos_online.reading import snapshots
 from whos_online.store.keys import changes_channel
 
@@ -248,7 +247,7 @@ class Hub:
             if message is not None:
                 quiet_since, pinged = now, False
                 if message.get("type") == "message":
-                    self.changed(_rooms_of(message.get("data")))
+                    self.changed(changes.rooms_of(message.get("data")))
             elif now - quiet_since >= HEALTH_EVERY * (2 if pinged else 1):
                 if pinged:
                     msg = "no answer to a ping"
@@ -404,23 +403,6 @@ def _forgotten(found: Mapping[str, Snapshot | None], epochs: dict[str, str]) -> 
                 forgotten = True
             epochs[tag] = epoch
     return forgotten
-
-
-def _rooms_of(data: object) -> set[str] | None:
-    """The rooms a message names ("" for the site), None for every room; an empty set for a
-    message that cannot be read."""
-    try:
-        body = json.loads(data)  # type: ignore [arg-type]
-    except (TypeError, ValueError):
-        return set()
-    if not isinstance(body, dict):
-        return set()
-    if body.get("all"):
-        return None
-    rooms = {room for room in body.get("rooms", ()) if isinstance(room, str)}
-    if body.get("site"):
-        rooms.add("")
-    return rooms
 
 
 def _stop_all(hubs: dict[asyncio.AbstractEventLoop, Hub]) -> None:
