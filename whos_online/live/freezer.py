@@ -85,7 +85,7 @@ class Freezer:
     def _end(self, began: int) -> None:
         self.open -= 1
         # Frozen if a freeze since the last thaw came after it began (it was open then).
-        if self._thawed_at < self.freezes and began < self.freezes:
+        if self._frozen() and began < self.freezes:
             self._ended_frozen += 1
         if self._thaw_due() and not self._thaw_pending():
             self._later(THAW_AFTER, self._thaw)
@@ -96,13 +96,17 @@ class Freezer:
         (its event loop closed), and asked for again."""
         return self._thaw_at is not None and self._clock() < self._thaw_at + THAW_AFTER
 
+    def _frozen(self) -> bool:
+        """Whether it froze the process's objects since its last thaw."""
+        return self._thawed_at < self.freezes
+
     def _thaw_due(self) -> bool:
-        return self._thawed_at < self.freezes and self.open * THAW_AT <= self._ended_frozen
+        return self._frozen() and self.open * THAW_AT <= self._ended_frozen
 
     def _freeze(self) -> None:
         if self._declined or not self._gc.isenabled():
             return
-        if self.freezes == self._thawed_at and self._gc.get_freeze_count():
+        if not self._frozen() and self._gc.get_freeze_count():
             self._declined = True  # frozen by someone else: theirs to thaw, not ours
             return
         self._gc.collect()
