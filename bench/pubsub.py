@@ -172,31 +172,37 @@ def cluster(counts: list[int], options: Options) -> tuple[list[list[str]], list[
     nodes.start()
     try:
         watched = [servers.Node.of(node) for node in nodes.nodes]
-        classic, sharded = [], []
-        publisher = nodes.nodes[1].client()
-        for count in counts:
-            spent, read = asyncio.run(
-                cpu_per_publish(publisher, watched, count, nodes.nodes[0].port, options.messages)
-            )
-            classic.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
+        publisher, owner = nodes.nodes[1].client(), shard_of(nodes)
+        classic = spread(publisher, watched, counts, nodes.nodes[0].port, options.messages)
         version = str(publisher.info("server")["redis_version"])
-        owner = shard_of(nodes)
+        sharded = []
         if int(version.split(".", maxsplit=1)[0]) >= SHARDED_SINCE:
-            for count in counts:
-                spent, read = asyncio.run(
-                    cpu_per_publish(
-                        owner.client(),
-                        watched,
-                        count,
-                        owner.port,
-                        options.messages,
-                        commands=SHARDED,
-                    )
-                )
-                sharded.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
+            sharded = spread(
+                owner.client(), watched, counts, owner.port, options.messages, commands=SHARDED
+            )
         return classic, sharded, nodes.nodes.index(owner)
     finally:
         nodes.close()
+
+
+def spread(
+    publisher: redis.Redis,
+    watched: list[servers.Node],
+    counts: list[int],
+    port: int,
+    messages: int,
+    *,
+    commands: tuple[str, str] = CLASSIC,
+) -> list[list[str]]:
+    """A row per count of subscribers on ``port``: each watched master's CPU per message, and
+    the share of the deliveries read."""
+    rows = []
+    for count in counts:
+        spent, read = asyncio.run(
+            cpu_per_publish(publisher, watched, count, port, messages, commands=commands)
+        )
+        rows.append([str(count), *(f"{one:.1f} µs" for one in spent), f"{read:.0%}"])
+    return rows
 
 
 def shard_of(nodes: ClusterServers) -> Any:
