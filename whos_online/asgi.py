@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.urls import NoReverseMatch, get_script_prefix, reverse
 
 from whos_online.live.freezer import Freezer
-from whos_online.live.opening import OPENING, Opening
+from whos_online.live.line import OPENING, Opening
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping

@@ -19,9 +19,9 @@ from tests.support.helpers import configure
 from tests.test_stream import room_widget, run, stream_url
 from tests.test_stream_bounds import only_listener
 from whos_online.asgi import LiveStreams
-from whos_online.live import opening, streaming, subscription
+from whos_online.live import line, streaming, subscription
 from whos_online.live.freezer import Freezer
-from whos_online.live.opening import OPENING
+from whos_online.live.line import OPENING
 from whos_online.live.outbox import Outbox
 
 
@@ -120,7 +120,7 @@ def test_a_stream_that_ended_drops_its_request_s_attributes_once_no_read_renders
     had_user, kept_while_read, left, shown = run(scenario)
     assert had_user
     assert kept_while_read
-    assert set(left) <= opening.KEPT
+    assert set(left) <= line.KEPT
     assert shown.startswith("<ASGIRequest: GET '/online/stream/?")
 
 

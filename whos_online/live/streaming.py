@@ -22,8 +22,7 @@ from whos_online.config import process
 from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.live import resources, subscription
-from whos_online.live.line import Line
-from whos_online.live.opening import OPENING, Opened, Opening
+from whos_online.live.line import OPENING, Line, Opened, Opening
 from whos_online.live.outbox import END, Outbox
 from whos_online.live.widget import (
     MAX_WIDGETS,
