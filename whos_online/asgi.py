@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.urls import NoReverseMatch, get_script_prefix, reverse
 
-from whos_online.live.freezer import Freezer
 from whos_online.live.line import OPENING, Opening
+from whos_online.live.resources import Freezer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
@@ -33,8 +33,8 @@ class LiveStreams:
     Every request but a live stream's goes to it untouched.
 
     With ``freeze`` (the default), the garbage collector's full passes skip the objects of the
-    open streams (``live.freezer``): a process with 10 000 of them would otherwise stop for most
-    of a second each time more open. False leaves the collector as it is."""
+    open streams (``live.resources.Freezer``): a process with 10 000 of them would otherwise stop
+    for most of a second each time more open. False leaves the collector as it is."""
 
     def __init__(self, application: Application, *, freeze: bool = True) -> None:
         self.application = application

@@ -1,4 +1,4 @@
-"""``LiveStreams``' freezer (``whos_online.live.freezer``) keeps the garbage collector's full
+"""``LiveStreams``' freezer (``whos_online.live.resources``) keeps the garbage collector's full
 passes off what the process's streams hold: it freezes after a collection each time ``every``
 streams have begun, thaws (and collects) a second after four times as many frozen streams have
 ended as are open, if that still holds, and leaves a process that froze objects itself, or
@@ -13,8 +13,8 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from whos_online.asgi import LiveStreams
-from whos_online.live import freezer as freezer_module
-from whos_online.live.freezer import FREEZE_EVERY, THAW_AFTER, Freezer
+from whos_online.live import resources as freezer_module
+from whos_online.live.resources import FREEZE_EVERY, THAW_AFTER, Freezer
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,9 +20,9 @@ from tests.test_stream import room_widget, run, stream_url
 from tests.test_stream_bounds import only_listener
 from whos_online.asgi import LiveStreams
 from whos_online.live import line, streaming, subscription
-from whos_online.live.freezer import Freezer
 from whos_online.live.line import OPENING
 from whos_online.live.outbox import Outbox
+from whos_online.live.resources import Freezer
 
 
 class Recorder:

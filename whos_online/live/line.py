@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
     from django.http import HttpRequest
 
-    from whos_online.live.freezer import Freezer
-    from whos_online.live.resources import Ticket
+    from whos_online.live.resources import Freezer, Ticket
     from whos_online.live.subscription import Hub, Listener
 
     Message = Mapping[str, Any]
