@@ -24,7 +24,7 @@ import whos_online
 from tests.support.asgi_stream import Stream
 from tests.support.helpers import client_of, configure, log_in_quietly, widget_text
 from whos_online.live.widget import WidgetOptions
-from whos_online.reading import access
+from whos_online.reading import viewer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -44,7 +44,7 @@ def live(backend, settings, db) -> None:
 def room_widget(room: str = ROOM, *, token: str | None = None, site: bool = False) -> str:
     query = WidgetOptions(peak=False, visitors=False, refresh=30, room=room, site=site).query(None)
     if token is not None:
-        query = query.replace(f"token={access.room_token(room)}", f"token={token}")
+        query = query.replace(f"token={viewer.room_token(room)}", f"token={token}")
     return query
 
 
@@ -244,7 +244,7 @@ def test_a_hidden_user_is_never_named(live, settings, alice, bob):
 
 def test_a_stream_ends_when_its_room_token_runs_out(live, settings):
     configure(settings, ROOM_TOKEN_MAX_AGE=60)
-    almost_over = access.room_token(ROOM, now=time.time() - 58)
+    almost_over = viewer.room_token(ROOM, now=time.time() - 58)
 
     async def scenario() -> list[tuple[str, str]]:
         stream = await Stream(stream_url(room_widget(token=almost_over))).open()

@@ -22,7 +22,7 @@ import whos_online
 from tests.support.helpers import client_of, configure, widget_text
 from whos_online.flushing import batches
 from whos_online.live.widget import MAX_WIDGETS
-from whos_online.reading.access import room_token
+from whos_online.reading.viewer import room_token
 from whos_online.recording.throttle import COOKIE_NAME
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from whos_online.backend import connection
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
-from whos_online.reading import access, snapshots
-from whos_online.reading.access import room_token
+from whos_online.reading import snapshots, viewer
+from whos_online.reading.viewer import room_token
 from whos_online.recording import guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
@@ -105,7 +105,7 @@ def online_counts(room: str | None = None) -> OnlineCounts:
 def shows_names_to(user: AbstractBaseUser | AnonymousUser) -> bool:
     """Whether ``SHOW_NAMES_TO`` lets ``user`` see who is online by name: for an endpoint of
     the site's own API, whose authentication (a token, say) the JSON view cannot know."""
-    return access.shows_names_to(user, get_config())
+    return viewer.shows_names_to(user, get_config())
 
 
 def _room(room: str | None) -> str:

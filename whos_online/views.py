@@ -34,8 +34,8 @@ from whos_online.live.widget import (
     render,
     stay_interval,
 )
-from whos_online.reading import access, viewer
-from whos_online.reading.access import may_see_names, shows_names_to_everyone
+from whos_online.reading import viewer
+from whos_online.reading.viewer import may_see_names, shows_names_to_everyone
 from whos_online.recording import guests, rooms, throttle, visits
 from whos_online.store.results import EMPTY_SNAPSHOT, Snapshot
 
@@ -101,8 +101,8 @@ def _poll_cache_control(
 
 
 def _room_refused(request: HttpRequest, room: str, config: Config) -> HttpResponse | None:
-    """A 403 for a reader who may not see who is in ``room`` (see ``access.may_read``)."""
-    if not room or access.may_read(request, room, config):
+    """A 403 for a reader who may not see who is in ``room`` (see ``viewer.may_read``)."""
+    if not room or viewer.may_read(request, room, config):
         return None
     return HttpResponseForbidden(
         "This room is shown only with the token of a page that shows it.",

@@ -26,8 +26,8 @@ from tests.support.asgi_stream import Stream
 from tests.support.helpers import configure, widget_urls
 from whos_online.config.settings import get_config
 from whos_online.live import subscription
-from whos_online.reading import access, viewer
-from whos_online.reading.access import check_token, room_token
+from whos_online.reading import viewer
+from whos_online.reading.viewer import check_token, room_token
 from whos_online.recording import guests
 from whos_online.recording.state import state_of
 
@@ -484,9 +484,9 @@ def test_a_viewer_logged_in_by_the_page_gets_a_token_of_the_new_session(boards, 
 
 
 def test_a_page_is_told_to_renew_its_tokens_well_before_they_run_out():
-    assert access.renew_in(None, 3600, now=NOW) == 3540  # a minute before
-    assert access.renew_in(None, 60, now=NOW) == 45  # a quarter before
-    viewer = request_with_session()
-    assert check_token("t", room_token("t", viewer, now=NOW), viewer, 60, now=NOW + 30)
-    assert access.renew_in(viewer, 60, now=NOW + 30) == 15  # the refresh of an older page
-    assert access.renew_in(viewer, 60, now=NOW + 59) == 1
+    assert viewer.renew_in(None, 3600, now=NOW) == 3540  # a minute before
+    assert viewer.renew_in(None, 60, now=NOW) == 45  # a quarter before
+    request = request_with_session()
+    assert check_token("t", room_token("t", request, now=NOW), request, 60, now=NOW + 30)
+    assert viewer.renew_in(request, 60, now=NOW + 30) == 15  # the refresh of an older page
+    assert viewer.renew_in(request, 60, now=NOW + 59) == 1

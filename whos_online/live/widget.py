@@ -18,8 +18,8 @@ from django.http import QueryDict
 from django.template import Context, Engine, Template
 from django.utils import translation
 
-from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.access import may_see_names
+from whos_online.reading import snapshots, viewer
+from whos_online.reading.viewer import may_see_names
 from whos_online.recording import rooms
 from whos_online.store.results import EMPTY_SNAPSHOT
 
@@ -113,7 +113,7 @@ def _write_room(name: str, value: object, request: HttpRequest | None) -> Pairs:
     if value is None:
         return []
     room = str(value)
-    return [(name, room), ("token", access.room_token(room, request))]
+    return [(name, room), ("token", viewer.room_token(room, request))]
 
 
 def _read_room(name: str, text: str) -> str:
@@ -202,7 +202,7 @@ def with_options(tag: _Tag) -> _Tag:
 
 def presence_query(request: HttpRequest | None, room: str) -> str:
     """The query string of the presence view for ``room``, for the viewer of ``request``."""
-    return urlencode({"room": room, "token": access.room_token(room, request)})
+    return urlencode({"room": room, "token": viewer.room_token(room, request)})
 
 
 def stay_interval(config: Config) -> int:
@@ -252,12 +252,12 @@ def widget_answers(
             answers.append({"status": 400, "error": str(error)})
             continue
         room = options.room or ""
-        access.use_issued(request, None)
-        if room and not access.may_read(request, room, config, token=query.get("token", "")):
+        viewer.use_issued(request, None)
+        if room and not viewer.may_read(request, room, config, token=query.get("token", "")):
             answers.append({"status": 403})
             continue
         answers.append({"status": 200})
-        accepted.append(Accepted(answers[-1], query, options, access.issued(request)))
+        accepted.append(Accepted(answers[-1], query, options, viewer.issued(request)))
     return answers, accepted
 
 
@@ -271,7 +271,7 @@ def render_answers(request: HttpRequest, accepted: Iterable[Accepted], unread: s
     ``request`` (``unread``: the rooms whose snapshot could not be read)."""
     engine = Engine.get_default()
     for widget in accepted:
-        access.use_issued(request, widget.issued)  # its URLs keep its token's issue time
+        viewer.use_issued(request, widget.issued)  # its URLs keep its token's issue time
         widget.answer["ok"] = not unread.intersection(widget.options.rooms_shown())
         widget.answer["html"] = render(request, engine, widget.options)[0]
 

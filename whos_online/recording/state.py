@@ -87,7 +87,7 @@ class RequestState:
         self.not_recorded = False
         #: The snapshots this page's tags read, by room ("" for the site).
         self.snapshots: dict[str, Snapshot] = {}
-        #: When the room token the request carried was issued (``reading.access``).
+        #: When the room token the request carried was issued (``reading.viewer``).
         self.token_issued: int | None = None
         #: ``request.user`` as the middlewares before the view left it, not loaded (Django's
         #: lazy object): the session's user, for a view that puts an anonymous one in its place.

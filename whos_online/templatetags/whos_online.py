@@ -25,8 +25,8 @@ from whos_online import api
 from whos_online.config.rules import is_staff
 from whos_online.config.settings import get_config
 from whos_online.live.widget import WidgetOptions, presence_query, stay_interval, with_options
-from whos_online.reading import access, snapshots, viewer
-from whos_online.reading.access import may_see_names
+from whos_online.reading import snapshots, viewer
+from whos_online.reading.viewer import may_see_names
 from whos_online.recording import rooms
 from whos_online.recording.state import state_of
 from whos_online.store.results import EMPTY_SNAPSHOT, ListedUser, OnlineCounts, Snapshot
@@ -223,7 +223,7 @@ def _live(
         # once their throttle cookie has run out, and that they left as they leave.
         shown["presence"] = f"{reverse('whos_online:presence')}?{presence_query(request, room)}"
         shown["stay"] = stay_interval(config)
-        shown["renew"] = access.renew_in(request, config.room_token_max_age)
+        shown["renew"] = viewer.renew_in(request, config.room_token_max_age)
     return shown
 
 
