@@ -16,7 +16,7 @@ from whos_online import api
 from whos_online.admin import OnlineUserAdminMixin
 from whos_online.backend import clients
 from whos_online.config.settings import get_config
-from whos_online.store import keys, presence
+from whos_online.store import keys, users
 
 CHANGELIST = "/admin/auth/user/"
 
@@ -111,7 +111,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
 
 def test_an_empty_page_reads_nothing(backend, redis_calls):
     # ZMSCORE with no member is an error, not an empty reply.
-    assert presence.users_presence(clients.request_client(), get_config(), []) == []
+    assert users.users_presence(clients.request_client(), get_config(), []) == []
     assert redis_calls.trips == []
 
 

@@ -25,7 +25,6 @@ from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, snapshot
 from whos_online.store.keys import USER_KINDS, person_key, user_person_key
-from whos_online.store.presence import ask_online_user_pks, ask_users_presence, erase_user
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,
@@ -38,7 +37,13 @@ from whos_online.store.results import (
     as_timestamp,
     as_utc_date,
 )
-from whos_online.store.users import pk_text, pk_values
+from whos_online.store.users import (
+    ask_online_user_pks,
+    ask_users_presence,
+    erase_user,
+    pk_text,
+    pk_values,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable

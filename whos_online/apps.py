@@ -24,7 +24,7 @@ from whos_online.reading import snapshots
 from whos_online.recording import visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import keys, presence, users
+from whos_online.store import keys, users
 from whos_online.store.keys import former_guest_keys, user_person_key
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def remove_logout(
     if guest is None:
         flusher.current().add_job(
             Job(
-                lambda client, config: presence.remove_user(client, config, pk, now=now),
+                lambda client, config: users.remove_user(client, config, pk, now=now),
                 keys.user_shard(config, pk),
             )
         )
@@ -179,4 +179,4 @@ def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) ->
     otherwise show them online again. The caller skips it on a site that never changed it, as
     the process's flushes tell."""
     for shards in keys.layouts_known(client, config)[1:]:
-        presence.remove_user(client, config, pk, now=now, shards=shards)
+        users.remove_user(client, config, pk, now=now, shards=shards)

@@ -85,13 +85,13 @@ def check_cleanup_runs(**kwargs: Any) -> list[CheckMessage]:
     from whos_online import dashboard
     from whos_online.backend import connection
     from whos_online.config.settings import get_config
-    from whos_online.store import presence
+    from whos_online.store import users
     from whos_online.store.results import as_datetime
 
     if any(message.is_serious() for message in validate(user_settings())):
         return []
     now = time.time()
-    oldest = connection.call(None, presence.oldest_seen)
+    oldest = connection.call(None, users.oldest_seen)
     late_since = dashboard.cleanup_late_since(oldest, get_config(), now=now)
     if late_since is None:
         return []

@@ -29,7 +29,7 @@ from whos_online.config.settings import get_config
 from whos_online.decorators import not_recorded
 from whos_online.flushing import batches
 from whos_online.reading import charts, snapshots
-from whos_online.store import counters, presence
+from whos_online.store import counters, users
 from whos_online.store.results import (
     EMPTY_SNAPSHOT,
     OnlineCounts,
@@ -233,7 +233,7 @@ def collect(precision: int, *, now: float) -> Dashboard:
         rooms = recent_rooms(client, config, now=now, per_shard=ROOMS_READ)
         shown = [room for room, _counts in busiest_rooms(rooms)]
         titles = room_titles(client, config, shown)
-        return wanted, left_out, samples, presence.oldest_seen(client, config), rooms, titles
+        return wanted, left_out, samples, users.oldest_seen(client, config), rooms, titles
 
     # While Redis cannot be read, the standard charts are drawn empty.
     unknown: _Read = (standard, 0, [[None] * len(starts) for _name in standard], None, {}, {})
