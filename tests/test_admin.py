@@ -14,9 +14,9 @@ import whos_online
 from tests.support.helpers import configure, log_in_quietly
 from whos_online import api
 from whos_online.admin import OnlineUserAdminMixin
-from whos_online.backend import clients
+from whos_online.backend import clients, keyspace
 from whos_online.config.settings import get_config
-from whos_online.store import keys, users
+from whos_online.store import users
 
 CHANGELIST = "/admin/auth/user/"
 
@@ -95,7 +95,7 @@ def test_a_page_reads_its_scores_with_one_command_per_set_and_shard(
     users = [alice, bob, *(model.objects.create_user(f"u{n}") for n in range(10))]
     for user in users[:-1]:  # the last one never visited
         whos_online.record_user(user)
-    shards = {keys.user_shard(get_config(), str(user.pk)).tag for user in users}
+    shards = {keyspace.user_shard(get_config(), str(user.pk)).tag for user in users}
     redis_calls.clear()
 
     found = api.presence(users)

@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 
 from whos_online import signals
 from whos_online.backend import connection
+from whos_online.backend.keyspace import USER_KINDS, person_key, user_person_key
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.flusher import flush
@@ -24,7 +25,6 @@ from whos_online.recording import guests, rooms, visits
 from whos_online.recording.rooms import set_room
 from whos_online.recording.throttle import recent
 from whos_online.store import cleanup, counters, snapshot
-from whos_online.store.keys import USER_KINDS, person_key, user_person_key
 from whos_online.store.results import (
     EMPTY_COUNTS,
     UNKNOWN_PRESENCE,

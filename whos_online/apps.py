@@ -17,6 +17,8 @@ from django.core.checks import Tags, register
 from django.db.models.signals import post_delete
 
 from whos_online import api
+from whos_online.backend import keyspace
+from whos_online.backend.keyspace import former_guest_keys, user_person_key
 from whos_online.config.settings import get_config
 from whos_online.flushing import flusher
 from whos_online.flushing.queue import Job
@@ -24,8 +26,7 @@ from whos_online.reading import snapshots
 from whos_online.recording import visits
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import keys, users
-from whos_online.store.keys import former_guest_keys, user_person_key
+from whos_online.store import users
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -153,7 +154,7 @@ def remove_logout(
         flusher.current().add_job(
             Job(
                 lambda client, config: users.remove_user(client, config, pk, now=now),
-                keys.user_shard(config, pk),
+                keyspace.user_shard(config, pk),
             )
         )
     if config.shards != 1 or flusher.current().may_hold_other_layouts():
@@ -178,5 +179,5 @@ def _leave_other_layouts(client: Client, config: Config, pk: str, now: float) ->
     changed it, whose processes each register the layout they write in): a switch back would
     otherwise show them online again. The caller skips it on a site that never changed it, as
     the process's flushes tell."""
-    for shards in keys.layouts_known(client, config)[1:]:
+    for shards in keyspace.layouts_known(client, config)[1:]:
         users.remove_user(client, config, pk, now=now, shards=shards)

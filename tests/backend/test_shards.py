@@ -19,7 +19,7 @@ import whos_online
 from tests.support.helpers import configure, guest, render, text, widget_text
 from whos_online.backend import keyspace
 from whos_online.config.settings import get_config
-from whos_online.store import keys, snapshot
+from whos_online.store import snapshot
 
 NOW = 1_900_000_000.0
 SHARDS = 4
@@ -104,7 +104,7 @@ def test_the_newest_names_come_from_every_shard(sharded, r, db):
     assert [user.name for user in listed] == [f"user{n:02d}" for n in (11, 10, 9, 8, 7)]
     everyone = whos_online.online_users()
     assert [user.pk for user in everyone] == [user.pk for user in reversed(users)]
-    assert len({keys.user_shard(get_config(), str(user.pk)) for user in users}) > 1
+    assert len({keyspace.user_shard(get_config(), str(user.pk)) for user in users}) > 1
 
 
 def test_a_recorded_visit_is_one_round_trip_to_its_shard(sharded, redis_calls, db):
@@ -254,7 +254,7 @@ def test_the_newest_names_all_in_one_shard_are_read_in_full(sharded, redis_calls
     the newest is asked again, so the list is the newest of all whatever the spread."""
     config = get_config()
     users = make_users(80)
-    shard_of = {user.pk: keys.user_shard(config, str(user.pk)) for user in users}
+    shard_of = {user.pk: keyspace.user_shard(config, str(user.pk)) for user in users}
     crowded = Counter(shard_of.values()).most_common(1)[0][0]
     in_crowded = [user for user in users if shard_of[user.pk] == crowded]
     elsewhere = [user for user in users if shard_of[user.pk] != crowded][:6]

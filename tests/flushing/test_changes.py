@@ -13,10 +13,11 @@ import pytest
 import whos_online
 from tests.support.helpers import GUEST_IP, client_of, configure, guest, single_redis
 from whos_online import api
+from whos_online.backend import keyspace
 from whos_online.config.settings import get_config
 from whos_online.flushing import changes, flusher
 from whos_online.signals import came_online, entered_room, left_room, went_offline
-from whos_online.store import keys, scripts
+from whos_online.store import scripts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -182,7 +183,7 @@ def channel(backend, settings) -> Iterator[Callable[[], list[dict[str, Any]]]]:
     """The messages published on the changes channel (with LIVE_UPDATES on)."""
     configure(settings, LIVE_UPDATES=True)
     pubsub = single_redis().pubsub(ignore_subscribe_messages=True)  # type: ignore [no-untyped-call]
-    pubsub.subscribe(keys.changes_channel(get_config()))
+    pubsub.subscribe(keyspace.changes_channel(get_config()))
 
     def received(wait: float = 0.5) -> list[dict[str, Any]]:
         found = []
@@ -239,7 +240,7 @@ def test_a_closed_page_s_room_is_published_again_once_its_reader_no_longer_count
 def test_nothing_is_published_without_live_updates(backend, heard):
     pubsub = single_redis().pubsub(ignore_subscribe_messages=True)  # type: ignore [no-untyped-call]
     with pubsub:
-        pubsub.subscribe(keys.changes_channel(get_config()))
+        pubsub.subscribe(keyspace.changes_channel(get_config()))
         whos_online.record_guest("198.51.100.1", room="topic:1")
         heard.wait_for(2)
         time.sleep(0.2)

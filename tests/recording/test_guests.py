@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from whos_online.backend.keyspace import utc_day
 from whos_online.config.settings import get_config
 from whos_online.recording.guests import (
     MAX_ADDRESS_LENGTH,
@@ -21,7 +22,6 @@ from whos_online.recording.guests import (
     is_bot,
     normalize_ip,
 )
-from whos_online.store.keys import utc_day
 
 if TYPE_CHECKING:
     from django.http import HttpRequest

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
+from whos_online.backend.keyspace import member_shard
 from whos_online.config.settings import get_config
 from whos_online.store import record, scripts
 from whos_online.store.items import GO, KEEP, STAY, Visit
-from whos_online.store.keys import member_shard
 from whos_online.store.results import Reply, RoomChange, parse_reply
 from whos_online.store.users import UserDetails
 

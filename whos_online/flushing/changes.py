@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import connection
+from whos_online.backend.keyspace import USER_KINDS, changes_channel
 from whos_online.signals import came_online, entered_room, left_room
-from whos_online.store.keys import USER_KINDS, changes_channel
 from whos_online.store.record import (
     ENTRY_ARGUMENTS,
     LEAVE,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import connection
+from whos_online.backend.keyspace import person_key
 from whos_online.store.items import GO, KEEP, STAY, Link, Visit
-from whos_online.store.keys import person_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

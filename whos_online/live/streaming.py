@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 
     from django.http import HttpRequest
 
+    from whos_online.backend.keyspace import Person
     from whos_online.config.settings import Config
     from whos_online.live.widget import Accepted
     from whos_online.reading.viewer import Reader
-    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
 
 

@@ -20,20 +20,20 @@ from django.dispatch import receiver
 from whos_online.backend import clients, connection
 from whos_online.backend.clients import REDIS_ERRORS
 from whos_online.backend.connection import CircuitBreaker
+from whos_online.backend.keyspace import changes_channel
 from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import get_config
 from whos_online.flushing import changes, stopping
 from whos_online.reading import snapshots
-from whos_online.store.keys import changes_channel
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     import redis.asyncio
 
+    from whos_online.backend.keyspace import Person
     from whos_online.config.settings import Config
-    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
 
 logger = logging.getLogger("whos_online")

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
     from redis.cluster import ClusterPipeline
 
+    from whos_online.backend.keyspace import Person
     from whos_online.config.settings import Config
-    from whos_online.store.keys import Person
     from whos_online.store.results import Snapshot
 
 T = TypeVar("T")

@@ -24,13 +24,13 @@ from django.conf import settings
 from django.utils.crypto import constant_time_compare
 from django.utils.http import int_to_base36
 
+from whos_online.backend.keyspace import Person
 from whos_online.reading import snapshots
 from whos_online.recording import rooms, visits
 from whos_online.recording.guests import session_key
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
 from whos_online.store import epochs
-from whos_online.store.keys import Person
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

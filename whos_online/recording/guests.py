@@ -18,8 +18,8 @@ from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.core.exceptions import SynchronousOnlyOperation
 
+from whos_online.backend.keyspace import utc_day
 from whos_online.config import process
-from whos_online.store.keys import utc_day
 
 if TYPE_CHECKING:
     import re

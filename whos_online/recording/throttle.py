@@ -226,7 +226,7 @@ _remembered_genuine = process.cleared_on_reset(functools.lru_cache(maxsize=MEMOR
 
 
 class RecentVisitors:
-    """A bounded, thread-safe map of a person's key (``store.keys``) -> time until which they
+    """A bounded, thread-safe map of a person's key (``backend.keyspace``) -> time until which they
     need no new write.
 
     Each entry also keeps the *generation* it was written in: a number the caller takes to change

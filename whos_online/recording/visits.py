@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Final
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from whos_online.backend import connection
+from whos_online.backend import connection, keyspace
+from whos_online.backend.keyspace import former_guest_keys, user_person_key
 from whos_online.config import process
 from whos_online.config.settings import Config, get_config
 from whos_online.flushing import batches, flusher
 from whos_online.recording import guests, rooms, throttle
 from whos_online.recording.state import state_of
 from whos_online.recording.throttle import recent
-from whos_online.store import epochs, keys, users
+from whos_online.store import epochs, users
 from whos_online.store.items import GO, STAY, STAYS_PUT, Link, Placement, Visit
-from whos_online.store.keys import former_guest_keys, user_person_key
 from whos_online.store.results import as_timestamp
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def remember(config: Config, visit: Visit, room_tag: str | None = None) -> None:
 def record_soon(config: Config, visit: Visit) -> None:
     """Queue ``visit`` for the next flush, or write it now when the process writes at once
     (remembering it once written), as a recorded request does."""
-    shard = keys.member_shard(config, visit.kind, visit.member)
+    shard = keyspace.member_shard(config, visit.kind, visit.member)
     if not queue(config, visit, shard):
         return
     if not flusher.writes_at_once(config):
@@ -133,7 +133,7 @@ def record_soon(config: Config, visit: Visit) -> None:
 def _written(config: Config, visit: Visit) -> bool:
     """Queue ``visit`` and write the queue now, as the API and the login receiver do: whether
     it was written."""
-    shard = keys.member_shard(config, visit.kind, visit.member)
+    shard = keyspace.member_shard(config, visit.kind, visit.member)
     if not queue(config, visit, shard):
         return False
     if shard.tag in flusher.current().flush():
@@ -359,7 +359,7 @@ def queue_link(config: Config, link: Link) -> bool:
         return False
     if flusher.writes_at_once(config):
         return True
-    shard = keys.member_shard(config, link.kind, link.member)
+    shard = keyspace.member_shard(config, link.kind, link.member)
     return not connection.known_to_fail(config, shard, writes=True)
 
 
@@ -369,7 +369,7 @@ def send_link(config: Config, link: Link) -> bool:
     stored."""
     queued = queue_link(config, link)
     failed = flusher.after_recording(config)
-    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed
+    return queued and keyspace.member_shard(config, link.kind, link.member).tag not in failed
 
 
 async def asend_link(config: Config, link: Link) -> bool:
@@ -380,4 +380,4 @@ async def asend_link(config: Config, link: Link) -> bool:
         flusher.current().schedule(config.flush_interval)
         return queued
     failed = await sync_to_async(flusher.current().flush, thread_sensitive=False)()
-    return queued and keys.member_shard(config, link.kind, link.member).tag not in failed
+    return queued and keyspace.member_shard(config, link.kind, link.member).tag not in failed

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from whos_online.backend import keyspace
-from whos_online.store import lua, scripts, snapshot
-from whos_online.store.keys import (
+from whos_online.backend.keyspace import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_INDEX,
@@ -23,6 +22,7 @@ from whos_online.store.keys import (
     room_key,
     score,
 )
+from whos_online.store import lua, scripts, snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

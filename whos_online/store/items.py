@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from whos_online.backend.keyspace import member_shard, person_key, user_person_key, user_shard
 from whos_online.store import users
-from whos_online.store.keys import member_shard, person_key, user_person_key, user_shard
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -130,7 +130,7 @@ class Visitor:
         #: "guests" or "bots" for an anonymous visitor; see ``kind_of`` for a user's.
         self.kind = kind
         self.member = member
-        #: Their key in the process's queue and memory (``store.keys``).
+        #: Their key in the process's queue and memory (``backend.keyspace``).
         self.key = key
         self._details: UserDetails | None = None
 

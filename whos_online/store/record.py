@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from whos_online.backend import keyspace
-from whos_online.config.process import PerProcess
-from whos_online.store import counters, lua
-from whos_online.store.items import KEEP
-from whos_online.store.keys import (
+from whos_online.backend.keyspace import (
     GONE_PREFIX,
     KINDS,
     ROOM_PREFIX,
@@ -29,6 +26,9 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
+from whos_online.config.process import PerProcess
+from whos_online.store import counters, lua
+from whos_online.store.items import KEEP
 from whos_online.store.results import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 

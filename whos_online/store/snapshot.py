@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from whos_online.backend import keyspace
-from whos_online.store import lua, scripts
-from whos_online.store.keys import (
+from whos_online.backend.keyspace import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_INDEX,
@@ -24,6 +23,7 @@ from whos_online.store.keys import (
     utc_day,
     visitors_key,
 )
+from whos_online.store import lua, scripts
 from whos_online.store.record import recording_of
 from whos_online.store.results import OnlineCounts, Snapshot
 from whos_online.store.scripts import ScriptCall, replies, run
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from redis.cluster import ClusterPipeline
 
     from whos_online.backend.clients import Client
+    from whos_online.backend.keyspace import Person
     from whos_online.config.settings import Config
-    from whos_online.store.keys import Person
 
 
 def snapshot_call(

@@ -19,8 +19,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from whos_online.backend import keyspace
-from whos_online.store import lua
-from whos_online.store.keys import (
+from whos_online.backend.keyspace import (
     KINDS,
     ROOM_PREFIX,
     ROOMS_WHERE,
@@ -32,6 +31,7 @@ from whos_online.store.keys import (
     user_person_key,
     user_shard,
 )
+from whos_online.store import lua
 from whos_online.store.scripts import ScriptCall, run
 
 if TYPE_CHECKING:

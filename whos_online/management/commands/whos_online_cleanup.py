@@ -12,9 +12,10 @@ from django.utils.text import get_text_list
 from redis.exceptions import LockError
 
 from whos_online import api
+from whos_online.backend import keyspace
 from whos_online.backend.clients import REDIS_ERRORS, admin_client
 from whos_online.config.settings import Config, get_config
-from whos_online.store import cleanup, counters, keys, snapshot
+from whos_online.store import cleanup, counters, snapshot
 from whos_online.store.cleanup import count_stale
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ class Command(BaseCommand):
                 self.clean_counters(client, config, now=now, dry_run=True)
                 return
             lock = client.lock(
-                keys.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
+                keyspace.key(config, "cleanup-lock"), timeout=LOCK_TIMEOUT, blocking=False
             )
             if not lock.acquire():
                 self.stderr.write(
