@@ -28,7 +28,7 @@ from whos_online.live.outbox import END_GRACE, SEND_BOUND
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
-    from whos_online.live.subscription import Listener
+    from whos_online.live.outbox import Listener
 
 
 pytestmark = pytest.mark.usefixtures("served_by")

@@ -151,7 +151,7 @@ def test_live_streams_holds_each_stream_in_its_freezer_while_it_is_open(
 
 
 class Reader:
-    """A stream as the hub sees it (``subscription.Listener``), of the site's list."""
+    """A stream as the hub sees it (``outbox.Listener``), of the site's list."""
 
     rooms = frozenset({""})
 

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
     from django.http import HttpRequest
 
+    from whos_online.live.outbox import Listener
     from whos_online.live.resources import Freezer, Ticket
-    from whos_online.live.subscription import Hub, Listener
+    from whos_online.live.subscription import Hub
 
     Message = Mapping[str, Any]
     Receive = Callable[[], Awaitable[Message]]

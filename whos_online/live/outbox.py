@@ -1,13 +1,21 @@
 """What one live stream has to send next: the newest state only, never a backlog, its heartbeat
 when it is quiet, and its end (at its end time, or when the process stops); and the bounds past
-which a stream that cannot send is cancelled.
+which a stream that cannot send is cancelled; and what the subscription asks of a stream
+(``Listener``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from whos_online.backend.keyspace import Person
+    from whos_online.config.settings import Config
+    from whos_online.store.results import Snapshot
 
 #: Seconds of silence after which a stream sends a comment, so that proxies keep the connection
 #: and a closed one is noticed.
@@ -155,3 +163,33 @@ class Outbox(Pending):
         and ends the response."""
         if self._task is not None:
             self._task.cancel()
+
+
+class Listener(Protocol):
+    """An open stream, as the subscription sees it."""
+
+    #: The rooms it shows ("" for the site's list).
+    rooms: frozenset[str]
+
+    def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
+        """Its event for these snapshots, or None when it has nothing new; ``shared`` holds the
+        answers rendered for the others of the same read. Run in a thread."""
+
+    def send(self, event: str) -> None:
+        """Hand it ``event`` to send (on the event loop)."""
+
+    def stale(self) -> None:
+        """Tell it the subscription is down: what it shows may be out of date."""
+
+    def sought(self) -> Mapping[str, Sequence[Person]]:
+        """The rooms in which a read must look for its page's reader (run in a thread)."""
+
+    def lost(self, config: Config) -> None:
+        """Redis lost its data, or may have: have its reader recorded again (in a thread)."""
+
+    def end(self) -> None:
+        """Have it send its end, and end."""
+
+    def tick(self, now: float | None = None) -> bool:
+        """Its heartbeat, its end or its cancellation, when due (``outbox.Pending.tick``);
+        False once it has ended."""

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.dispatch import receiver
@@ -26,15 +26,16 @@ from whos_online.config.process import PerProcess
 from whos_online.config.settings import get_config
 from whos_online.flushing import changes, stopping
 from whos_online.reading import snapshots
+from whos_online.store.epochs import lost_since
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     import redis.asyncio
 
     from whos_online.backend.keyspace import Person
     from whos_online.config.settings import Config
-    from whos_online.store.results import Snapshot
+    from whos_online.live.outbox import Listener
 
 logger = logging.getLogger("whos_online")
 T = TypeVar("T")
@@ -71,36 +72,6 @@ _breaker: Final = PerProcess(
 def breaker() -> CircuitBreaker:
     """This process's breaker of the live streams' subscription (``config.process``)."""
     return _breaker.get()
-
-
-class Listener(Protocol):
-    """An open stream, as the subscription sees it."""
-
-    #: The rooms it shows ("" for the site's list).
-    rooms: frozenset[str]
-
-    def render(self, found: Mapping[str, Snapshot | None], shared: dict[object, str]) -> str | None:
-        """Its event for these snapshots, or None when it has nothing new; ``shared`` holds the
-        answers rendered for the others of the same read. Run in a thread."""
-
-    def send(self, event: str) -> None:
-        """Hand it ``event`` to send (on the event loop)."""
-
-    def stale(self) -> None:
-        """Tell it the subscription is down: what it shows may be out of date."""
-
-    def sought(self) -> Mapping[str, Sequence[Person]]:
-        """The rooms in which a read must look for its page's reader (run in a thread)."""
-
-    def lost(self, config: Config) -> None:
-        """Redis lost its data, or may have: have its reader recorded again (in a thread)."""
-
-    def end(self) -> None:
-        """Have it send its end, and end."""
-
-    def tick(self, now: float | None = None) -> bool:
-        """Its heartbeat, its end or its cancellation, when due (``outbox.Pending.tick``);
-        False once it has ended."""
 
 
 class Hub:
@@ -378,7 +349,7 @@ def read_and_render(
     )
     if all(one is None for one in found.values()):
         return None
-    if _forgotten(found, epochs) or lost:
+    if lost_since([one.epochs for one in found.values() if one is not None], epochs) or lost:
         for listener in listeners:
             listener.lost(config)
         return []
@@ -391,18 +362,6 @@ def read_and_render(
             logger.exception("A live stream of whos_online could not render its widgets.")
             events.append(None)
     return events
-
-
-def _forgotten(found: Mapping[str, Snapshot | None], epochs: dict[str, str]) -> bool:
-    """Whether ``found`` shows a shard that lost its data since ``epochs`` (which it updates):
-    its epoch changed, or is gone. A shard that had none and has one now was only written to."""
-    forgotten = False
-    for one in found.values():
-        for tag, epoch in ({} if one is None else one.epochs).items():
-            if epochs.get(tag, "") not in {"", epoch}:
-                forgotten = True
-            epochs[tag] = epoch
-    return forgotten
 
 
 def _stop_all(hubs: dict[asyncio.AbstractEventLoop, Hub]) -> None:

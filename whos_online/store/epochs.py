@@ -16,7 +16,7 @@ from whos_online.backend import connection, keyspace
 from whos_online.config.process import PerProcess
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from whos_online.config.settings import Config
 
@@ -127,3 +127,16 @@ def generation() -> int:
     failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
     current generation only (``throttle.RecentVisitors``)."""
     return connection.failures() + current().changes
+
+
+def lost_since(found: Iterable[Mapping[str, str]], known: dict[str, str]) -> bool:
+    """Whether the epochs ``found`` (a read's, tag to epoch) show a shard that lost its data since
+    ``known`` (which it updates): its epoch changed, or is gone. A shard that had none and has
+    one now was only written to."""
+    forgotten = False
+    for epochs in found:
+        for tag, epoch in epochs.items():
+            if known.get(tag, "") not in {"", epoch}:
+                forgotten = True
+            known[tag] = epoch
+    return forgotten
