@@ -1,3 +1,3 @@
-"""What whos_online keeps in Redis: the keys, the Lua scripts and the calls that read and write
-them, each taking the client it is given (the request path's, failing open; the cleanup's,
-failing loudly)."""
+"""What whos_online keeps in Redis: the Lua scripts and the calls that read and write it, each
+taking the client it is given (the request path's, failing open; the cleanup's, failing
+loudly). The keys' names are ``backend.keyspace``'s."""
