@@ -21,6 +21,7 @@ from whos_online.recording.guests import (
     guest_network,
     is_bot,
     normalize_ip,
+    session_key,
 )
 
 if TYPE_CHECKING:
@@ -471,3 +472,13 @@ def test_guest_network_is_what_ipaddress_makes_of_it(address, prefix):
     assert guest_network(address.exploded.upper(), prefix) == (
         expected if prefix < 128 else address.exploded.upper()
     )
+
+
+def test_the_session_cookie_is_read_under_the_name_the_settings_give_it_now(settings):
+    request = RequestFactory().get("/")
+    request.COOKIES = {"sessionid": "by-the-default-name", "site_session": "by-the-site-s-name"}
+    assert session_key(request) == "by-the-default-name"
+
+    settings.SESSION_COOKIE_NAME = "site_session"
+
+    assert session_key(request) == "by-the-site-s-name"

@@ -361,7 +361,15 @@ config_changed = Signal()
 
 #: Settings a ``Config`` (or something cached from one) is read from.
 _READ_SETTINGS: Final = frozenset(
-    {"WHOS_ONLINE", "CACHES", "SECRET_KEY", "STATIC_URL", "MEDIA_URL", "SECRET_KEY_FALLBACKS"}
+    {
+        "WHOS_ONLINE",
+        "CACHES",
+        "SECRET_KEY",
+        "SECRET_KEY_FALLBACKS",
+        "SESSION_COOKIE_NAME",
+        "STATIC_URL",
+        "MEDIA_URL",
+    }
 )
 
 

@@ -37,10 +37,17 @@ def session_key(request: HttpRequest, *, sent: bool = False, live: bool = False)
     Without ``SessionMiddleware`` the session cookie is all there is."""
     session = None if sent else getattr(request, "session", None)
     if session is None:
-        return request.COOKIES.get(settings.SESSION_COOKIE_NAME, "")
+        return request.COOKIES.get(session_cookie_name(), "")
     if live:
         return (live_key(session) if isinstance(session, SessionBase) else None) or ""
     return session.session_key or ""
+
+
+@process.cleared_on_reset
+@functools.cache
+def session_cookie_name() -> str:
+    """``SESSION_COOKIE_NAME``, read once per settings (every request asks for it)."""
+    return settings.SESSION_COOKIE_NAME
 
 
 def live_key(session: SessionBase) -> str | None:

@@ -39,13 +39,16 @@ MAX_REMEMBERED_BINDING: Final = 160
 
 
 @process.cleared_on_reset
-@functools.lru_cache(maxsize=2)
-def _cookie_key(secret: str) -> bytes:
+@functools.cache
+def _cookie_key() -> bytes:
+    """The key of the cookies' MACs, derived from ``SECRET_KEY`` once per settings: reading a
+    setting costs a throttled request as much as checking its remembered cookie does."""
+    secret = settings.SECRET_KEY
     return hashlib.blake2b(secret.encode(), person=b"whos_online.ck", digest_size=32).digest()
 
 
 def _mac(expiry: int, binding: str) -> str:
-    key = _cookie_key(settings.SECRET_KEY)
+    key = _cookie_key()
     if len(binding) > MAX_REMEMBERED_BINDING:
         return _compute_mac(expiry, binding, key)
     return _remembered_mac(expiry, binding, key)
@@ -182,7 +185,7 @@ def read_cookie(
     recorded within the last ``window`` seconds; None for anything else."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
         return None
-    key = _cookie_key(settings.SECRET_KEY)
+    key = _cookie_key()
     if len(binding) > MAX_REMEMBERED_BINDING:
         cookie = _genuine(value, binding, key)
     else:
