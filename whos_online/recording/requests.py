@@ -51,8 +51,10 @@ def before_view(request: HttpRequest, config: Config, now: float) -> tuple[Reque
     The throttle cookie is noted on the request's state, for after the view and for the
     template tags, which count the viewer in when it says they are not online yet."""
     state = state_of(request)
-    if any(pattern.search(request.path_info) for pattern in config.ignore_paths):
-        return state, Decision.IGNORE
+    path = request.path_info
+    for pattern in config.ignore_paths:
+        if pattern.search(path):
+            return state, Decision.IGNORE
     state.seen = True
     address = state.bound_address(config)
     binding = throttle.binding(guests.session_key(request, sent=True), address)

@@ -185,14 +185,21 @@ LIBRARY_REQUESTS: Final = (
 #: What Turbo 7 sends as ``Accept`` with a visit (and, first, the Turbo Streams type with a form).
 TURBO_7_ACCEPT: Final = "text/html, application/xhtml+xml"
 TURBO_STREAM: Final = "text/vnd.turbo-stream.html"
+_TURBO_STREAM_FIRST: Final = f"{TURBO_STREAM}, "
 
 
 def is_page_view(request: HttpRequest, response: HttpResponseBase) -> bool:
     """Whether ``request`` was a person opening a page (see the module's docstring)."""
     if not 200 <= response.status_code < 300:
         return False
-    media_type = response.get("Content-Type", "").partition(";")[0].strip().lower()
-    return media_type in PAGE_TYPES and may_be_page_view(request)
+    return _is_page_type(response.get("Content-Type", "")) and may_be_page_view(request)
+
+
+@functools.lru_cache(maxsize=64)
+def _is_page_type(content_type: str) -> bool:
+    """Whether a response of ``content_type`` is a page. The site's views, not its clients,
+    choose the few values this sees, so each is parsed once per process."""
+    return content_type.partition(";")[0].strip().lower() in PAGE_TYPES
 
 
 def may_be_page_view(request: HttpRequest) -> bool:
@@ -221,9 +228,8 @@ def is_navigation(request: HttpRequest) -> bool:
     another page, which it replaces: htmx's boosted requests and history restores, Turbo Drive's
     visits (see the module's docstring)."""
     meta = request.META
-    if _is_true(meta.get("HTTP_HX_BOOSTED")) or _is_true(
-        meta.get("HTTP_HX_HISTORY_RESTORE_REQUEST")
-    ):
+    boosted, restored = meta.get("HTTP_HX_BOOSTED"), meta.get("HTTP_HX_HISTORY_RESTORE_REQUEST")
+    if (boosted or restored) and (_is_true(boosted) or _is_true(restored)):
         return True
     if "HTTP_TURBO_FRAME" in meta or "HTTP_X_REQUESTED_WITH" in meta or "HTTP_HX_REQUEST" in meta:
         return False
@@ -231,7 +237,7 @@ def is_navigation(request: HttpRequest) -> bool:
     if "HTTP_X_TURBO_REQUEST_ID" in meta:  # Turbo 8: a visit asks for a page
         return "text/html" in accept
     # Turbo 7 says nothing but its Accept (after the Turbo Streams type, for a form).
-    return accept.removeprefix(f"{TURBO_STREAM}, ") == TURBO_7_ACCEPT
+    return accept.removeprefix(_TURBO_STREAM_FIRST) == TURBO_7_ACCEPT
 
 
 def _is_true(value: str | None) -> bool:
@@ -243,11 +249,11 @@ def is_speculative(request: HttpRequest) -> bool:
     (``SPECULATIVE``). ``Sec-Purpose`` is a list of tokens with parameters (``prefetch;
     prerender``): its words are compared one by one, not as a string."""
     meta = request.META
-    return any(
-        not words.isdisjoint(_words(meta[header]))
-        for header, words in SPECULATIVE.items()
-        if header in meta
-    )
+    for header, words in SPECULATIVE.items():  # a loop: every request asks, most have none
+        value = meta.get(header)
+        if value is not None and not words.isdisjoint(_words(value)):
+            return True
+    return False
 
 
 def _words(value: str) -> set[str]:

@@ -46,9 +46,8 @@ class Epochs:
         self._lock = threading.Lock()
         #: Replaced, never changed in place, so that ``_current`` can tell when to work out again.
         self._known: dict[str, str] = {}
-        self._cached: tuple[tuple[keyspace.Shard, ...], dict[str, str], frozenset[str]] | None = (
-            None
-        )
+        #: The epochs of the layout of a ``Config`` (the same object until settings change).
+        self._cached: tuple[Config, dict[str, str], frozenset[str]] | None = None
         #: How many times a known epoch changed: part of the memory's generation.
         self.changes = 0
 
@@ -98,19 +97,18 @@ class Epochs:
 
     def _current(self, config: Config) -> frozenset[str] | None:
         """The epochs of the configured layout's shards, or None while one is not known."""
-        shards = keyspace.layout(config)
         cached = self._cached
-        if cached is not None and cached[0] is shards and cached[1] is self._known:
+        if cached is not None and cached[0] is config and cached[1] is self._known:
             return cached[2]  # a throttled request asks this: worked out once per change
         known = self._known
         current = set()
-        for shard in shards:
+        for shard in keyspace.layout(config):
             found = known.get(shard.tag)
             if found is None:
                 return None
             current.add(found)
         frozen = frozenset(current)
-        self._cached = (shards, known, frozen)
+        self._cached = (config, known, frozen)
         return frozen
 
 
