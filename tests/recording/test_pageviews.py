@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from django.http import HttpResponse, JsonResponse
 from django.test import RequestFactory
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from whos_online.recording import rooms
 
@@ -149,3 +152,60 @@ def test_a_library_s_other_requests_are_no_page_views(headers, fetch_metadata):
 
     assert not rooms.is_navigation(request)
     assert not rooms.is_page_view(request, HttpResponse("<p>part</p>"))
+
+
+#: The headers the page-view check reads, and values that mean something to one of them.
+READ_HEADERS = sorted(
+    {
+        *rooms.SPECULATIVE,
+        *rooms.LIBRARY_REQUESTS,
+        "HTTP_HX_BOOSTED",
+        "HTTP_HX_HISTORY_RESTORE_REQUEST",
+        "HTTP_X_REQUESTED_WITH",
+        "HTTP_ACCEPT",
+        "HTTP_SEC_FETCH_DEST",
+        "HTTP_SEC_FETCH_SITE",
+    }
+)
+MEANINGFUL = [
+    "true",
+    "prefetch",
+    "preview",
+    "document",
+    "iframe",
+    "empty",
+    "same-origin",
+    "XMLHttpRequest",
+    rooms.TURBO_7_ACCEPT,
+    f"{rooms.TURBO_STREAM}, {rooms.TURBO_7_ACCEPT}",
+]
+
+
+def read_the_long_way(request) -> bool:
+    """``may_be_page_view`` as it reads without its one look for script headers: every check
+    in turn."""
+    if request.method == "HEAD" or rooms.is_speculative(request):
+        return False
+    if rooms.is_navigation(request):
+        return True
+    destination = request.META.get("HTTP_SEC_FETCH_DEST")
+    if destination is not None:
+        if destination.lower() in rooms.FRAMES:
+            return request.META.get("HTTP_SEC_FETCH_SITE", "").lower() != "same-origin"
+        return destination.lower() in rooms.PAGE_DESTINATIONS
+    return (
+        request.method == "GET"
+        and "HTTP_X_REQUESTED_WITH" not in request.META
+        and not any(header in request.META for header in rooms.LIBRARY_REQUESTS)
+    )
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from(["GET", "POST", "HEAD"]),
+    headers=st.dictionaries(st.sampled_from(READ_HEADERS), st.sampled_from(MEANINGFUL)),
+)
+def test_the_one_look_for_script_headers_decides_as_every_check_in_turn(method, headers):
+    request = RequestFactory().generic(method, "/", **headers)
+
+    assert rooms.may_be_page_view(request) is read_the_long_way(request)

@@ -182,6 +182,17 @@ LIBRARY_REQUESTS: Final = (
     "HTTP_X_TURBO_REQUEST_ID",
     "HTTP_X_UP_VERSION",
 )
+#: Every header but ``Accept`` that ``is_speculative`` and ``is_navigation`` read: a request
+#: with none of them is neither.
+_SCRIPT_HEADERS: Final = frozenset(
+    {
+        *SPECULATIVE,
+        *LIBRARY_REQUESTS,
+        "HTTP_HX_BOOSTED",
+        "HTTP_HX_HISTORY_RESTORE_REQUEST",
+        "HTTP_X_REQUESTED_WITH",
+    }
+)
 #: What Turbo 7 sends as ``Accept`` with a visit (and, first, the Turbo Streams type with a form).
 TURBO_7_ACCEPT: Final = "text/html, application/xhtml+xml"
 TURBO_STREAM: Final = "text/vnd.turbo-stream.html"
@@ -205,21 +216,33 @@ def _is_page_type(content_type: str) -> bool:
 def may_be_page_view(request: HttpRequest) -> bool:
     """Whether ``request`` is a page view if its response is a page: what can be told before
     the view has answered (for the template tags, which render the answer)."""
-    if request.method == "HEAD" or is_speculative(request):
+    if request.method == "HEAD":
         return False
-    if is_navigation(request):
-        return True
-    destination = request.META.get("HTTP_SEC_FETCH_DEST")
+    meta = request.META
+    if meta.keys().isdisjoint(_SCRIPT_HEADERS):  # one look, for most of a browser's requests
+        return _is_turbo_7_visit(meta.get("HTTP_ACCEPT", "")) or _by_destination(request, True)
+    if is_speculative(request):
+        return False
+    return is_navigation(request) or _by_destination(request, False)
+
+
+def _by_destination(request: HttpRequest, plain: bool) -> bool:
+    """What ``Sec-Fetch-Dest`` says, or without it, whether the request is a plain ``GET`` (no
+    library's request: ``plain`` says none of their headers is there)."""
+    meta = request.META
+    destination = meta.get("HTTP_SEC_FETCH_DEST")
     if destination is not None:
         destination = destination.lower()
         if destination in FRAMES:
-            site: str = request.META.get("HTTP_SEC_FETCH_SITE", "")
+            site: str = meta.get("HTTP_SEC_FETCH_SITE", "")
             return site.lower() != "same-origin"
         return destination in PAGE_DESTINATIONS
-    return (
-        request.method == "GET"
-        and request.META.get("HTTP_X_REQUESTED_WITH") is None
-        and not any(header in request.META for header in LIBRARY_REQUESTS)
+    return request.method == "GET" and (
+        plain
+        or (
+            meta.get("HTTP_X_REQUESTED_WITH") is None
+            and not any(header in meta for header in LIBRARY_REQUESTS)
+        )
     )
 
 
@@ -236,7 +259,12 @@ def is_navigation(request: HttpRequest) -> bool:
     accept: str = meta.get("HTTP_ACCEPT", "")
     if "HTTP_X_TURBO_REQUEST_ID" in meta:  # Turbo 8: a visit asks for a page
         return "text/html" in accept
-    # Turbo 7 says nothing but its Accept (after the Turbo Streams type, for a form).
+    return _is_turbo_7_visit(accept)
+
+
+def _is_turbo_7_visit(accept: str) -> bool:
+    """Turbo 7 says nothing of a visit but its Accept (after the Turbo Streams type, for a
+    form)."""
     return accept.removeprefix(_TURBO_STREAM_FIRST) == TURBO_7_ACCEPT
 
 
