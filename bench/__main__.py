@@ -28,6 +28,7 @@ DEFAULT: Final = (
     "throughput",
     "redis_work",
     "request_cost",
+    "request_parts",
     "process_cpu",
     "tags",
     "cleanup",

@@ -1,0 +1,228 @@
+"""What the middleware's own Python costs a request, and what each of its microseconds buys.
+
+The middlewares run in this process around a view that answers at once, so that only their own
+work counts: the naive ZADD middleware, whos_online's for a browser whose throttle cookie spares
+the write, and whos_online's for a new IPv4 guest each time (the visit queued; the flusher's
+thread, which writes it later, is not counted here: ``process_cpu`` counts it). Then each step of
+the throttled request alone, on fresh requests, so that the table says what each buys.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+from unittest import mock
+
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponse
+from django.test import RequestFactory, override_settings
+
+import whos_online
+from bench.harness import servers
+from bench.harness.clients import BROWSER, address
+from bench.harness.report import Section, Target, fixed, table
+from bench.harness.rounds import Spread, interleaved, ratios
+from bench.naive import NaiveZaddMiddleware
+from whos_online.config.settings import get_config
+from whos_online.middleware import WhosOnlineMiddleware
+from whos_online.recording import guests, requests, rooms, throttle
+from whos_online.recording.state import state_of
+from whos_online.store import epochs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from django.http import HttpRequest
+
+#: The goals of issue 40, as shares of the naive middleware's CPU in the same round.
+RECORDED_VS_NAIVE: Final = 0.5
+THROTTLED_VS_NAIVE: Final = 0.065
+#: The view's answer, one for every request timed, so that making it costs the timing nothing.
+PAGE: Final = HttpResponse("", content_type="text/html; charset=utf-8")
+WHOLE: Final = "the whole throttled request (`WhosOnlineMiddleware`)"
+RECORDED: Final = "the whole recorded request, a new guest (its visit queued)"
+
+
+@dataclass(frozen=True)
+class Options:
+    requests: int = 400
+    rounds: int = 15
+
+
+QUICK = Options(requests=50, rounds=2)
+
+
+class Browsers:
+    """Requests of ``count`` IPv4 guests, with the throttle cookies a browser would hold."""
+
+    def __init__(self, count: int) -> None:
+        self.addresses = [address(n, "198.18") for n in range(count)]
+        self.cookies = [""] * count
+        self.fresh = 0
+        ours = WhosOnlineMiddleware(lambda _: HttpResponse("", content_type=PAGE["Content-Type"]))
+        for _pass in range(4):  # written, then renewed once the process knows the epochs
+            answers = [ours(request) for request in self.requests()]
+            whos_online.flush()
+            handed = [answer.cookies.get(throttle.COOKIE_NAME) for answer in answers]
+            if not any(handed):
+                return
+            self.cookies = [
+                c.value if c else old for c, old in zip(handed, self.cookies, strict=True)
+            ]
+        raise RuntimeError("the throttle cookies are still renewed after four passes")
+
+    def prepared(self, given: str, config: Any) -> list[HttpRequest]:
+        """The requests, with what a step is given of them worked out already."""
+        made = self.requests()
+        for request in made if given != "request" else ():
+            state = state_of(request)
+            if given == "address":
+                state.bound_address(config)
+        return made
+
+    def requests(self) -> list[HttpRequest]:
+        return [
+            self._request(at, cookie)
+            for at, cookie in zip(self.addresses, self.cookies, strict=True)
+        ]
+
+    def new_guests(self) -> list[HttpRequest]:
+        self.fresh += len(self.addresses)
+        count = len(self.addresses)
+        return [self._request(address(self.fresh + n, "100.64"), "") for n in range(count)]
+
+    @staticmethod
+    def _request(at: str, cookie: str) -> HttpRequest:
+        headers = {"HTTP_X_FORWARDED_FOR": at, "HTTP_USER_AGENT": BROWSER}
+        request = RequestFactory().get("/", HTTP_ACCEPT="text/html", **headers)
+        if cookie:
+            request.COOKIES[throttle.COOKIE_NAME] = cookie
+        request.user = AnonymousUser()
+        return request
+
+
+#: A step: what it is given of each request (the request; its state, made; that state with its
+#: address worked out), and what it does.
+Step = tuple[str, "Callable[[HttpRequest], object]"]
+
+
+def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
+    """The throttled request's steps, each on its own, in the order ``requests.before_view``
+    and ``after_view`` take them, and the whole of it; ``sample`` is one of the requests."""
+    now = time.time()
+
+    def cookie(request: HttpRequest) -> throttle.ThrottleCookie | None:
+        address = state_of(request).bound_address(config)
+        binding = throttle.binding(guests.session_key(request, sent=True), address)
+        value = request.COOKIES.get(throttle.COOKIE_NAME)
+        return throttle.read_cookie(value, binding, now, config.throttle, config.window)
+
+    read = cookie(sample)
+    if read is None:
+        raise RuntimeError("the browsers' throttle cookies are not genuine")
+    return {
+        "the request's state, made": ("request", state_of),
+        "`IGNORE_PATHS` searched": (
+            "request",
+            lambda r: [p.search(r.path_info) for p in config.ignore_paths],
+        ),
+        "the client's address (`X-Forwarded-For`, its parse cached)": (
+            "state",
+            lambda r: state_of(r).bound_address(config),
+        ),
+        "the cookie's binding read and the cookie checked (its MAC remembered)": (
+            "address",
+            cookie,
+        ),
+        "the shards' epochs: Redis lost nothing since": (
+            "request",
+            lambda r: epochs.current().outdated(read.epoch, config, now),
+        ),
+        "a page view? (status, media type, headers)": (
+            "request",
+            lambda r: rooms.is_page_view(r, PAGE),
+        ),
+        "its room (`ROOMS`)": ("state", lambda r: rooms.room_of(state_of(r))),
+        "before the view, all (`requests.before_view`)": (
+            "request",
+            lambda r: requests.before_view(r, config, now),
+        ),
+        WHOLE: ("request", WhosOnlineMiddleware(lambda _: PAGE)),
+    }
+
+
+def timed(make: Callable[[], list[HttpRequest]], step: Callable[[HttpRequest], object]) -> float:
+    """This thread's CPU per request for ``step``, on requests made before the clock starts."""
+    batch = make()
+    started = time.thread_time()
+    for request in batch:
+        step(request)
+    return (time.thread_time() - started) / len(batch)
+
+
+def measure(options: Options) -> dict[str, list[float]]:
+    browsers, config = Browsers(options.requests), get_config()
+    naive = NaiveZaddMiddleware(lambda _: PAGE)
+    ours = WhosOnlineMiddleware(lambda _: PAGE)
+    cells: dict[str, tuple[Callable[[], list[HttpRequest]], Callable[[HttpRequest], object]]] = {
+        "naive": (browsers.requests, naive),
+        RECORDED: (browsers.new_guests, ours),
+        **{
+            name: (functools.partial(browsers.prepared, given, config), step)
+            for name, (given, step) in steps(config, browsers.requests()[0]).items()
+        },
+    }
+
+    def serve(name: str) -> float:
+        spent = timed(*cells[name])
+        whos_online.flush()  # the new guests' visits, written between the cells
+        return spent
+
+    return interleaved(list(cells), options.rounds, serve, label="request parts")
+
+
+def run(options: Options) -> Section:
+    settings = {"TRUSTED_PROXY_COUNT": 1}
+    with servers.redis_server() as redis_server:
+        url = redis_server.url
+        with (
+            mock.patch.dict(os.environ, REDIS_URL=url),
+            override_settings(WHOS_ONLINE={"REDIS_URL": url, **settings}),
+        ):
+            measured = measure(options)
+    naive = measured.pop("naive")
+    micro = fixed(2)
+    rows = [
+        [
+            name,
+            Spread.of([v * 1e6 for v in values]).show(micro),
+            ratios(values, naive).show(fixed(3)),
+        ]
+        for name, values in measured.items()
+    ]
+    recorded, throttled = ratios(measured[RECORDED], naive), ratios(measured[WHOLE], naive)
+    return Section(
+        "What the middleware's microseconds buy",
+        f"{options.requests} IPv4 guests per round (`TRUSTED_PROXY_COUNT` 1, a throttle cookie "
+        f"each, or a new guest each time for `recorded`), {options.rounds} interleaved rounds, "
+        "the view answering at once. This thread's CPU µs per request, median (min–max), and its "
+        f"ratio to the naive middleware's in the same round; the naive middleware: "
+        f"{Spread.of([v * 1e6 for v in naive]).show(micro)} µs.",
+        [table("step | CPU µs per request | × the naive middleware's", rows)],
+        targets=[
+            Target(
+                f"a recorded request's middleware ≤ {RECORDED_VS_NAIVE:g} × the naive one's "
+                "(its thread; the flusher's share apart)",
+                f"{recorded.show(fixed(3))} ×",
+                recorded.median <= RECORDED_VS_NAIVE,
+            ),
+            Target(
+                f"a throttled request's middleware ≤ {THROTTLED_VS_NAIVE:g} × the naive one's",
+                f"{throttled.show(fixed(3))} ×",
+                throttled.median <= THROTTLED_VS_NAIVE,
+            ),
+        ],
+    )
