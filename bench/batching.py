@@ -165,7 +165,7 @@ class Batches:
 
         def send() -> int:
             for batch in calls:
-                score = whos.keys.score(time.time())
+                score = whos.keyspace.score(time.time())
                 args = [value for p in batch for value in (1 if p.user else 2, score, p.member)]
                 admin.evalsha(sha, len(keys), *keys, *args)
             return len(calls)
@@ -243,7 +243,7 @@ def flush_cell(
             time.sleep(max(0.0, started + offset - time.perf_counter()))
             queued.append(time.perf_counter())
             visit = next(who)
-            shard = whos.keys.member_shard(config, visit.kind, visit.member)
+            shard = whos.keyspace.member_shard(config, visit.kind, visit.member)
             if not whos.visits.queue(config, visit, shard) or whos.flusher.after_recording(config):
                 raise RuntimeError("a visit could not be queued or written on a healthy Redis")
         while sum(visits for _, _, visits in written) < len(queued):  # the last flush

@@ -44,7 +44,7 @@ def fill_stale(client: redis.Redis, config: whos.Config, stale: int, now: float)
     ``ONLINE`` of each online."""
     gone = now - config.window - 3600
     for kind, prefix in (("users", ""), ("guests", "guest")):
-        key = whos.keys.key(config, kind)
+        key = whos.keyspace.key(config, kind)
         servers.fill(client, key, ((f"{prefix}{n}", gone + n / 1000) for n in range(stale // 2)))
         client.zadd(key, {f"{prefix}online{n}": now for n in range(ONLINE)})
 
@@ -65,7 +65,9 @@ def fill_counters(client: redis.Redis, config: whos.Config, now: float) -> None:
 def check(name: str, result: object, client: redis.Redis, config: whos.Config) -> None:
     """Each operation did its whole job: a fast time is not a partial one."""
     if name in {"naive", "prune"}:
-        left = sum(int(client.zcard(whos.keys.key(config, kind))) for kind in whos.keys.KINDS)
+        left = sum(
+            int(client.zcard(whos.keyspace.key(config, kind))) for kind in whos.keyspace.KINDS
+        )
         if left != 2 * ONLINE:
             raise RuntimeError(f"{name}: {left} members left, not the {2 * ONLINE} online")
     expected = len(COUNTERS) * len(config.counter_precisions) * config.counter_samples
@@ -79,7 +81,7 @@ def operations(
     """What fills Redis, and what then runs, by name."""
     admin, cutoff = whos.clients.admin_client(), f"({now - config.window}"
     admin.ping()
-    keys = [whos.keys.key(config, kind) for kind in whos.keys.KINDS]
+    keys = [whos.keyspace.key(config, kind) for kind in whos.keyspace.KINDS]
     fill = lambda: fill_stale(client, config, stale, now)  # noqa: E731
     return {
         "idle": (lambda: None, lambda: time.sleep(1.0)),

@@ -70,7 +70,7 @@ def lost(group: SentinelGroup, seconds: float, *, listen: bool, ask_again: bool)
         failing.join()
         group.wait_until_replicating(timeout=40)
         config = whos.get_config()
-        stored = group.current_master().client().zrange(whos.keys.key(config, "guests"), 0, -1)
+        stored = group.current_master().client().zrange(whos.keyspace.key(config, "guests"), 0, -1)
         members = {str(member) for member in stored}
         missing = sum(whos.guest_id(a, config, time.time()) not in members for a in written)
     return [attempted, len(written), missing]

@@ -52,7 +52,7 @@ def set_bytes(
 def details_bytes(client: redis.Redis, config: whos.Config, count: int) -> float:
     """``used_memory`` per user recorded with their display data, less their online set's."""
     client.flushall()
-    online = whos.keys.key(config, "users")
+    online = whos.keyspace.key(config, "users")
 
     def record(pk: int) -> None:
         details = whos.users.UserDetails(pk=str(pk), hidden=False, name=f"Member {pk}", url="")
@@ -96,7 +96,7 @@ def run(options: Options) -> Section:
     with servers.redis_server() as server, override_settings(WHOS_ONLINE={"REDIS_URL": server.url}):
         config = whos.get_config()
         client = redis.Redis.from_url(server.url)
-        now, key = time.time(), whos.keys.key(config, "guests")
+        now, key = time.time(), whos.keyspace.key(config, "guests")
         sets: list[tuple[str, Callable[[int], str]]] = [
             ("guests as raw IPv4 addresses (the naive way; baseline)", address),
             ("users, by primary key", str),

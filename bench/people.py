@@ -45,7 +45,7 @@ class Person:
     def key(self, config: whos.Config) -> str:
         """The key of the set they are in, in their shard."""
         kind = "users" if self.user else "guests"
-        return whos.keys.member_shard(config, kind, self.member).key(kind)
+        return whos.keyspace.member_shard(config, kind, self.member).key(kind)
 
 
 def is_user(n: int) -> bool:

@@ -13,7 +13,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 from unittest import mock
 
 from django.contrib.auth.models import AnonymousUser
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from django.http import HttpRequest
+    from django.http.response import HttpResponseBase
 
 #: The goals of issue 40, as shares of the naive middleware's CPU in the same round.
 RECORDED_VS_NAIVE: Final = 0.5
@@ -64,7 +65,7 @@ class Browsers:
         self.fresh = 0
         ours = WhosOnlineMiddleware(lambda _: HttpResponse("", content_type=PAGE["Content-Type"]))
         for _pass in range(4):  # written, then renewed once the process knows the epochs
-            answers = [ours(request) for request in self.requests()]
+            answers = [cast("HttpResponseBase", ours(request)) for request in self.requests()]
             whos_online.flush()
             handed = [answer.cookies.get(throttle.COOKIE_NAME) for answer in answers]
             if not any(handed):
@@ -96,8 +97,9 @@ class Browsers:
 
     @staticmethod
     def _request(at: str, cookie: str) -> HttpRequest:
-        headers = {"HTTP_X_FORWARDED_FOR": at, "HTTP_USER_AGENT": BROWSER}
-        request = RequestFactory().get("/", HTTP_ACCEPT="text/html", **headers)
+        request = RequestFactory().get(
+            "/", HTTP_ACCEPT="text/html", HTTP_X_FORWARDED_FOR=at, HTTP_USER_AGENT=BROWSER
+        )
         if cookie:
             request.COOKIES[throttle.COOKIE_NAME] = cookie
         request.user = AnonymousUser()

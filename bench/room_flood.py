@@ -42,7 +42,7 @@ def clean(node: servers.Node, url: str, checkout: Path, rooms: int, workdir: Pat
     with override_settings(WHOS_ONLINE={**settings.WHOS_ONLINE, "REDIS_URL": url}):  # the site's
         config, now = whos.get_config(), time.time()
         whos_online.update_counter("downloads", now=now - 1000)
-        index = whos.keyspace.layout(config)[0].key(whos.keys.ROOMS_INDEX)
+        index = whos.keyspace.layout(config)[0].key(whos.keyspace.ROOMS_INDEX)
     for start in range(0, rooms, 10_000):
         stale = now - config.window - 3600
         node.client.zadd(

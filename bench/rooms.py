@@ -115,12 +115,12 @@ def room_reads(node: servers.Node, config: whos.Config, options: Options) -> lis
     shard = whos.keyspace.layout(config)[0]
     sizes = (10, 10_000, options.largest)
     for size in sizes:
-        key = whos.keys.room_key(shard, f"room-{size}", "guests")
+        key = whos.keyspace.room_key(shard, f"room-{size}", "guests")
         servers.fill(client, key, ((f"g{size}-{n}", now - n / 1000) for n in range(size)))
     pipe = client.pipeline(transaction=False)
     for n in range(options.rooms - len(sizes)):
-        pipe.zadd(whos.keys.room_key(shard, f"topic:{n}", "users"), {str(n): now})
-        pipe.zadd(shard.key(whos.keys.ROOMS_INDEX), {f"topic:{n}": now})
+        pipe.zadd(whos.keyspace.room_key(shard, f"topic:{n}", "users"), {str(n): now})
+        pipe.zadd(shard.key(whos.keyspace.ROOMS_INDEX), {f"topic:{n}": now})
     pipe.execute()
     rows = []
     for size in sizes:

@@ -47,12 +47,12 @@ def fill(client: redis.Redis, config: whos.Config, size: int, now: float) -> Non
     users = size // 2
     for kind, count, name in (("users", users, "{}"), ("guests", size - users, "guest{:011d}")):
         scored = ((name.format(n), now - 100 + 100 * n / max(count, 1)) for n in range(count))
-        servers.fill(client, whos.keys.key(config, kind), scored)
+        servers.fill(client, whos.keyspace.key(config, kind), scored)
     shard = whos.keyspace.layout(config)[0]
     pipe = client.pipeline(transaction=False)
     for n in range(max(users - NAMED, 0), users):
         details = {"name": f"user {n}", "url": f"/people/{n}/", "seen": now}
-        pipe.hset(whos.keys.user_key(shard, str(n)), mapping=details)  # type: ignore [arg-type]
+        pipe.hset(whos.keyspace.user_key(shard, str(n)), mapping=details)  # type: ignore [arg-type]
     pipe.execute()
 
 
