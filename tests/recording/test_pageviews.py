@@ -191,7 +191,8 @@ def read_the_long_way(request) -> bool:
     destination = request.META.get("HTTP_SEC_FETCH_DEST")
     if destination is not None:
         if destination.lower() in rooms.FRAMES:
-            return request.META.get("HTTP_SEC_FETCH_SITE", "").lower() != "same-origin"
+            site: str = request.META.get("HTTP_SEC_FETCH_SITE", "")
+            return site.lower() != "same-origin"
         return destination.lower() in rooms.PAGE_DESTINATIONS
     return (
         request.method == "GET"
