@@ -348,10 +348,8 @@ def test_each_process_listens_once_and_reset_stops_the_listeners(on_sentinel, mo
     assert len(listening) == 1
 
     # A forked worker inherits none of the parent's threads, nor uses its clients: it makes a
-    # client of its own, which starts listeners of its own. As in a fork, its process id
-    # changes and Python's fork hook runs.
+    # client of its own, which starts listeners of its own.
     monkeypatch.setattr("os.getpid", lambda: -1)
-    process._forked()
     assert whos_online.record_guest("198.51.100.3") is True
     theirs = manager()
     started = listeners(theirs)
