@@ -1,9 +1,9 @@
 """State of one process, in one home (``PerProcess``, ``reset_home``), where the process is in its
 life, and the threads whos_online starts in it (``start_thread``).
 
-Each piece is made at first use in the process that asks, never at import or in a fork hook (the
-one hook only forgets the parent's home), so that a forked process or a gevent worker never uses
-another's lock, thread or socket ("Per-process state" in docs/how-it-works.md).
+Each piece is made at first use in the process that asks, never at import or in a fork hook, so
+that a forked process or a gevent worker never uses another's lock, thread or socket
+("Per-process state" in docs/how-it-works.md).
 """
 
 from __future__ import annotations
@@ -76,35 +76,16 @@ class PerProcess(Generic[T]):
 _pieces: list[PerProcess[Any]] = []
 #: Each process's home, by process id: a forked child makes its own, and drops its parent's.
 _homes: dict[int, dict[PerProcess[Any], object]] = {}
-#: This process's home once looked up, so that a look-up (a recorded request makes a dozen) costs
-#: no ``getpid``; forgotten in a forked child (``_forked``) and by ``reset_home``.
-_here: dict[PerProcess[Any], object] | None = None
 
 
 def _home() -> dict[PerProcess[Any], object]:
-    global _here  # noqa: PLW0603 - the one cached look-up
-    home = _here
-    if home is not None:
-        return home
     pid = os.getpid()
     home = _homes.get(pid)
     if home is None:
         home = _homes.setdefault(pid, {})
         for other in [key for key in _homes if key != pid]:
             _homes.pop(other, None)  # a parent's, copied by the fork
-    _here = home
     return home
-
-
-def _forked() -> None:
-    """In a forked child, before any of its code runs: forget the parent's home (the child's
-    look-ups find it by process id, and drop it). It makes nothing: the child makes its own
-    pieces at first use."""
-    global _here  # noqa: PLW0603 - the one cached look-up
-    _here = None
-
-
-os.register_at_fork(after_in_child=_forked)
 
 
 class _Cache(Protocol):
@@ -127,9 +108,7 @@ def reset_home() -> None:
     """Drop this process's state (settings changed, which tests do): every piece, each before
     those it uses (the flushing thread is stopped before the clients it writes with are closed),
     the caches, and what the process was told of its stop (``reset``)."""
-    global _here  # noqa: PLW0603 - the one cached look-up
     reset()
-    _here = None
     home = _homes.pop(os.getpid(), {})
     for piece in reversed(_pieces):
         if piece in home:
