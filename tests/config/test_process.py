@@ -113,3 +113,29 @@ def test_a_forked_process_makes_its_own_pieces(monkeypatch):
         process.reset_home()
     finally:
         process._pieces.remove(piece)
+
+
+def test_a_value_kept_per_settings_is_read_again_once_they_change():
+    reads = iter(["first", "second"])
+    kept = process.per_settings(lambda: next(reads))
+
+    assert kept() == kept() == "first"
+    process.reset_home()  # settings changed
+    assert kept() == kept() == "second"
+
+
+def test_a_value_read_while_the_settings_change_is_read_again():
+    """The reset comes while the value is being read (another thread changed the settings):
+    what was read may be the old value, and it is not kept."""
+    reads = iter(["read during the change", "read after it"])
+
+    def read() -> str:
+        value = next(reads)
+        if value == "read during the change":
+            process.reset_home()
+        return value
+
+    kept = process.per_settings(read)
+
+    assert kept() == "read during the change"
+    assert kept() == kept() == "read after it"

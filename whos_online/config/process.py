@@ -8,6 +8,7 @@ that a forked process or a gevent worker never uses another's lock, thread or so
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.util
 import os
 import secrets
@@ -104,10 +105,37 @@ def cleared_on_reset(cache: C) -> C:
     return cache
 
 
+#: How many times this process's state was dropped (``reset_home``: settings changed).
+_resets = 0
+
+
+def per_settings(read: Callable[[], T]) -> Callable[[], T]:
+    """``read()`` once per settings, for a setting every request needs (reading one costs a
+    throttled request as much as checking its cookie). The count of resets is taken before
+    ``read`` runs, so that a value read while settings change is read again, where a cache
+    cleared by ``reset_home`` could keep it."""
+    held: tuple[int, T] | None = None
+
+    @functools.wraps(read)
+    def kept() -> T:
+        nonlocal held
+        found = held
+        if found is not None and found[0] == _resets:
+            return found[1]
+        resets = _resets
+        value = read()
+        held = (resets, value)
+        return value
+
+    return kept
+
+
 def reset_home() -> None:
     """Drop this process's state (settings changed, which tests do): every piece, each before
     those it uses (the flushing thread is stopped before the clients it writes with are closed),
     the caches, and what the process was told of its stop (``reset``)."""
+    global _resets  # noqa: PLW0603 - what per_settings compares with
+    _resets += 1
     reset()
     home = _homes.pop(os.getpid(), {})
     for piece in reversed(_pieces):

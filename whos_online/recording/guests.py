@@ -43,8 +43,7 @@ def session_key(request: HttpRequest, *, sent: bool = False, live: bool = False)
     return session.session_key or ""
 
 
-@process.cleared_on_reset
-@functools.cache
+@process.per_settings
 def session_cookie_name() -> str:
     """``SESSION_COOKIE_NAME``, read once per settings (every request asks for it)."""
     return settings.SESSION_COOKIE_NAME

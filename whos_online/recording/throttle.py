@@ -38,8 +38,7 @@ MEMORY_SIZE: Final = 10_000
 MAX_REMEMBERED_BINDING: Final = 160
 
 
-@process.cleared_on_reset
-@functools.cache
+@process.per_settings
 def _cookie_key() -> bytes:
     """The key of the cookies' MACs, derived from ``SECRET_KEY`` once per settings: reading a
     setting costs a throttled request as much as checking its remembered cookie does."""
