@@ -10,8 +10,9 @@ from whos_online.config import settings
 from whos_online.config.settings import Config
 from whos_online.flushing import flusher
 from whos_online.live import widget
-from whos_online.recording import guests, throttle, visits
-from whos_online.store import cleanup, counters, lua, record, scripts, snapshot, users
+from whos_online.recording import guests, requests, rooms, throttle, visits
+from whos_online.recording.state import state_of
+from whos_online.store import cleanup, counters, epochs, lua, record, scripts, snapshot, users
 from whos_online.store.items import Visit
 
 COOKIE_NAME = throttle.COOKIE_NAME

@@ -19,18 +19,16 @@ from unittest import mock
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
+from django.urls import resolve
 
 import whos_online
+from bench import internals as whos
 from bench.harness import servers
 from bench.harness.clients import BROWSER, address
 from bench.harness.report import Section, Target, fixed, table
 from bench.harness.rounds import Spread, interleaved, ratios
 from bench.naive import NaiveZaddMiddleware
-from whos_online.config.settings import get_config
 from whos_online.middleware import WhosOnlineMiddleware
-from whos_online.recording import guests, requests, rooms, throttle
-from whos_online.recording.state import state_of
-from whos_online.store import epochs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,11 +61,13 @@ class Browsers:
         self.addresses = [address(n, "198.18") for n in range(count)]
         self.cookies = [""] * count
         self.fresh = 0
+        #: What Django's handler puts on a request before its view runs: ``ROOMS`` reads it.
+        self.match = resolve("/")
         ours = WhosOnlineMiddleware(lambda _: HttpResponse("", content_type=PAGE["Content-Type"]))
         for _pass in range(4):  # written, then renewed once the process knows the epochs
             answers = [cast("HttpResponseBase", ours(request)) for request in self.requests()]
             whos_online.flush()
-            handed = [answer.cookies.get(throttle.COOKIE_NAME) for answer in answers]
+            handed = [answer.cookies.get(whos.COOKIE_NAME) for answer in answers]
             if not any(handed):
                 return
             self.cookies = [
@@ -79,7 +79,7 @@ class Browsers:
         """The requests, with what a step is given of them worked out already."""
         made = self.requests()
         for request in made if given != "request" else ():
-            state = state_of(request)
+            state = whos.state_of(request)
             if given == "address":
                 state.bound_address(config)
         return made
@@ -95,14 +95,14 @@ class Browsers:
         count = len(self.addresses)
         return [self._request(address(self.fresh + n, "100.64"), "") for n in range(count)]
 
-    @staticmethod
-    def _request(at: str, cookie: str) -> HttpRequest:
+    def _request(self, at: str, cookie: str) -> HttpRequest:
         request = RequestFactory().get(
             "/", HTTP_ACCEPT="text/html", HTTP_X_FORWARDED_FOR=at, HTTP_USER_AGENT=BROWSER
         )
         if cookie:
-            request.COOKIES[throttle.COOKIE_NAME] = cookie
+            request.COOKIES[whos.COOKIE_NAME] = cookie
         request.user = AnonymousUser()
+        request.resolver_match = self.match
         return request
 
 
@@ -116,24 +116,24 @@ def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
     and ``after_view`` take them, and the whole of it; ``sample`` is one of the requests."""
     now = time.time()
 
-    def cookie(request: HttpRequest) -> throttle.ThrottleCookie | None:
-        address = state_of(request).bound_address(config)
-        binding = throttle.binding(guests.session_key(request, sent=True), address)
-        value = request.COOKIES.get(throttle.COOKIE_NAME)
-        return throttle.read_cookie(value, binding, now, config.throttle, config.window)
+    def cookie(request: HttpRequest) -> whos.throttle.ThrottleCookie | None:
+        address = whos.state_of(request).bound_address(config)
+        binding = whos.throttle.binding(whos.guests.session_key(request, sent=True), address)
+        value = request.COOKIES.get(whos.COOKIE_NAME)
+        return whos.throttle.read_cookie(value, binding, now, config.throttle, config.window)
 
     read = cookie(sample)
     if read is None:
         raise RuntimeError("the browsers' throttle cookies are not genuine")
     return {
-        "the request's state, made": ("request", state_of),
+        "the request's state, made": ("request", whos.state_of),
         "`IGNORE_PATHS` searched": (
             "request",
             lambda r: [p.search(r.path_info) for p in config.ignore_paths],
         ),
         "the client's address (`X-Forwarded-For`, its parse cached)": (
             "state",
-            lambda r: state_of(r).bound_address(config),
+            lambda r: whos.state_of(r).bound_address(config),
         ),
         "the cookie's binding read and the cookie checked (its MAC remembered)": (
             "address",
@@ -141,16 +141,16 @@ def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
         ),
         "the shards' epochs: Redis lost nothing since": (
             "request",
-            lambda r: epochs.current().outdated(read.epoch, config, now),
+            lambda r: whos.epochs.current().outdated(read.epoch, config, now),
         ),
         "a page view? (status, media type, headers)": (
             "request",
-            lambda r: rooms.is_page_view(r, PAGE),
+            lambda r: whos.rooms.is_page_view(r, PAGE),
         ),
-        "its room (`ROOMS`)": ("state", lambda r: rooms.room_of(state_of(r))),
+        "its room (`ROOMS`)": ("state", lambda r: whos.rooms.room_of(whos.state_of(r))),
         "before the view, all (`requests.before_view`)": (
             "request",
-            lambda r: requests.before_view(r, config, now),
+            lambda r: whos.requests.before_view(r, config, now),
         ),
         WHOLE: ("request", WhosOnlineMiddleware(lambda _: PAGE)),
     }
@@ -166,7 +166,7 @@ def timed(make: Callable[[], list[HttpRequest]], step: Callable[[HttpRequest], o
 
 
 def measure(options: Options) -> dict[str, list[float]]:
-    browsers, config = Browsers(options.requests), get_config()
+    browsers, config = Browsers(options.requests), whos.get_config()
     naive = NaiveZaddMiddleware(lambda _: PAGE)
     ours = WhosOnlineMiddleware(lambda _: PAGE)
     cells: dict[str, tuple[Callable[[], list[HttpRequest]], Callable[[HttpRequest], object]]] = {
