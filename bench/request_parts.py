@@ -78,10 +78,11 @@ class Browsers:
     def prepared(self, given: str, config: Any) -> list[HttpRequest]:
         """The requests, with what a step is given of them worked out already."""
         made = self.requests()
-        for request in made if given != "request" else ():
-            state = whos.state_of(request)
-            if given == "address":
-                state.bound_address(config)
+        if given != "request":
+            for request in made:
+                state = whos.state_of(request)
+                if given == "address":
+                    state.bound_address(config)
         return made
 
     def requests(self) -> list[HttpRequest]:
@@ -91,8 +92,8 @@ class Browsers:
         ]
 
     def new_guests(self) -> list[HttpRequest]:
-        self.fresh += len(self.addresses)
         count = len(self.addresses)
+        self.fresh += count
         return [self._request(address(self.fresh + n, "100.64"), "") for n in range(count)]
 
     def _request(self, at: str, cookie: str) -> HttpRequest:
