@@ -113,7 +113,8 @@ def per_settings(read: Callable[[], T]) -> Callable[[], T]:
     """``read()`` once per settings, for a setting every request needs (reading one costs a
     throttled request as much as checking its cookie). The count of resets is taken before
     ``read`` runs, so that a value read while settings change is read again, where a cache
-    cleared by ``reset_home`` could keep it."""
+    cleared by ``reset_home`` could keep it. Where a ``Config`` is at hand, ``keyspace.PerConfig``
+    keeps what is derived from it."""
     held: tuple[int, T] | None = None
 
     @functools.wraps(read)
