@@ -97,13 +97,14 @@ call_command("migrate", verbosity=0)
 User.objects.bulk_create([User(username="alice"), User(username="bob")])
 """
 ROUNDS = int(os.environ.get("WHOS_ONLINE_LIVE_ROUNDS", "3"))
-#: Records, on the page, the events of its streams other than states (``stale``, ``end``,
-#: ``error``), before its script opens any.
+#: Records, on the page, each stream its script opens (``new``) and the events of its streams
+#: other than states (``stale``, ``end``, ``error``), before its script opens any.
 STREAM_EVENTS = """(() => {
   const Original = window.EventSource;
   window.whosOnlineStreamEvents = [];
   window.EventSource = function (url, options) {
     const source = new Original(url, options);
+    window.whosOnlineStreamEvents.push("new");
     for (const name of ["stale", "end", "error"]) {
       source.addEventListener(name, () => window.whosOnlineStreamEvents.push(name));
     }
@@ -179,6 +180,19 @@ def until(page: Page, condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition never came true"
         page.wait_for_timeout(50)
+
+
+def failures_taken_in(page: Page) -> None:
+    """Wait until the page has taken in the failure of every stream it opened, so that its next
+    try is timed from the page's clock as it stands. The browser answers a stream in real time
+    while the test moves the page's clock: a failure taken in late would start its back-off
+    from a later moment (on a busy machine, seconds of the page's clock later)."""
+
+    def taken_in() -> bool:
+        events: list[str] = page.evaluate("window.whosOnlineStreamEvents")
+        return events.count("new") == events.count("error")
+
+    until(page, taken_in)
 
 
 def nearest_rank(values: list[float], percent: float) -> float:
@@ -335,12 +349,14 @@ def test_under_wsgi_the_widget_polls_and_tries_the_stream_again_rarely(
     a loop. The page's timers are moved by the test, from the moment the first try failed."""
     configure(settings, LIVE_UPDATES=True)
     bobs = open_page()
+    bobs.add_init_script(STREAM_EVENTS)
     bobs.clock.install()
     bobs.goto(f"{site}/login/bob/")
     sent = Sent(bobs)
     with bobs.expect_response(is_stream) as opened:
         bobs.goto(f"{site}{TOPIC}")
     assert opened.value.status == 204
+    failures_taken_in(bobs)
     # A moment ahead of the page's clock, which runs on while the test asks it the time.
     now = bobs.evaluate("Date.now()") / 1000 + 0.25
     bobs.clock.pause_at(datetime.fromtimestamp(now, tz=timezone.utc))
@@ -357,6 +373,7 @@ def test_under_wsgi_the_widget_polls_and_tries_the_stream_again_rarely(
         bobs.clock.run_for(5_000)  # the first failure's wait
     assert again.value.status == 204
     for _ in range(60):  # a minute: the next tries come after 10, 20 and 40 s more
+        failures_taken_in(bobs)
         bobs.clock.run_for(1_000)
     until(bobs, lambda: opened_streams(sent) >= 4)
     assert opened_streams(sent) == 4  # 0, 5, 15 and 35 s; the next at 75 s
@@ -378,6 +395,7 @@ def test_a_stream_refused_with_503_is_polled_instead_and_tried_again_after_the_b
     configure(settings, LIVE_UPDATES=True)
     open_page.allow("status of 503")  # the browser logs each refusal
     bobs = open_page()
+    bobs.add_init_script(STREAM_EVENTS)
     bobs.clock.install()
     bobs.goto(f"{site}/login/bob/")
     sent = Sent(bobs)
@@ -397,6 +415,7 @@ def test_a_stream_refused_with_503_is_polled_instead_and_tried_again_after_the_b
     try:
         bobs.goto(f"{site}{TOPIC}")
         until(bobs, lambda: len(refused) == 1)
+        failures_taken_in(bobs)
         # A moment ahead of the page's clock, as above: 0.05 s was passed on a busy machine.
         now = bobs.evaluate("Date.now()") / 1000 + 0.25
         bobs.clock.pause_at(datetime.fromtimestamp(now, tz=timezone.utc))
@@ -410,6 +429,7 @@ def test_a_stream_refused_with_503_is_polled_instead_and_tried_again_after_the_b
         expect(widget_list(bobs)).to_have_text("alice and bob")
 
         for _ in range(60):  # a minute: tries after 5, 10, 20 and 40 s more
+            failures_taken_in(bobs)
             bobs.clock.run_for(1_000)
         until(bobs, lambda: opened_streams(sent) >= 4)
         assert len(refused) == opened_streams(sent) == 4  # 0, 5, 15 and 35 s; the next at 75 s
