@@ -1,0 +1,174 @@
+"""A batch written in one call of the record script leaves Redis as its entries written one call
+each, in order, would, and tells the same arrivals and room changes: what the script reads ahead
+and writes once at its end (includes/held) must not show.
+
+Hypothesis makes the batches: visits of users (shown or hidden, which may change between two of
+their visits), guests and bots, in no room or in one of two, in every mode, with a former person
+(a login or a logout), with the day's visitor; logouts; a page's reader leaving its room; a
+connection entering, renewing or leaving its room. Times do not go back within a batch (the flusher
+writes visits in the order they were queued); several entries may share one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.helpers import text
+from whos_online.backend.keyspace import member_shard
+from whos_online.config.settings import get_config
+from whos_online.store import record, scripts
+from whos_online.store.items import GO, KEEP, STAY, Link, Visit
+from whos_online.store.results import RoomChange, parse_reply
+from whos_online.store.users import UserDetails
+
+if TYPE_CHECKING:
+    import redis
+
+START = 1_000_000.0
+USERS = ("1", "2")
+ANONYMOUS = (("guests", "g1"), ("guests", "g2"), ("bots", "b1"))
+#: Who a page's leaving word or a connection speaks for: by the set they are in.
+SPEAKERS = (*ANONYMOUS, ("users", "1"), ("hidden", "1"), ("users", "2"))
+ROOMS = ("", "a", "b")
+
+
+#: Makes a step's entries at a given time.
+Step = Callable[[float], list[record.Entry]]
+
+
+def _visit(base: Visit, room: str, mode: str, title: str, daily: bool) -> Step:
+    def at(now: float) -> list[record.Entry]:
+        visit = Visit(
+            base.unhidden_kind,
+            base.member,
+            now,
+            user=base.user,
+            former=base.former,
+            daily_id=f"day:{base.member}" if daily else "",
+            room=room,
+            room_mode=mode,
+            title=title if room else "",
+        )
+        return record.entries_of(get_config(), visit)
+
+    return at
+
+
+def _user(pk: str, hidden: bool, former: str) -> Visit:
+    details = UserDetails(pk=pk, hidden=hidden, name=f"User {pk}", url=f"/u/{pk}/")
+    return Visit("users", pk, 0.0, user=details, former=former)
+
+
+def _anonymous(kind_member: tuple[str, str], former: str) -> Visit:
+    return Visit(kind_member[0], kind_member[1], 0.0, former=former)
+
+
+def _logout(pk: str) -> Step:
+    return lambda now: [record.leaving_entry(get_config(), pk, now)]
+
+
+def _leave_room(kind_member: tuple[str, str], room: str) -> Step:
+    kind, member = kind_member
+    return lambda now: [record.leave_room_entry(get_config(), kind, member, room, at=now)]
+
+
+def _link(kind_member: tuple[str, str], room: str, connection: str, leaving: bool) -> Step:
+    kind, member = kind_member
+    return lambda now: [
+        record.link_entry(get_config(), Link(kind, member, room, connection, now, leaving=leaving))
+    ]
+
+
+visitors = st.one_of(
+    st.builds(_user, st.sampled_from(USERS), st.booleans(), st.sampled_from(("", "g1", "g2"))),
+    st.builds(_anonymous, st.sampled_from(ANONYMOUS), st.sampled_from(("", "", "1"))),
+)
+steps = st.one_of(
+    st.builds(
+        _visit,
+        visitors,
+        st.sampled_from(ROOMS),
+        st.sampled_from((GO, GO, KEEP, STAY)),
+        st.sampled_from(("", "Room")),
+        st.booleans(),
+    ),
+    st.builds(_logout, st.sampled_from(USERS)),
+    st.builds(_leave_room, st.sampled_from(SPEAKERS), st.sampled_from(ROOMS[1:])),
+    st.builds(
+        _link,
+        st.sampled_from(SPEAKERS),
+        st.sampled_from(ROOMS[1:]),
+        st.sampled_from(("c1", "c2")),
+        st.booleans(),
+    ),
+)
+#: Steps, each after a gap of whole seconds.
+batches = st.lists(st.tuples(steps, st.integers(0, 3)), min_size=1, max_size=12)
+
+
+def entries_of(batch: list[tuple[Step, int]]) -> list[tuple[record.Entry, float]]:
+    """Each step's entries, and their time."""
+    now, made = START, []
+    for step, gap in batch:
+        now += gap
+        made += [(entry, now) for entry in step(now)]
+    return made
+
+
+def write(r: redis.Redis, entries: list[record.Entry], now: float) -> tuple[str, list[RoomChange]]:
+    config = get_config()
+    shard = member_shard(config, "guests", "g1")
+    assert all(entry.shard == shard for entry in entries)  # one shard: one call
+    calls = record.batch_calls(config, shard, entries, now=now, epoch="e")
+    reply = parse_reply(scripts.run(r, calls)[0])
+    return reply.arrived, list(reply.changes)
+
+
+def stored(r: redis.Redis) -> dict[str, str]:
+    """Each key's contents (``keyspace_text``), but the sampled counts and the peak's: a batch
+    samples them once, at its end, where one call per entry samples them at each."""
+    return {
+        key: keyspace_text_of(r, key)
+        for key in map(text, r.scan_iter())
+        if ":counter" not in key and ":peak" not in key
+    }
+
+
+def keyspace_text_of(r: redis.Redis, key: str) -> str:
+    kind = text(r.type(key))
+    if kind == "zset":
+        return repr(sorted(r.zrange(key, 0, -1, withscores=True)))
+    if kind == "hash":
+        return repr(sorted(r.hgetall(key).items()))
+    if kind == "set":
+        return repr(sorted(r.smembers(key)))
+    return repr(r.get(key))
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=batches)
+def test_a_batch_in_one_call_leaves_what_its_entries_one_call_each_leave(r, batch):
+    made = entries_of(batch)
+    entries = [entry for entry, _ in made]
+
+    r.flushdb()
+    arrived, changes = write(r, entries, max(at for _, at in made))
+    in_one_call = stored(r)
+
+    r.flushdb()
+    one_each, each_changes = "", []
+    for number, (entry, at) in enumerate(made):
+        arrived_here, changed = write(r, [entry], at)
+        one_each += arrived_here
+        each_changes += [change._replace(entry=number) for change in changed]
+    one_at_a_time = stored(r)
+
+    assert arrived == one_each
+    assert changes == each_changes
+    assert in_one_call == one_at_a_time
