@@ -48,15 +48,14 @@ local first, width, count = 20, 14, tonumber(arg.count)
 
 -- The entry being read: one table, its fields set again for each entry (``when`` is its score
 -- as a number).
-local entry = {}
+local entry, places, A = {}, {}, ARGV
 local function read_entry(n)
   local i = first + width * (n - 1)
-  entry.op, entry.kind, entry.member, entry.score = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  entry.visitor, entry.hll, entry.day_end = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
-  entry.name, entry.url, entry.former = ARGV[i + 7], ARGV[i + 8], ARGV[i + 9]
-  entry.room, entry.mode, entry.title, entry.connection = ARGV[i + 10], ARGV[i + 11], ARGV[i + 12],
-    ARGV[i + 13]
-  entry.when = tonumber(entry.score)
+  entry.op, entry.kind, entry.member, entry.score = A[i], A[i + 1], A[i + 2], A[i + 3]
+  entry.visitor, entry.hll, entry.day_end = A[i + 4], A[i + 5], A[i + 6]
+  entry.name, entry.url, entry.former = A[i + 7], A[i + 8], A[i + 9]
+  entry.room, entry.mode, entry.title, entry.connection = A[i + 10], A[i + 11], A[i + 12], A[i + 13]
+  entry.when, entry.place = tonumber(entry.score), places[n]
   return entry
 end
 
@@ -96,13 +95,15 @@ do
       fields[#fields + 1] = prefixes[k] .. member
     end
   end
-  for i = first, first + width * (count - 1), width do
-    local op, kind, member, former = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 9]
+  for n = 1, count do
+    local i = first + width * (n - 1)
+    local op, kind, member, former = A[i], A[i + 1], A[i + 2], A[i + 9]
     if op == 'l' then
       local left = FORMER[kind == 'users' and 'guests' or 'users']
       ahead(left[1], left[2], member)
     else
-      fields[#fields + 1] = place(kind, member)
+      local field = place(kind, member)
+      places[n], fields[#fields + 1] = field, field
       if op == 'v' or op == 'e' then
         ahead(ROOM_KINDS[kind], NO_PREFIXES, member)
         if OTHER_USER_SET[kind] then
@@ -121,8 +122,8 @@ do
   hread(where, fields)
   if #pks > 0 then
     local found = rcall('MGET', unpack(gone_keys))
-    for k, pk in ipairs(pks) do
-      gone_marks[pk] = found[k]
+    for k = 1, #pks do
+      gone_marks[pks[k]] = found[k]
     end
   end
 end
@@ -143,8 +144,8 @@ end
 local visitors, visitors_day_end, rooms_latest, rooms_latest_when = {}, {}, {}, {}
 
 local function add_visitor(entry)
-  local hll = tonumber(entry.hll)
-  if entry.visitor ~= '' and hll > 0 then
+  local hll = entry.hll
+  if hll ~= '0' and entry.visitor ~= '' then
     local added = visitors[hll]
     if not added then
       added = {}
@@ -239,8 +240,9 @@ end
 write_held()
 
 for hll, added in pairs(visitors) do
-  if rcall('PFADD', KEYS[hll], unpack(added)) == 1 then
-    rcall('EXPIREAT', KEYS[hll], tonumber(visitors_day_end[hll]) + tonumber(arg.visitors_ttl))
+  local key = KEYS[tonumber(hll)]
+  if rcall('PFADD', key, unpack(added)) == 1 then
+    rcall('EXPIREAT', key, tonumber(visitors_day_end[hll]) + tonumber(arg.visitors_ttl))
   end
 end
 if next(rooms_latest) then

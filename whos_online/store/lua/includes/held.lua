@@ -23,45 +23,35 @@ end
 local held_scores, held_fields = by_key(), by_key()
 local written_scores, written_fields = by_key(), by_key()
 
-local function as_score(value)
-  return tonumber(value) or false
-end
-
-local function as_field(value)
-  return value
-end
-
 -- Reads ``names`` of ``key`` in one ``command`` (ZMSCORE, HMGET) into ``held``, but those held
--- already, which the script may have written since.
-local function read_ahead(command, held, key, names, convert)
+-- already, which the script may have written since; scores as numbers.
+local function read_ahead(command, held, key, names, scores)
   if #names == 0 then
     return
   end
   local found, values = redis.call(command, key, unpack(names)), held[key]
-  for k, name in ipairs(names) do
+  for k = 1, #names do
+    local name, value = names[k], found[k]
     if values[name] == nil then
-      values[name] = convert(found[k])
+      values[name] = scores and value and tonumber(value) or value
     end
   end
 end
 
--- ``name`` of ``key`` as held, or read with ``command`` (ZSCORE, HGET) and held; nil if absent.
-local function read_one(command, held, key, name, convert)
-  local values = held[key]
-  local value = values[name]
+local function zread(key, members)
+  read_ahead('ZMSCORE', held_scores, key, members, true)
+end
+
+-- A member's score as held, or read and held; nil if absent.
+local function zscore(key, member)
+  local values = held_scores[key]
+  local value = values[member]
   if value == nil then
-    value = convert(redis.call(command, key, name))
-    values[name] = value
+    value = redis.call('ZSCORE', key, member)
+    value = value and tonumber(value)
+    values[member] = value
   end
   return value or nil
-end
-
-local function zread(key, members)
-  read_ahead('ZMSCORE', held_scores, key, members, as_score)
-end
-
-local function zscore(key, member)
-  return read_one('ZSCORE', held_scores, key, member, as_score)
 end
 
 -- ``when`` is ``score`` as a number, when the caller has it.
@@ -80,11 +70,18 @@ local function zrem(key, member)
 end
 
 local function hread(key, fields)
-  read_ahead('HMGET', held_fields, key, fields, as_field)
+  read_ahead('HMGET', held_fields, key, fields, false)
 end
 
+-- A field's value as held, or read and held; nil if absent.
 local function hget(key, field)
-  return read_one('HGET', held_fields, key, field, as_field)
+  local values = held_fields[key]
+  local value = values[field]
+  if value == nil then
+    value = redis.call('HGET', key, field)
+    values[field] = value
+  end
+  return value or nil
 end
 
 local function hset(key, field, value)
@@ -99,15 +96,18 @@ local function hdel(key, field)
 end
 
 -- Sends ``written``'s values of each key: REMOVE for those written false, then SET for the
--- others (a SET takes pairs; ``pair`` puts them in its order).
-local function send_written(written, remove, set, pair)
+-- others (a ZADD takes its pairs score first, an HSET field first).
+local function send_written(written, remove, set, score_first)
   for key, values in pairs(written) do
     local removed, kept = {}, {}
     for name, value in pairs(values) do
-      if value then
-        pair(kept, name, value)
-      else
+      local n = #kept
+      if not value then
         removed[#removed + 1] = name
+      elseif score_first then
+        kept[n + 1], kept[n + 2] = value, name
+      else
+        kept[n + 1], kept[n + 2] = name, value
       end
     end
     if #removed > 0 then
@@ -120,13 +120,7 @@ local function send_written(written, remove, set, pair)
 end
 
 local function write_held()
-  send_written(written_scores, 'ZREM', 'ZADD', function(list, member, score)
-    list[#list + 1] = score
-    list[#list + 1] = member
-  end)
-  send_written(written_fields, 'HDEL', 'HSET', function(list, field, value)
-    list[#list + 1] = field
-    list[#list + 1] = value
-  end)
+  send_written(written_scores, 'ZREM', 'ZADD', true)
+  send_written(written_fields, 'HDEL', 'HSET', false)
   written_scores, written_fields = by_key(), by_key()
 end

@@ -71,8 +71,7 @@ end
 -- 'r': a page's reader leaving its room; they count there ``leave_grace`` seconds more, unless a
 -- connection of theirs holds the room, if it is still theirs.
 local function leave_page_room(entry)
-  local kind, member, room = entry.kind, entry.member, entry.room
-  local field = place(kind, member)
+  local kind, member, room, field = entry.kind, entry.member, entry.room, entry.place
   local was, gone = room_in(hget(where, field))
   if was ~= room or gone then
     return

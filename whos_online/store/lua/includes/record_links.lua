@@ -13,7 +13,7 @@ local LINKS_OUTLIVE = 60
 -- 'e', after its visit: the connection holds its person in its room, in its set of their kind.
 local function enter_link(entry)
   local kind, member, score, room = entry.kind, entry.member, entry.score, entry.room
-  local field = place(kind, member)
+  local field = entry.place
   local links = links_prefix .. field
   local _, left_page = page_room_of(field, room)
   local set = room_set(room, kind)
@@ -42,7 +42,7 @@ end
 -- it is their page room.
 local function leave_link(entry)
   local kind, member, score, room = entry.kind, entry.member, entry.score, entry.room
-  local field = place(kind, member)
+  local field = entry.place
   if redis.call('ZREM', links_prefix .. field, room .. LINK .. entry.connection) == 0 then
     return -- never entered, or it and its key died long ago
   end

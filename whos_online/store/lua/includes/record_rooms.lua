@@ -18,6 +18,8 @@ end
 
 -- Between a connection's room and its id in a member of ``links:<person>``.
 local LINK = '\255'
+-- The rooms a person's connections hold when none was looked for (read, never written).
+local NONE_HELD = {}
 
 -- The rooms where the person of ``field`` holds a connection renewed within the window of
 -- ``score``, as a set: empty for whoever holds none (one read of a key that does not exist).
@@ -32,8 +34,8 @@ end
 
 -- Whether ``member`` still counts in ``room`` (in one of its sets of ``kinds``) at ``when``.
 local function counted_in(room, kinds, member, when)
-  for _, kind in ipairs(kinds) do
-    local seen = room_score(room_set(room, kind), member)
+  for k = 1, #kinds do
+    local seen = room_score(room_set(room, kinds[k]), member)
     if seen and seen > when - window then
       return true
     end
@@ -47,8 +49,8 @@ end
 local function mark_left(room, kinds, member, left, grace, holds)
   left = tonumber(left)
   local edge = left - window + grace
-  for _, kind in ipairs(kinds) do
-    local set = room_set(room, kind)
+  for k = 1, #kinds do
+    local set = room_set(room, kinds[k])
     local seen = room_score(set, member)
     if not holds and seen and seen > edge and seen <= left then
       redis.call('ZADD', set, 'XX', edge, member)
@@ -83,13 +85,12 @@ end
 -- Puts the visit's person in the room its mode says (out of theirs), in the room sets of
 -- ``kinds``; a room a connection of theirs holds they neither leave nor enter. Returns the room.
 local function place_in_room(entry, kinds)
-  local kind, member, score = entry.kind, entry.member, entry.score
-  local field = place(kind, member)
+  local kind, member, score, field = entry.kind, entry.member, entry.score, entry.place
   local was, left = room_in(hget(where, field))
   local room = room_wanted(entry, was, left, kinds)
   local leaving = was and not left and was ~= room
   local entering = room ~= '' and (was ~= room or left)
-  local held = (leaving or entering) and linked_rooms(field, score) or {}
+  local held = (leaving or entering) and linked_rooms(field, score) or NONE_HELD
   local leaves, enters = leaving and not held[was], entering and not held[room]
   if leaves or enters then
     changed('', leaves and was or '', enters and room or '')
@@ -100,8 +101,8 @@ local function place_in_room(entry, kinds)
         mark_left(was, kinds, member, score, -1, held[was]) -- out at once, marked as left
       end
     elseif not held[was] then
-      for _, set_kind in ipairs(kinds) do
-        redis.call('ZREM', room_set(was, set_kind), member)
+      for k = 1, #kinds do
+        redis.call('ZREM', room_set(was, kinds[k]), member)
       end
     end
   end
@@ -113,9 +114,9 @@ local function place_in_room(entry, kinds)
   end
   if room ~= '' then
     redis.call('ZADD', room_set(room, kind), score, member)
-    for _, set_kind in ipairs(kinds) do
-      if set_kind ~= kind then
-        redis.call('ZREM', room_set(room, set_kind), member)
+    for k = 1, #kinds do
+      if kinds[k] ~= kind then
+        redis.call('ZREM', room_set(room, kinds[k]), member)
       end
     end
   end

@@ -17,13 +17,13 @@
   declared keys.
 ]]
 
-local LEFT = '\255'
+local LEFT, LEFT_BYTE = '\255', 255
 
 local function room_in(value)
   if not value then
     return nil, false
   end
-  if string.sub(value, 1, 1) == LEFT then
+  if string.byte(value) == LEFT_BYTE then
     return string.sub(value, 2), true
   end
   return value, false
@@ -35,10 +35,11 @@ local function leave_room(where, room_prefix, field, member)
     return nil
   end
   local kind = string.match(field, '^[^:]+')
-  local sets = kind == 'u' and {'users', 'hidden'} or {kind}
-  for _, set in ipairs(sets) do
-    redis.call('ZREM', room_prefix .. room .. ':' .. set, member)
+  if kind == 'u' then
+    redis.call('ZREM', room_prefix .. room .. ':users', member)
+    kind = 'hidden'
   end
+  redis.call('ZREM', room_prefix .. room .. ':' .. kind, member)
   redis.call('HDEL', where, field)
   if left then
     return nil
