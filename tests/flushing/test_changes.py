@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 
 import whos_online
 from tests.support.helpers import GUEST_IP, client_of, configure, guest, single_redis
@@ -259,9 +260,12 @@ def test_a_message_names_every_room_changed_up_to_a_bound():
 def test_the_publish_waits_out_the_second_and_says_when(monkeypatch, settings):
     configure(settings, LIVE_UPDATES=True)
     sent: list[tuple[set[str], bool]] = []
-    monkeypatch.setattr(
-        changes, "publish", lambda config, rooms, *, site: sent.append((rooms, site))
-    )
+
+    def publish(config: object, rooms: set[str], *, site: bool) -> bool:
+        sent.append((rooms, site))
+        return True
+
+    monkeypatch.setattr(changes, "publish", publish)
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     pending = changes.Pending()
@@ -274,3 +278,52 @@ def test_the_publish_waits_out_the_second_and_says_when(monkeypatch, settings):
     assert pending.deliver(get_config(), None, at_once=True) is None
 
     assert sent == [({"a"}, True), ({"b"}, False)]
+
+
+def test_a_publish_that_was_not_sent_is_tried_again_with_what_changed_since(monkeypatch, settings):
+    """A timeout, or a breaker another call opened, need not have cut the streams' subscription:
+    dropped, the change would wait for their next refresh (``REFRESH_INTERVAL``)."""
+    configure(settings, LIVE_UPDATES=True)
+    sent: list[tuple[set[str], bool]] = []
+    answers = iter([False, True])
+
+    def publish(config: object, rooms: set[str], *, site: bool) -> bool:
+        sent.append((set(rooms), site))
+        return next(answers)
+
+    monkeypatch.setattr(changes, "publish", publish)
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    pending = changes.Pending()
+    pending._rooms, pending._site = {"a"}, True
+
+    assert pending.deliver(get_config(), None) == pytest.approx(changes.PUBLISH_EVERY)
+    assert pending.holds()
+    pending._rooms.add("b")
+    clock[0] += changes.PUBLISH_EVERY
+    assert pending.deliver(get_config(), None) is None
+
+    assert sent == [({"a"}, True), ({"a", "b"}, True)]
+    assert not pending.holds()
+
+
+def test_a_publish_that_timed_out_reaches_the_streams_once_redis_answers(
+    channel, settings, monkeypatch
+):
+    """The PUBLISH times out (its breaker opens for ``FAILURE_BACKOFF``) while the subscription
+    stays up: the message still comes, once the breaker lets it through."""
+    configure(settings, LIVE_UPDATES=True, FAILURE_BACKOFF=1)
+    publish = redis.Redis.publish
+    failures = [1]
+
+    def timing_out(client: redis.Redis, channel: str, message: str) -> Any:
+        if failures[0]:
+            failures[0] -= 1
+            raise redis.exceptions.TimeoutError("Timeout reading from socket")
+        return publish(client, channel, message)
+
+    monkeypatch.setattr(redis.Redis, "publish", timing_out)
+    whos_online.record_guest("198.51.100.1", room="topic:1")
+
+    assert channel(4.0) == [{"rooms": ["topic:1"], "site": True}]
+    assert failures == [0]

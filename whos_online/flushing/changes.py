@@ -173,8 +173,15 @@ class Pending:
                 return wait if later is None else min(wait, later)
             rooms, site = self._rooms, self._site
             self._rooms, self._site, self._published = set(), False, clock
-        publish(config, rooms, site=site)
-        return self._next(now)
+        later = self._next(now)
+        if publish(config, rooms, site=site) or at_once:
+            return later
+        # Not sent (Redis failed, or a breaker is open): the streams' subscription may not have
+        # failed with it, and would wait for their next refresh; tried again in a second.
+        with self._lock:
+            self._rooms |= rooms
+            self._site = self._site or site
+        return PUBLISH_EVERY if later is None else min(PUBLISH_EVERY, later)
 
     def _next(self, now: float) -> float | None:
         return max(min(self._later.values()) - now, 0.0) if self._later else None
@@ -208,8 +215,10 @@ def rooms_of(data: object) -> set[str] | None:
     return rooms
 
 
-def publish(config: Config, rooms: set[str], *, site: bool) -> None:
-    """One PUBLISH, behind the breaker: while Redis is down the message is dropped (the streams
-    say they are stale, and read everything again once they can)."""
+def publish(config: Config, rooms: set[str], *, site: bool) -> bool:
+    """One PUBLISH, behind the breaker; whether it was sent. ``Pending.deliver`` tries one that
+    was not again: a timeout, or a breaker opened by another call, says nothing to the streams'
+    own subscription, which may be up all along."""
     channel, body = changes_channel(config), message(rooms, site=site)
-    connection.call(None, lambda client, _config: client.publish(channel, body))
+    sent = connection.call(None, lambda client, _config: client.publish(channel, body))
+    return sent is not None
