@@ -327,3 +327,28 @@ def test_a_publish_that_timed_out_reaches_the_streams_once_redis_answers(
 
     assert channel(4.0) == [{"rooms": ["topic:1"], "site": True}]
     assert failures == [0]
+
+
+@pytest.mark.parametrize(
+    ("error", "done_with"),
+    [
+        (redis.exceptions.NoPermissionError("NOPERM no permissions to access a channel"), True),
+        (redis.exceptions.ResponseError("ERR unknown command 'PUBLISH'"), True),
+        (redis.exceptions.TimeoutError("Timeout reading from socket"), False),
+        (redis.exceptions.ConnectionError("Connection reset by peer"), False),
+    ],
+)
+def test_a_publish_refused_for_good_is_done_with_and_one_that_failed_is_not(
+    backend, settings, monkeypatch, error, done_with
+):
+    """An error reply would come at every try, and each would open the breaker anew: the
+    message is dropped (the failure logged as any other). A timeout or a lost connection is
+    tried again (``Pending.deliver``)."""
+    configure(settings, LIVE_UPDATES=True)
+
+    def failing(client: redis.Redis, channel: str, message: str) -> Any:
+        raise error
+
+    monkeypatch.setattr(redis.Redis, "publish", failing)
+
+    assert changes.publish(get_config(), {"a"}, site=False) is done_with

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Final
 
+import redis
+
 from whos_online.backend import connection
 from whos_online.backend.keyspace import USER_KINDS, changes_channel
 from whos_online.signals import came_online, entered_room, left_room
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
     from django.dispatch import Signal
 
+    from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
     from whos_online.store.record import Entry
     from whos_online.store.results import Reply
@@ -177,7 +180,8 @@ class Pending:
         if publish(config, rooms, site=site) or at_once:
             return later
         # Not sent (Redis failed, or a breaker is open): the streams' subscription may not have
-        # failed with it, and would wait for their next refresh; tried again in a second.
+        # failed with it, and would wait for their next refresh; tried again in a second (see
+        # ``publish``).
         with self._lock:
             self._rooms |= rooms
             self._site = self._site or site
@@ -216,9 +220,21 @@ def rooms_of(data: object) -> set[str] | None:
 
 
 def publish(config: Config, rooms: set[str], *, site: bool) -> bool:
-    """One PUBLISH, behind the breaker; whether it was sent. ``Pending.deliver`` tries one that
-    was not again: a timeout, or a breaker opened by another call, says nothing to the streams'
-    own subscription, which may be up all along."""
+    """One PUBLISH, behind the breaker; whether it is done with: sent, or refused for good.
+
+    ``Pending.deliver`` tries one that failed otherwise again: a timeout, a lost connection or a
+    breaker another call opened says nothing to the streams' own subscription, which may be up
+    all along. An error reply (a user without the channel's permission, a renamed command) would
+    come again, and each try would open the breaker anew: it is logged, as any failure, and the
+    message dropped."""
     channel, body = changes_channel(config), message(rooms, site=site)
-    sent = connection.call(None, lambda client, _config: client.publish(channel, body))
-    return sent is not None
+    refused: list[redis.exceptions.ResponseError] = []
+
+    def send(client: Client, _config: Config) -> int:
+        try:
+            return int(client.publish(channel, body))
+        except redis.exceptions.ResponseError as error:
+            refused.append(error)
+            raise
+
+    return connection.call(None, send) is not None or bool(refused)
