@@ -97,14 +97,15 @@ call_command("migrate", verbosity=0)
 User.objects.bulk_create([User(username="alice"), User(username="bob")])
 """
 ROUNDS = int(os.environ.get("WHOS_ONLINE_LIVE_ROUNDS", "3"))
-#: Records, on the page, each stream its script opens (``new``) and the events of its streams
-#: other than states (``stale``, ``end``, ``error``), before its script opens any.
+#: Records, on the page, each stream its script opens and the events of its streams other than
+#: states (``stale``, ``end``, ``error``), before its script opens any.
 STREAM_EVENTS = """(() => {
   const Original = window.EventSource;
   window.whosOnlineStreamEvents = [];
+  window.whosOnlineStreams = [];
   window.EventSource = function (url, options) {
     const source = new Original(url, options);
-    window.whosOnlineStreamEvents.push("new");
+    window.whosOnlineStreams.push(source);
     for (const name of ["stale", "end", "error"]) {
       source.addEventListener(name, () => window.whosOnlineStreamEvents.push(name));
     }
@@ -113,6 +114,8 @@ STREAM_EVENTS = """(() => {
   window.EventSource.prototype = Original.prototype;
   Object.assign(window.EventSource, { CONNECTING: 0, OPEN: 1, CLOSED: 2 });
 })();"""
+#: Whether every stream the page opened is closed (``EventSource.CLOSED``).
+STREAMS_CLOSED = "window.whosOnlineStreams.every((source) => source.readyState === 2)"
 #: The path of the presence view, which a room's page tells that its reader stays or leaves.
 PRESENCE = "/online/presence/"
 #: Records, on the page, each text the widget's list shows and when (the page's clock, which is
@@ -183,16 +186,12 @@ def until(page: Page, condition: Callable[[], bool]) -> None:
 
 
 def failures_taken_in(page: Page) -> None:
-    """Wait until the page has taken in the failure of every stream it opened, so that its next
-    try is timed from the page's clock as it stands. The browser answers a stream in real time
-    while the test moves the page's clock: a failure taken in late would start its back-off
-    from a later moment (on a busy machine, seconds of the page's clock later)."""
-
-    def taken_in() -> bool:
-        events: list[str] = page.evaluate("window.whosOnlineStreamEvents")
-        return events.count("new") == events.count("error")
-
-    until(page, taken_in)
+    """Wait until every stream the page opened is closed (failed, or closed by the page), so
+    that its next try is timed from the page's clock as it stands. The browser answers a stream
+    in real time while the test moves the page's clock: a failure taken in late would start its
+    back-off from a later moment (on a busy machine, seconds of the page's clock later). A
+    stream's failure closes it and runs the page's handler in one task, before this looks."""
+    until(page, lambda: page.evaluate(STREAMS_CLOSED) is True)
 
 
 def nearest_rank(values: list[float], percent: float) -> float:

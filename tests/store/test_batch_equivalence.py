@@ -11,6 +11,7 @@ writes visits in the order they were queued); several entries may share one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,9 @@ from whos_online.store.users import UserDetails
 if TYPE_CHECKING:
     import redis
 
-START = 1_000_000.0
+#: The batches' first moment: this session's, so that what expires (a user's display HASH, the
+#: day's HyperLogLog) is written to live, and compared.
+START = float(int(time.time()))
 USERS = ("1", "2")
 ANONYMOUS = (("guests", "g1"), ("guests", "g2"), ("bots", "b1"))
 #: Who a page's leaving word or a connection speaks for: by the set they are in.
