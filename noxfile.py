@@ -135,7 +135,8 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks (``python -m bench``); wrk comes from Debian's archive when missing.
+    """The benchmarks (``python -m bench``); wrk and lua5.1 come from Debian's archive when
+    missing.
 
     Arguments go to ``python -m bench``: ``scripts/dev.py bench capacity --repeats 3`` runs the
     capacity part alone, ``scripts/dev.py bench --quick`` every default part, small.
@@ -143,15 +144,20 @@ def bench(session: nox.Session) -> None:
     parts = list(itertools.takewhile(lambda word: not word.startswith("-"), session.posargs))
     wants_wrk = not parts or bool({"throughput", "streams_requests"} & set(parts))
     if wants_wrk and shutil.which("wrk") is None:
-        _install_wrk(session)
+        _install_debian(session, "wrk")
+    if "lua_replay" in parts and shutil.which("lua5.1") is None:
+        _install_debian(session, "lua5.1")
     install(session, "bench", "test")
     session.run("python", "-m", "bench", *session.posargs)
 
 
-def _install_wrk(session: nox.Session) -> None:
-    """wrk is a C program, not a Python package: take it from Debian's archive when allowed."""
+def _install_debian(session: nox.Session, program: str) -> None:
+    """wrk and lua5.1 are C programs, not Python packages: take them from Debian's archive when
+    allowed."""
     if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
-        session.error("bench needs wrk: install Debian's package (sudo apt-get install wrk)")
+        session.error(
+            f"bench needs {program}: install Debian's package (apt-get install {program})"
+        )
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     session.run("apt-get", "update", "-q", env=env, external=True)
-    session.run("apt-get", "install", "-y", "-q", "wrk", env=env, external=True)
+    session.run("apt-get", "install", "-y", "-q", program, env=env, external=True)

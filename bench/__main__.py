@@ -40,6 +40,7 @@ DEFAULT: Final = (
 ON_REQUEST: Final = (
     "batching",
     "capacity",
+    "lua_replay",
     "outages",
     "outage_queue",
     "restart_empty",
