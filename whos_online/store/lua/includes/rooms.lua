@@ -17,7 +17,8 @@
   declared keys.
 ]]
 
-local LEFT, LEFT_BYTE = '\255', 255
+local LEFT = '\255'
+local LEFT_BYTE = string.byte(LEFT)
 
 local function room_in(value)
   if not value then
