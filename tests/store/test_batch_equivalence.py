@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.helpers import text
+from tests.support.helpers import key_text, text
 from whos_online.backend.keyspace import member_shard
 from whos_online.config.settings import get_config
 from whos_online.store import record, scripts
@@ -132,24 +132,13 @@ def write(r: redis.Redis, entries: list[record.Entry], now: float) -> tuple[str,
 
 
 def stored(r: redis.Redis) -> dict[str, str]:
-    """Each key's contents (``keyspace_text``), but the sampled counts and the peak's: a batch
-    samples them once, at its end, where one call per entry samples them at each."""
+    """Each key's contents (``key_text``), but the sampled counts and the peak's: a batch samples
+    them once, at its end, where one call per entry samples them at each."""
     return {
-        key: keyspace_text_of(r, key)
+        key: key_text(r, key)
         for key in map(text, r.scan_iter())
         if ":counter" not in key and ":peak" not in key
     }
-
-
-def keyspace_text_of(r: redis.Redis, key: str) -> str:
-    kind = text(r.type(key))
-    if kind == "zset":
-        return repr(sorted(r.zrange(key, 0, -1, withscores=True)))
-    if kind == "hash":
-        return repr(sorted(r.hgetall(key).items()))
-    if kind == "set":
-        return repr(sorted(r.smembers(key)))
-    return repr(r.get(key))
 
 
 @settings(

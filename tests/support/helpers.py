@@ -144,26 +144,30 @@ def keyspace_text(r: redis.Redis) -> str:
     Latin-1 decodes any bytes, and an ASCII text such as an address shows up in it exactly where
     it was stored.
     """
-    parts: list[str] = []
-    for raw_key in r.scan_iter():
-        parts.append(latin1(raw_key))
-        kind = text(r.type(raw_key))
-        if kind == "string":
-            # Byte for byte, so that a HyperLogLog's registers are searched too.
-            parts.append(latin1(r.get(raw_key) or b""))
-        elif kind == "hash":
-            for field, value in r.hgetall(raw_key).items():
-                parts += [latin1(field), latin1(value)]
-        elif kind == "zset":
-            pairs: Any = r.zrange(raw_key, 0, -1, withscores=True)
-            for member, score in pairs:
-                parts += [latin1(member), repr(score)]
-        elif kind == "set":
-            parts += [latin1(member) for member in r.smembers(raw_key)]
-        elif kind == "list":
-            parts += [latin1(item) for item in r.lrange(raw_key, 0, -1)]
-        else:
-            raise AssertionError(f"unexpected type {kind} of {raw_key!r}")
+    return "\n".join(key_text(r, raw_key) for raw_key in r.scan_iter())
+
+
+def key_text(r: redis.Redis, raw_key: bytes | str) -> str:
+    """One key of ``keyspace_text``: its name, then what it holds, in an order that depends on
+    its contents alone (a HASH's fields and a set's members sorted; a sorted set's by score)."""
+    parts = [latin1(raw_key)]
+    kind = text(r.type(raw_key))
+    if kind == "string":
+        # Byte for byte, so that a HyperLogLog's registers are searched too.
+        parts.append(latin1(r.get(raw_key) or b""))
+    elif kind == "hash":
+        for field, value in sorted(r.hgetall(raw_key).items()):
+            parts += [latin1(field), latin1(value)]
+    elif kind == "zset":
+        pairs: Any = r.zrange(raw_key, 0, -1, withscores=True)
+        for member, score in pairs:
+            parts += [latin1(member), repr(score)]
+    elif kind == "set":
+        parts += [latin1(member) for member in sorted(r.smembers(raw_key))]
+    elif kind == "list":
+        parts += [latin1(item) for item in r.lrange(raw_key, 0, -1)]
+    else:
+        raise AssertionError(f"unexpected type {kind} of {raw_key!r}")
     return "\n".join(parts)
 
 
