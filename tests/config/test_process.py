@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.support.processes import in_a_fork
 from whos_online.config import process
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -98,18 +101,20 @@ def test_a_reset_drops_every_piece_each_before_those_it_uses():
         process._pieces.remove(upper)
 
 
-def test_a_forked_process_makes_its_own_pieces(monkeypatch):
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_process_makes_its_own_pieces():
     made: list[object] = []
     piece = process.PerProcess(object, started=made.append)
     process.reset_home()  # the fork below leaves the parent's home behind: nothing in it
     try:
         ours = piece.get()
-        monkeypatch.setattr(os, "getpid", lambda: -1)
 
-        theirs = piece.get()
+        def child() -> str:
+            theirs = piece.get()
+            return f"{theirs is not ours} {made == [ours, theirs]} {piece.get() is theirs}"
 
-        assert theirs is not ours
-        assert made == [ours, theirs]
+        assert in_a_fork(child) == ("True True True", 0)
+        assert piece.get() is ours  # the parent keeps its own
         process.reset_home()
     finally:
         process._pieces.remove(piece)
