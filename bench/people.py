@@ -97,15 +97,20 @@ def visit_of(person: Person, now: float, turn: int) -> whos.Visit:
     return whos.visits.user_visit(details, now, room=room)
 
 
+def times(count: int) -> list[float]:
+    """When ``count`` visits a flush writes now were made: over the last ``FLUSH_INTERVAL``, in
+    order (to the millisecond, as Redis keeps them, the newest names are not all a tie). Every
+    phase that writes visits, the floor's included, writes them at these times, so that each
+    phase's scores land among the previous calls' as a flush's do, not all past them."""
+    now, interval = time.time(), whos.DEFAULTS["FLUSH_INTERVAL"]
+    step = interval / max(count, 1)
+    return [now - step * (count - 1 - i) for i in range(count)]
+
+
 def record(client: Client, config: whos.Config, who: Sequence[Person], turn: int) -> int:
     """Record ``who`` at once, as a flush does (a call per shard, in one round trip where the
-    client allows), made over the last ``FLUSH_INTERVAL`` (to the millisecond, as Redis keeps
-    them, the newest names are not all a tie); the calls made."""
-    now, interval = time.time(), whos.DEFAULTS["FLUSH_INTERVAL"]
-    step = interval / max(len(who), 1)
-    visits = [
-        visit_of(person, now - step * (len(who) - 1 - i), turn) for i, person in enumerate(who)
-    ]
+    client allows), made at ``times``; the calls made."""
+    visits = [visit_of(person, at, turn) for person, at in zip(who, times(len(who)), strict=True)]
     return len(whos.record.record(client, config, visits))
 
 
