@@ -3,7 +3,8 @@ and what ``FLUSH_INTERVAL`` makes of a process's visits.
 
 Batches: on a Redis of ``people`` online (``bench.people``), the same visits written in calls of
 1 to 100, the kinds of room apart, the floor (a visit's ZSCORE and ZADD, a share of one PFADD), the
-naive middleware's ZADD and snapshot reads, in turns: Lua µs and redis-server CPU per visit.
+same data written by the leanest Lua (``bench.bound``), the naive middleware's ZADD and snapshot
+reads, in turns: Lua µs and redis-server CPU per visit.
 Flushes: the process's own queue and flusher take visits arriving at random at 50, 200 and 1 000
 a second with each ``FLUSH_INTERVAL``: visits per call, cost per visit, delay until written. That
 server idles between flushes (cold caches): the cells' ratios carry over, not their µs.
@@ -23,7 +24,7 @@ from unittest import mock
 
 from django.test import override_settings
 
-from bench import capacity
+from bench import bound, capacity
 from bench import internals as whos
 from bench import people as crowd
 from bench.harness import servers
@@ -79,7 +80,6 @@ end
 redis.call('PFADD', KEYS[3], unpack(visitors))
 """,
 }
-
 
 #: The floor as measured until 2026-11-27: every visit of a call at the one time it is sent, so
 #: that each call's scores land past all others, where the record script's visits carry times
@@ -138,6 +138,11 @@ class Batches:
         for kind, label in ROOM_KINDS.items():
             alike = [person for person in self.who if person.rooms == kind]
             found[f"{AT} per call, visits {label} only"] = functools.partial(self.batch, alike, AT)
+        in_no_room = [person for person in self.who if not person.rooms]
+        for label, whole in bound.PHASES.items():
+            found[f"{label}, {AT} per call"] = functools.partial(
+                self.bound, self.who if whole else in_no_room
+            )
         for name, source in FLOORS.items():
             found[
                 f"the floor, {AT} per call: ZSCORE and ZADD per visit and one PFADD per call "
@@ -167,6 +172,10 @@ class Batches:
     def against(self) -> Pair:
         with mock.patch.object(whos.lua, "RECORD", self.other):
             return self.batch(list(self.who), AT)
+
+    def bound(self, who: Sequence[crowd.Person]) -> Pair:
+        self.turn += 1
+        return bound.phase(self.node, self.config, who, at=AT, turn=self.turn)
 
     def floor(self, source: str, *, one_time: bool = False) -> Pair:
         """The floor's script writing the visits at ``crowd.times``, or with ``one_time`` all of
@@ -406,6 +415,10 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
         return ratios([pair[1] for pair in found[label]], [pair[1] for pair in base]).show(ratio)
 
     over_floor = ratios([pair[1] for pair in found[f"{AT} per call"]], [pair[1] for pair in floor])
+    bounds = [
+        f"{over(f'{label}, {AT} per call')} × {'the mix' if whole else 'in no room'}"
+        for label, whole in bound.PHASES.items()
+    ]
     at = people_at(found[f"{AT} per call"], read, 1)
     return [
         Target(
@@ -413,8 +426,9 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
             "(a command per visit) in the same repetition",
             f"{over_floor.show(ratio)} ×; "
             + "; ".join(f"{n} per call: {s.show(one)} µs" for n, s in cpu.items())
-            + f"; the floors at {AT} per call: {', '.join(floors)} µs; against the floor as "
-            f"measured until 2026-11-27 (a call's visits at one time, "
+            + f"; the floors at {AT} per call: {', '.join(floors)} µs; the same data by the "
+            f"leanest Lua (`bench.bound`): {', '.join(bounds)}; against the floor as measured "
+            f"until 2026-11-27 (a call's visits at one time, "
             f"{column(found[ONE_TIME_FLOOR], 1).show(one)} µs): "
             f"{over(f'{AT} per call', found[ONE_TIME_FLOOR])} ×",
             over_floor.median <= MOST_FLOORS,
