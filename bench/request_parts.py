@@ -4,7 +4,8 @@ The middlewares run in this process around a view that answers at once, so that 
 work counts: the naive ZADD middleware, whos_online's for a browser whose throttle cookie spares
 the write, and whos_online's for a new IPv4 guest each time (the visit queued; the flusher's
 thread, which writes it later, is not counted here: ``process_cpu`` counts it). Then each step of
-the throttled request alone, on fresh requests, so that the table says what each buys.
+the recorded request and of the throttled one alone, on fresh requests taken through the steps
+before it, so that the table says what each buys.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
 from unittest import mock
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 RECORDED_VS_NAIVE: Final = 0.5
 THROTTLED_VS_NAIVE: Final = 0.065
 #: The view's answer, one for every request timed, so that making it costs the timing nothing.
-PAGE: Final = HttpResponse("", content_type="text/html; charset=utf-8")
+PAGE_TYPE: Final = "text/html; charset=utf-8"
+PAGE: Final = HttpResponse("", content_type=PAGE_TYPE)
 WHOLE: Final = "the whole throttled request (`WhosOnlineMiddleware`)"
 RECORDED: Final = "the whole recorded request, a new guest (its visit queued)"
 
@@ -96,6 +98,29 @@ class Browsers:
         self.fresh += count
         return [self._request(address(self.fresh + n, "100.64"), "") for n in range(count)]
 
+    def new_prepared(self, stage: str, config: Any) -> list[NewGuest]:
+        """New guests' requests taken through the recorded request's steps up to ``stage``
+        ("request", "before", "after", "visitor" or "recorded"), before the clock starts."""
+        now, made = time.time(), []
+        for request in self.new_guests():
+            guest = NewGuest(request, whos.state_of(request), now)
+            if stage != "request":
+                whos.requests.before_view(request, config, now)
+            if stage in {"after", "visitor", "recorded"}:
+                placement = whos.requests.after_view(
+                    guest.state, PAGE, config, now, whos.requests.Decision.RECORD
+                )
+                assert placement is not None
+                guest.placement = placement
+            if stage in {"visitor", "recorded"}:
+                guest.state.visitor(config, now)
+            if stage == "recorded":
+                guest.recorded = whos.requests.record_request(
+                    guest.state, config, now, guest.placement
+                )
+            made.append(guest)
+        return made
+
     def _request(self, at: str, cookie: str) -> HttpRequest:
         request = RequestFactory().get(
             "/", HTTP_ACCEPT="text/html", HTTP_X_FORWARDED_FOR=at, HTTP_USER_AGENT=BROWSER
@@ -105,6 +130,59 @@ class Browsers:
         request.user = AnonymousUser()
         request.resolver_match = self.match
         return request
+
+
+@dataclass
+class NewGuest:
+    """A new guest's request, and what the recorded request's steps before the one timed made
+    of it."""
+
+    request: HttpRequest
+    state: whos.RequestState
+    now: float
+    placement: whos.Placement = whos.STAYS_PUT
+    recorded: whos.requests.Recorded | None = None
+    #: The view's answer, one per request: the cookie is set on it.
+    response: HttpResponse = field(default_factory=lambda: HttpResponse("", content_type=PAGE_TYPE))
+
+
+def recorded_steps(config: Any) -> dict[str, tuple[str, Callable[[NewGuest], object]]]:
+    """The recorded request's steps for a new guest, each on its own, in the order the
+    middleware takes them, by name: (the stage it is given, what it does)."""
+
+    def record(guest: NewGuest) -> object:
+        return whos.requests.record_request(guest.state, config, guest.now, guest.placement)
+
+    def queue(guest: NewGuest) -> object:
+        visitor = guest.state.visitor(config, guest.now)
+        assert visitor is not None
+        visit = whos.visits.visit_of(visitor, config, guest.now, guest.placement, "")
+        whos.visits.queue(config, visit, visitor.shard, room_tag="")
+        return whos.flusher.after_recording(config)
+
+    def cookie(guest: NewGuest) -> None:
+        assert guest.recorded is not None
+        whos.requests.hand_out_cookie(guest.state, guest.response, config, guest.recorded)
+
+    return {
+        "before the view, no cookie (`requests.before_view`)": (
+            "request",
+            lambda g: whos.requests.before_view(g.request, config, g.now),
+        ),
+        "after the view: a page view, its room, its page hit counted": (
+            "before",
+            lambda g: whos.requests.after_view(
+                g.state, PAGE, config, g.now, whos.requests.Decision.RECORD
+            ),
+        ),
+        "who they are: the bot check, the keyed pseudonym, the day's id": (
+            "after",
+            lambda g: g.state.visitor(config, g.now),
+        ),
+        "recording them (`requests.record_request`)": ("visitor", record),
+        "of which the visit made and queued, the flusher told": ("visitor", queue),
+        "the throttle cookie made and set on the response": ("recorded", cookie),
+    }
 
 
 #: A step: what it is given of each request (the request; its state, made; that state with its
@@ -157,7 +235,7 @@ def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
     }
 
 
-def timed(make: Callable[[], list[HttpRequest]], step: Callable[[HttpRequest], object]) -> float:
+def timed(make: Callable[[], list[Any]], step: Callable[[Any], object]) -> float:
     """This thread's CPU per request for ``step``, on requests made before the clock starts."""
     batch = make()
     started = time.thread_time()
@@ -170,9 +248,13 @@ def measure(options: Options) -> dict[str, list[float]]:
     browsers, config = Browsers(options.requests), whos.get_config()
     naive = NaiveZaddMiddleware(lambda _: PAGE)
     ours = WhosOnlineMiddleware(lambda _: PAGE)
-    cells: dict[str, tuple[Callable[[], list[HttpRequest]], Callable[[HttpRequest], object]]] = {
+    cells: dict[str, tuple[Callable[[], list[Any]], Callable[[Any], object]]] = {
         "naive": (browsers.requests, naive),
         RECORDED: (browsers.new_guests, ours),
+        **{
+            name: (functools.partial(browsers.new_prepared, stage, config), step)
+            for name, (stage, step) in recorded_steps(config).items()
+        },
         **{
             name: (functools.partial(browsers.prepared, given, config), step)
             for name, (given, step) in steps(config, browsers.requests()[0]).items()
