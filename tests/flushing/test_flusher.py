@@ -698,6 +698,24 @@ def test_the_memory_of_recent_clients_forgets_what_redis_lost(r, settings):
     assert members(r, "guests") == [guest("192.0.2.1")]
 
 
+def test_the_memory_s_generation_changes_with_a_failed_call_or_a_changed_epoch(settings, backend):
+    """What the memory of recent visitors vouches for lasts while nothing stored may have been
+    lost: a known epoch that changes, or a call that fails, starts a new generation; an epoch
+    learned for the first time, or learned again, does not."""
+    tag = keyspace.layout(get_config())[0].tag
+    start = epochs.generation()
+    epochs.current().learn(tag, "now")
+    epochs.current().learn(tag, "now")
+    assert epochs.generation() == start
+
+    epochs.current().learn(tag, "later")
+    changed = epochs.generation()
+    assert changed != start
+
+    connection.breaker().failed("elsewhere", redis.exceptions.ConnectionError("down"), 0.01)
+    assert epochs.generation() != changed
+
+
 def test_a_cookie_from_another_epoch_is_not_counted_as_the_viewer(settings, backend):
     epochs.current().learn(keyspace.layout(get_config())[0].tag, "now")
     assert epochs.current().gone("then", get_config()) is True

@@ -24,6 +24,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from whos_online.backend.clients import REDIS_ERRORS, Client, request_client
 from whos_online.backend.sentinels import FollowingSentinel
+from whos_online.config import process
 from whos_online.config.process import PerProcess
 from whos_online.config.settings import Config, get_config
 
@@ -215,15 +216,9 @@ class CircuitBreaker:
         #: When (monotonic) a target timed out while up, and how long that strike stands.
         self._strikes: dict[str, tuple[float, float]] = {}
         self._generations: dict[str, int] = {}
-        self._failures = 0
 
     def generation(self, target: str) -> int:
         return self._generations.get(target, 0)
-
-    @property
-    def failures(self) -> int:
-        """How many calls failed so far, to any target: what a write succeeded "after"."""
-        return self._failures
 
     def is_down(self, target: str) -> bool:
         """Whether the last call to ``target`` that says anything failed: from a failure until
@@ -243,7 +238,7 @@ class CircuitBreaker:
         now = time.monotonic()
         with self._lock:
             self._generations[target] = self._generations.get(target, 0) + 1
-            self._failures += 1
+            process.note_loss()
             if timed_out(error) and not self._struck(target, now):
                 stands = backoff if window is None else window
                 self._strikes[target] = (now, max(stands, MIN_STRIKE_WINDOW))
@@ -284,7 +279,6 @@ class CircuitBreaker:
             self._down.clear()
             self._strikes.clear()
             self._generations.clear()
-            self._failures = 0
 
 
 _breaker: Final = PerProcess(CircuitBreaker)
@@ -357,9 +351,3 @@ class Attempt:
         self.breaker.succeeded(self.target, self.generation)
         if self.writes:
             self.refusals.succeeded(self.target, self.refused)
-
-
-def failures() -> int:
-    """How many calls have failed in this process, or been refused: a visit stored before the
-    latest one may have been lost since (see ``throttle.RecentVisitors``)."""
-    return breaker().failures + refusals().failures

@@ -131,6 +131,24 @@ def per_settings(read: Callable[[], T]) -> Callable[[], T]:
     return kept
 
 
+#: Bumped whenever what this process stored may have been lost: a call to Redis failed or was
+#: refused, or a shard's epoch changed (``store.epochs.generation``). One number, read on every
+#: recorded request without a look-up of the process's state; a forked child starts from its
+#: parent's, which only its own memory of recent visitors, made empty, is compared with.
+_losses = 0
+
+
+def note_loss() -> None:
+    """What this process stored may have been lost (see ``losses``)."""
+    global _losses  # noqa: PLW0603 - one number per process
+    _losses += 1
+
+
+def losses() -> int:
+    """A number that changes whenever what this process stored may have been lost."""
+    return _losses
+
+
 def reset_home() -> None:
     """Drop this process's state (settings changed, which tests do): every piece, each before
     those it uses (the flushing thread is stopped before the clients it writes with are closed),

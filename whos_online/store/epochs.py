@@ -12,7 +12,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from whos_online.backend import connection, keyspace
+from whos_online.backend import keyspace
+from whos_online.config import process
 from whos_online.config.process import PerProcess
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class Epochs:
             self._known = {**self._known, tag: epoch}
             if previous is not None and previous != epoch:
                 self.changes += 1
+                process.note_loss()
 
     def learn_all(self, epochs: Mapping[str, str]) -> None:
         for tag, epoch in epochs.items():
@@ -122,9 +124,9 @@ def current() -> Epochs:
 
 def generation() -> int:
     """A number that changes whenever what this process stored may have been lost: a Redis call
-    failed, or a shard's epoch changed. The memory of recent visitors holds entries of the
-    current generation only (``throttle.RecentVisitors``)."""
-    return connection.failures() + current().changes
+    failed, or a shard's epoch changed (``config.process.losses``). The memory of recent
+    visitors holds entries of the current generation only (``throttle.RecentVisitors``)."""
+    return process.losses()
 
 
 def lost_since(found: Iterable[Mapping[str, str]], known: dict[str, str]) -> bool:
