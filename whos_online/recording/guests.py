@@ -20,6 +20,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from whos_online.backend.keyspace import utc_day
 from whos_online.config import process
+from whos_online.config.settings import secret_key
 
 if TYPE_CHECKING:
     import re
@@ -231,7 +232,7 @@ def guest_id(ip: str, config: Config, now: float) -> str:
     address = guest_network(ip, config.guest_ipv6_prefix)
     if config.guest_identity == "ip":
         return address
-    return _pseudonym(address, _day_key(settings.SECRET_KEY, utc_day(now)))
+    return _pseudonym(address, _day_key(secret_key(), utc_day(now)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -261,7 +262,7 @@ def daily_id(member: str, now: float) -> str:
     """What the day's unique-visitor HyperLogLog receives: always a keyed hash, whatever
     ``GUEST_IDENTITY`` says, so that nobody without ``SECRET_KEY`` can test whether a given user
     or address is among a day's visitors."""
-    return _pseudonym(member, _day_key(settings.SECRET_KEY, utc_day(now)))
+    return _pseudonym(member, _day_key(secret_key(), utc_day(now)))
 
 
 def is_bot(request: HttpRequest, config: Config) -> bool:

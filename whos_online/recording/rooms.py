@@ -13,10 +13,8 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Final
 
-from django.conf import settings
-
 from whos_online.config.process import PerProcess
-from whos_online.config.settings import get_config
+from whos_online.config.settings import get_config, secret_key
 from whos_online.recording.state import state_of
 from whos_online.store.items import STAY, Placement
 
@@ -146,7 +144,7 @@ def room_tag(room: str) -> str:
     """What the throttle cookie carries of ``room``: 8 characters of a keyed hash ("" for no
     room). Two rooms that share a tag (one pair in 2^48) would let a move between them wait for
     the cookie to expire, which is the cost of a cookie that grows by 9 characters only."""
-    return _tag(room, settings.SECRET_KEY) if room else ""
+    return _tag(room, secret_key()) if room else ""
 
 
 @functools.lru_cache(maxsize=4096)
