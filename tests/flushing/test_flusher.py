@@ -32,6 +32,7 @@ from whos_online.flushing import batches, stopping
 from whos_online.flushing import flusher as flushing
 from whos_online.flushing import queue as flush_jobs
 from whos_online.flushing.queue import FlushJobs, Job, RoomLeave, VisitQueue
+from whos_online.live import subscription
 from whos_online.middleware import WhosOnlineMiddleware
 from whos_online.recording import throttle
 from whos_online.recording import visits as recording
@@ -698,10 +699,10 @@ def test_the_memory_of_recent_clients_forgets_what_redis_lost(r, settings):
     assert members(r, "guests") == [guest("192.0.2.1")]
 
 
-def test_the_memory_s_generation_changes_with_a_failed_call_or_a_changed_epoch(settings, backend):
+def test_the_memory_s_generation_changes_with_a_changed_epoch(settings, backend):
     """What the memory of recent visitors vouches for lasts while nothing stored may have been
-    lost: a known epoch that changes, or a call that fails, starts a new generation; an epoch
-    learned for the first time, or learned again, does not."""
+    lost: a known epoch that changes starts a new generation; an epoch learned for the first
+    time, or learned again, does not."""
     tag = keyspace.layout(get_config())[0].tag
     start = epochs.generation()
     epochs.current().learn(tag, "now")
@@ -709,11 +710,28 @@ def test_the_memory_s_generation_changes_with_a_failed_call_or_a_changed_epoch(s
     assert epochs.generation() == start
 
     epochs.current().learn(tag, "later")
-    changed = epochs.generation()
-    assert changed != start
+    assert epochs.generation() != start
 
-    connection.breaker().failed("elsewhere", redis.exceptions.ConnectionError("down"), 0.01)
-    assert epochs.generation() != changed
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.exceptions.ConnectionError("down"),
+        redis.exceptions.TimeoutError("Timeout reading from socket"),  # strikes, opens nothing
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+    ],
+    ids=["lost", "timed-out", "refused"],
+)
+def test_the_memory_s_generation_changes_with_a_failed_call(settings, backend, error):
+    """A call of the request path or the flusher that failed, timed out once, or was refused
+    may have lost what it wrote: a new generation. The live streams' subscription failing is no
+    such sign: it writes nothing."""
+    start = epochs.generation()
+    subscription.breaker().failed(get_config().redis_target, error, 0.01)
+    assert epochs.generation() == start
+
+    connection.Attempt(get_config(), None, writes=True).failed(error)
+    assert epochs.generation() != start
 
 
 def test_a_cookie_from_another_epoch_is_not_counted_as_the_viewer(settings, backend):

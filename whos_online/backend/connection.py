@@ -238,7 +238,6 @@ class CircuitBreaker:
         now = time.monotonic()
         with self._lock:
             self._generations[target] = self._generations.get(target, 0) + 1
-            process.note_loss()
             if timed_out(error) and not self._struck(target, now):
                 stands = backoff if window is None else window
                 self._strikes[target] = (now, max(stands, MIN_STRIKE_WINDOW))
@@ -341,6 +340,9 @@ class Attempt:
         self.refused = self.refusals.generation(self.target)
 
     def failed(self, error: BaseException) -> None:
+        # A write that failed, or was refused, may not be stored: what the process's memory of
+        # recent visitors vouches for is so no longer (``store.epochs.generation``).
+        process.note_loss()
         if refuses_writes(error):
             self.refusals.failed(self.target, error, self.backoff)
             self.breaker.succeeded(self.target, self.generation)  # it answered
