@@ -1,19 +1,22 @@
 """How near the record script's data could come to the floor: the same visits, their data
 written as the record script writes it, by the leanest Lua this bench could write.
 
-``bench batching`` runs these beside the floor and the record script. The lean script writes
-what a visit of the batches' mix needs of the record script's data, in the record script's keys:
-the online sets (a ZMSCORE per set, one ``ZADD GT`` per set), a user's display HASH, who is in
-which room (one HMGET, one HSET), the room sets (a ZADD in the room, a ZREM in the room left,
-and for a user the hidden room set cleared), the connections read on a move, the users' gone
-marks (one MGET), the rooms' index and the day's visitors. It takes seven arguments a visit and
-reads each into locals once, without the record script's layers.
+``bench batching`` runs these beside the floor and the record script. The lean script sends the
+commands the record script sends for a visit of the batches' mix, in the record script's keys:
+the online sets (a ZMSCORE per set, one ZADD per set), a user's display HASH, who is in which
+room (one HMGET, one HSET), the room sets (a ZADD in the room and, for a user, the hidden set of
+the room cleared; a ZREM in each set of the room left), the connections read on entering a room,
+the users' gone marks (one MGET), the rooms' index, the day's visitors, the epoch and the
+layouts. Like the record script, it writes nothing for a visit older than the one stored. It
+takes seven arguments a visit and reads each into locals once, without the record script's
+layers.
 
 What it leaves out costs the record script Lua rather than commands: reads of what the same
-call wrote (a person twice in one call), room modes other than a page view, a former identity,
-logouts, connections, titles, the room changes it reports, the epoch, the layouts and the
-counters. It is a bound to measure against, not a script to record with: what stays between it
-and the floor is what the data itself costs (without rooms, what the rooms cost).
+call wrote (a person twice in one call), room modes other than a page view, a reader leaving a
+room (it refuses such a visit: the mix has none), a former identity, logouts, connections,
+titles, the room changes it reports, and the counts sampled once a second. It is a bound to
+measure against, not a script to record with: what stays between it and the floor is what the
+data costs, and between the record script and it, mostly the record script's Lua.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ if TYPE_CHECKING:
     from bench.harness import servers
     from bench.people import Pair
 
-#: KEYS: the users, hidden, guests sets, who is where, the rooms' index, a HyperLogLog. ARGV:
+#: KEYS: the users, hidden, guests sets, who is where, the rooms' index, a HyperLogLog, the
+#: epoch, the layouts. ARGV:
 #: when the window began, the prefixes of the display HASHes, the rooms, the gone marks and the
 #: connections, then
 #: per visit its kind ('u' or 'g'), member, score, daily id, room, name and URL.
@@ -61,42 +65,45 @@ local user_scores, guest_scores, arrived, moved, index = {}, {}, {}, {}, {}
 local u, g = 0, 0
 for e = 1, count do
   local i = first + width * (e - 1)
-  local member, score, room = A[i + 1], A[i + 2], A[i + 4]
-  local before, scores, kind
+  local member, score, room, was = A[i + 1], A[i + 2], A[i + 4], where[e]
+  local before, scores, kinds
   if A[i] == 'u' then
     u = u + 1
-    before, scores, kind = shown[u] or hidden[u], user_scores, 'users'
-    rcall('HSET', users_at .. member, 'name', A[i + 5], 'url', A[i + 6], 'seen', score)
+    before, scores, kinds = shown[u] or hidden[u], user_scores, {'users', 'hidden'}
   else
     g = g + 1
-    before, scores, kind = anonymous[g], guest_scores, 'guests'
+    before, scores, kinds = anonymous[g], guest_scores, {'guests'}
+  end
+  if (was and string.byte(was) == 255) or (was and room == '') then
+    return redis.error_reply('the bound writes the batches mix, where nobody leaves a room')
   end
   before = before and tonumber(before)
   arrived[e] = (not before or before < since) and '1' or '0'
-  scores[#scores + 1], scores[#scores + 2] = score, member
-  local was = where[e]
-  if was ~= room and (room ~= '' or was) then
-    rcall('ZRANGEBYSCORE', links_at .. fields[e], since, '+inf')
-  end
-  if room ~= '' then
-    rcall('ZADD', rooms_at .. room .. ':' .. kind, score, member)
-    if kind == 'users' then
-      rcall('ZREM', rooms_at .. room .. ':hidden', member)
+  if not before or before <= tonumber(score) then
+    scores[#scores + 1], scores[#scores + 2] = score, member
+    if A[i] == 'u' then
+      rcall('HSET', users_at .. member, 'name', A[i + 5], 'url', A[i + 6], 'seen', score)
     end
-    if was ~= room then
-      if was then
-        rcall('ZREM', rooms_at .. was .. ':' .. kind, member)
+    if room ~= '' then
+      if was ~= room then
+        rcall('ZRANGEBYSCORE', links_at .. fields[e], since, '+inf')
+        if was then
+          for k = 1, #kinds do
+            rcall('ZREM', rooms_at .. was .. ':' .. kinds[k], member)
+          end
+        end
+        moved[#moved + 1], moved[#moved + 2] = fields[e], room
       end
-      moved[#moved + 1], moved[#moved + 2] = fields[e], room
+      rcall('ZADD', rooms_at .. room .. ':' .. kinds[1], score, member)
+      if kinds[2] then
+        rcall('ZREM', rooms_at .. room .. ':' .. kinds[2], member)
+      end
+      index[room] = score
     end
-    index[room] = score
-  elseif was then
-    rcall('ZREM', rooms_at .. was .. ':' .. kind, member)
-    moved[#moved + 1], moved[#moved + 2] = fields[e], '\255' .. was
   end
 end
-if #user_scores > 0 then rcall('ZADD', KEYS[1], 'GT', unpack(user_scores)) end
-if #guest_scores > 0 then rcall('ZADD', KEYS[3], 'GT', unpack(guest_scores)) end
+if #user_scores > 0 then rcall('ZADD', KEYS[1], unpack(user_scores)) end
+if #guest_scores > 0 then rcall('ZADD', KEYS[3], unpack(guest_scores)) end
 if #moved > 0 then rcall('HSET', KEYS[4], unpack(moved)) end
 local scored = {}
 for room, score in pairs(index) do
@@ -104,6 +111,8 @@ for room, score in pairs(index) do
 end
 if #scored > 0 then rcall('ZADD', KEYS[5], unpack(scored)) end
 rcall('PFADD', KEYS[6], unpack(visitors))
+rcall('GET', KEYS[7])
+rcall('SCARD', KEYS[8])
 return table.concat(arrived)
 """
 
@@ -132,6 +141,8 @@ def phase(
         shard.key(whos.keyspace.ROOMS_WHERE),
         shard.key(whos.keyspace.ROOMS_INDEX),
         shard.key("visitors:bound"),
+        whos.keyspace.epoch_key(shard),
+        whos.keyspace.layouts_key(config),
     ]
     prefixes = [
         shard.key(name)
