@@ -103,7 +103,7 @@ class Browsers:
         ("request", "before", "after", "visitor" or "recorded"), before the clock starts."""
         now, made = time.time(), []
         for request in self.new_guests():
-            guest = NewGuest(request, whos.state_of(request), now)
+            guest = NewGuest(request, now)
             if stage != "request":
                 whos.requests.before_view(request, config, now)
             if stage in {"after", "visitor", "recorded"}:
@@ -138,12 +138,17 @@ class NewGuest:
     of it."""
 
     request: HttpRequest
-    state: whos.RequestState
     now: float
     placement: whos.Placement = whos.STAYS_PUT
     recorded: whos.requests.Recorded | None = None
     #: The view's answer, one per request: the cookie is set on it.
     response: HttpResponse = field(default_factory=lambda: HttpResponse("", content_type=PAGE_TYPE))
+
+    @property
+    def state(self) -> whos.RequestState:
+        """The request's state, made by ``before_view`` (not before it, for the step that
+        times it)."""
+        return whos.state_of(self.request)
 
 
 def recorded_steps(config: Any) -> dict[str, tuple[str, Callable[[NewGuest], object]]]:
@@ -175,7 +180,7 @@ def recorded_steps(config: Any) -> dict[str, tuple[str, Callable[[NewGuest], obj
                 g.state, PAGE, config, g.now, whos.requests.Decision.RECORD
             ),
         ),
-        "who they are: the bot check, the keyed pseudonym, the day's id": (
+        "who they are: the bot check, the keyed pseudonym, their shard": (
             "after",
             lambda g: g.state.visitor(config, g.now),
         ),
