@@ -49,8 +49,6 @@ class Epochs:
         self._known: dict[str, str] = {}
         #: The epochs of the layout of a ``Config`` (the same object until settings change).
         self._cached: tuple[Config, dict[str, str], frozenset[str]] | None = None
-        #: How many times a known epoch changed: part of the memory's generation.
-        self.changes = 0
 
     def learn(self, tag: str, epoch: str) -> None:
         """Note ``epoch`` as the shard ``tag``'s ("" when it has none, as after a restart)."""
@@ -60,8 +58,7 @@ class Epochs:
             previous = self._known.get(tag)
             self._known = {**self._known, tag: epoch}
             if previous is not None and previous != epoch:
-                self.changes += 1
-                process.note_loss()
+                process.note_loss()  # what the shard held before is gone: a new generation
 
     def learn_all(self, epochs: Mapping[str, str]) -> None:
         for tag, epoch in epochs.items():
