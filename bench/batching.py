@@ -419,6 +419,8 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
         f"{over(f'{label}, {AT} per call')} × {'the mix' if whole else 'in no room'}"
         for label, whole in bound.PHASES.items()
     ]
+    lean = next(label for label, whole in bound.PHASES.items() if whole)
+    script_over_bound = over(f"{AT} per call", found[f"{lean}, {AT} per call"])
     at = people_at(found[f"{AT} per call"], read, 1)
     return [
         Target(
@@ -427,7 +429,8 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
             f"{over_floor.show(ratio)} ×; "
             + "; ".join(f"{n} per call: {s.show(one)} µs" for n, s in cpu.items())
             + f"; the floors at {AT} per call: {', '.join(floors)} µs; the same data by the "
-            f"leanest Lua (`bench.bound`): {', '.join(bounds)}; against the floor as measured "
+            f"leanest Lua (`bench.bound`): {', '.join(bounds)}, the script {script_over_bound} × "
+            f"the bound; against the floor as measured "
             f"until 2026-11-27 (a call's visits at one time, "
             f"{column(found[ONE_TIME_FLOOR], 1).show(one)} µs): "
             f"{over(f'{AT} per call', found[ONE_TIME_FLOOR])} ×",
