@@ -134,7 +134,8 @@ def per_settings(read: Callable[[], T]) -> Callable[[], T]:
 #: Bumped whenever what this process stored may have been lost: a call to Redis failed or was
 #: refused, or a shard's epoch changed (``store.epochs.generation``). One number, read on every
 #: recorded request without a look-up of the process's state; a forked child starts from its
-#: parent's, which only its own memory of recent visitors, made empty, is compared with.
+#: parent's, which only its own memory of recent visitors, made empty, is compared with. Back to
+#: 0 with the process's state (``reset_home``), as that memory is.
 _losses = 0
 
 
@@ -153,8 +154,9 @@ def reset_home() -> None:
     """Drop this process's state (settings changed, which tests do): every piece, each before
     those it uses (the flushing thread is stopped before the clients it writes with are closed),
     the caches, and what the process was told of its stop (``reset``)."""
-    global _resets  # noqa: PLW0603 - what per_settings compares with
+    global _resets, _losses  # noqa: PLW0603 - what per_settings compares with; see _losses
     _resets += 1
+    _losses = 0
     reset()
     home = _homes.pop(os.getpid(), {})
     for piece in reversed(_pieces):
