@@ -11,12 +11,14 @@ layouts. Like the record script, it writes nothing for a visit older than the on
 takes seven arguments a visit and reads each into locals once, without the record script's
 layers.
 
-What it leaves out costs the record script Lua rather than commands: reads of what the same
-call wrote (a person twice in one call), room modes other than a page view, a reader leaving a
-room (it refuses such a visit: the mix has none), a former identity, logouts, connections,
-titles, the room changes it reports, and the counts sampled once a second. It is a bound to
-measure against, not a script to record with: what stays between it and the floor is what the
-data costs, and between the record script and it, mostly the record script's Lua.
+What it leaves out costs the record script Lua rather than commands, but for the counts the
+script samples once a second: reads of what the same call wrote (a person twice in one call),
+room modes other than a page view, a reader leaving a room (it refuses a call with such a visit
+before it writes anything: the mix has none), a former identity, logouts, connections, titles
+and the room changes it reports. Its visitors go to a HyperLogLog of its own rather than the
+day's. It is a bound to measure against, not a script to record with: what stays between it and
+the floor is what the data costs, and between the record script and it, mostly the record
+script's Lua.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ if #guests > 0 then
   anonymous = rcall('ZMSCORE', KEYS[3], unpack(guests))
 end
 local where = rcall('HMGET', KEYS[4], unpack(fields))
+for e = 1, count do
+  local was = where[e]
+  if was and (string.byte(was) == 255 or A[first + width * (e - 1) + 4] == '') then
+    return redis.error_reply('the bound writes the batches mix, where nobody leaves a room')
+  end
+end
 local user_scores, guest_scores, arrived, moved, index = {}, {}, {}, {}, {}
 local u, g = 0, 0
 for e = 1, count do
@@ -73,9 +81,6 @@ for e = 1, count do
   else
     g = g + 1
     before, scores, kinds = anonymous[g], guest_scores, {'guests'}
-  end
-  if (was and string.byte(was) == 255) or (was and room == '') then
-    return redis.error_reply('the bound writes the batches mix, where nobody leaves a room')
   end
   before = before and tonumber(before)
   arrived[e] = (not before or before < since) and '1' or '0'
