@@ -484,11 +484,11 @@ def test_forget_user_drops_the_in_process_memory(backend, settings, alice):
     configure(settings, THROTTLE=120)
     now = time.time()
     whos_online.record_user(alice, now=now)
-    assert recent().seen_recently(f"u:{alice.pk}", now) is True
+    assert recent().seen_recently(f"u:{alice.pk}", now, epochs.generation()) is True
 
     whos_online.forget_user(alice)
 
-    assert recent().seen_recently(f"u:{alice.pk}", now) is False
+    assert recent().seen_recently(f"u:{alice.pk}", now, epochs.generation()) is False
 
 
 # prune()
@@ -580,11 +580,11 @@ def test_prune_drops_the_in_process_memory(backend, settings):
     stale = _recent_second() - WINDOW - 1
     whos_online.record_guest("192.0.2.1", now=stale)
     member = guests.guest_id("192.0.2.1", get_config(), stale)
-    assert recent().seen_recently(f"guests:{member}", stale) is True
+    assert recent().seen_recently(f"guests:{member}", stale, epochs.generation()) is True
 
     whos_online.prune()
 
-    assert recent().seen_recently(f"guests:{member}", stale) is False
+    assert recent().seen_recently(f"guests:{member}", stale, epochs.generation()) is False
 
 
 # Last-seen lifetime and keys
