@@ -185,7 +185,7 @@ class Batches:
             admin.script_load(source),
             [shard.key("users"), shard.key("guests"), shard.key("visitors:floor")],
         )
-        calls = [self.who[start : start + AT] for start in range(0, len(self.who) - AT + 1, AT)]
+        calls = crowd.calls_of(self.who, AT)
 
         def send() -> int:
             for batch in calls:

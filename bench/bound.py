@@ -151,9 +151,14 @@ def phase(
     ]
     prefixes = [
         shard.key(name)
-        for name in ("user:", whos.keyspace.ROOM_PREFIX, "gone:", whos.keyspace.LINKS_PREFIX)
+        for name in (
+            "user:",
+            whos.keyspace.ROOM_PREFIX,
+            whos.keyspace.GONE_PREFIX,
+            whos.keyspace.LINKS_PREFIX,
+        )
     ]
-    calls = [who[start : start + at] for start in range(0, len(who) - at + 1, at)]
+    calls = crowd.calls_of(who, at)
 
     def send() -> int:
         for batch in calls:

@@ -129,9 +129,9 @@ def capture(options: Options, folder: Path) -> Path:
         crowd.warm_up(whos.clients.request_client(), config, who)
         wrapped = CAPTURE % whos.lua.RECORD
         calls = []
-        for start in range(0, len(who) - SIZE + 1, SIZE):
+        for batch in crowd.calls_of(who, SIZE):
             now = time.time()
-            visits = [crowd.visit_of(person, now, turn=1) for person in who[start : start + SIZE]]
+            visits = [crowd.visit_of(person, now, turn=1) for person in batch]
             entries = [entry for visit in visits for entry in whos.record.entries_of(config, visit)]
             if len({entry.shard for entry in entries}) != 1:
                 raise RuntimeError("lua_replay captures the calls of one shard (SHARDS = 1)")

@@ -138,6 +138,11 @@ def measure(nodes: Sequence[servers.Node], action: Callable[[], int]) -> list[se
     return usages
 
 
+def calls_of(who: Sequence[Person], size: int) -> list[Sequence[Person]]:
+    """The first multiple of ``size`` of ``who``, ``size`` to a script call."""
+    return [who[start : start + size] for start in range(0, len(who) - size + 1, size)]
+
+
 def in_batches(
     nodes: Sequence[servers.Node],
     client: Client,
@@ -149,7 +154,7 @@ def in_batches(
 ) -> tuple[list[servers.Usage], int]:
     """Record the first multiple of ``size`` of ``who``, ``size`` at a time: what each node
     did, and the visits."""
-    batches = [who[start : start + size] for start in range(0, len(who) - size + 1, size)]
+    batches = calls_of(who, size)
     usages = measure(nodes, lambda: sum(record(client, config, batch, turn) for batch in batches))
     return usages, len(batches) * size
 
