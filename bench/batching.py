@@ -29,7 +29,7 @@ from bench import internals as whos
 from bench import people as crowd
 from bench.harness import servers
 from bench.harness.report import Section, Target, fixed, ms, number, people, ratio, table
-from bench.harness.rounds import interleaved, percentile, ratios, spread
+from bench.harness.rounds import Spread, interleaved, percentile, ratios, spread
 from bench.people import Pair, column, medians, per
 
 if TYPE_CHECKING:
@@ -411,16 +411,17 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
     ]
     floor = next(pairs for label, pairs in found.items() if label.endswith("(a command per visit)"))
 
-    def over(label: str, base: Sequence[Pair] = floor) -> str:
-        return ratios([pair[1] for pair in found[label]], [pair[1] for pair in base]).show(ratio)
+    def over(label: str, base: Sequence[Pair] = floor) -> Spread:
+        """Process CPU of phase ``label`` over ``base``'s, per repetition."""
+        return ratios([pair[1] for pair in found[label]], [pair[1] for pair in base])
 
-    over_floor = ratios([pair[1] for pair in found[f"{AT} per call"]], [pair[1] for pair in floor])
+    over_floor = over(f"{AT} per call")
     bounds = [
-        f"{over(f'{label}, {AT} per call')} × {'the mix' if whole else 'in no room'}"
+        f"{over(f'{label}, {AT} per call').show(ratio)} × {'the mix' if whole else 'in no room'}"
         for label, whole in bound.PHASES.items()
     ]
     lean = next(label for label, whole in bound.PHASES.items() if whole)
-    script_over_bound = over(f"{AT} per call", found[f"{lean}, {AT} per call"])
+    script_over_bound = over(f"{AT} per call", found[f"{lean}, {AT} per call"]).show(ratio)
     at = people_at(found[f"{AT} per call"], read, 1)
     return [
         Target(
@@ -433,7 +434,7 @@ def targets(found: dict[str, list[Pair]]) -> list[Target]:
             f"the bound; against the floor as measured "
             f"until 2026-11-27 (a call's visits at one time, "
             f"{column(found[ONE_TIME_FLOOR], 1).show(one)} µs): "
-            f"{over(f'{AT} per call', found[ONE_TIME_FLOOR])} ×",
+            f"{over(f'{AT} per call', found[ONE_TIME_FLOOR]).show(ratio)} ×",
             over_floor.median <= MOST_FLOORS,
         ),
         Target(
