@@ -16,10 +16,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from django.conf import settings
-
 from whos_online.config import process
 from whos_online.config.process import PerProcess
+from whos_online.config.settings import secret_key
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -42,8 +41,7 @@ MAX_REMEMBERED_BINDING: Final = 160
 def _cookie_key() -> bytes:
     """The key of the cookies' MACs, derived from ``SECRET_KEY`` once per settings: reading a
     setting costs a throttled request as much as checking its remembered cookie does."""
-    secret = settings.SECRET_KEY
-    return hashlib.blake2b(secret.encode(), person=b"whos_online.ck", digest_size=32).digest()
+    return hashlib.blake2b(secret_key().encode(), person=b"whos_online.ck", digest_size=32).digest()
 
 
 def _mac(expiry: int, binding: str) -> str:
