@@ -50,13 +50,15 @@ local first, width, count = 20, 14, tonumber(arg.count)
 -- as a number).
 local entry, places, A = {}, {}, ARGV
 local function read_entry(n)
-  local i = first + width * (n - 1)
-  entry.op, entry.kind, entry.member, entry.score = A[i], A[i + 1], A[i + 2], A[i + 3]
-  entry.visitor, entry.hll, entry.day_end = A[i + 4], A[i + 5], A[i + 6]
-  entry.name, entry.url, entry.former = A[i + 7], A[i + 8], A[i + 9]
-  entry.room, entry.mode, entry.title, entry.connection = A[i + 10], A[i + 11], A[i + 12], A[i + 13]
-  entry.when, entry.place = tonumber(entry.score), places[n]
-  return entry
+  local e, i = entry, first + width * (n - 1)
+  local op, kind, member, score, visitor, hll, day_end, name, url, former, room, mode, title,
+    connection = unpack(A, i, i + width - 1)
+  e.op, e.kind, e.member, e.score, e.visitor, e.hll, e.day_end = op, kind, member, score, visitor,
+    hll, day_end
+  e.name, e.url, e.former, e.room, e.mode, e.title, e.connection = name, url, former, room, mode,
+    title, connection
+  e.when, e.place = tonumber(score), places[n]
+  return e
 end
 
 local online_since, window = tonumber(arg.online_since), tonumber(arg.window)
