@@ -135,8 +135,8 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks (``python -m bench``); wrk and lua5.1 come from Debian's archive when
-    missing.
+    """The benchmarks (``python -m bench``); wrk, lua5.1 and valgrind come from Debian's archive
+    when missing.
 
     Arguments go to ``python -m bench``: ``scripts/dev.py bench capacity --repeats 3`` runs the
     capacity part alone, ``scripts/dev.py bench --quick`` every default part, small.
@@ -147,13 +147,15 @@ def bench(session: nox.Session) -> None:
         _install_debian(session, "wrk")
     if "lua_replay" in parts and shutil.which("lua5.1") is None:
         _install_debian(session, "lua5.1")
+    if "instructions" in parts and shutil.which("valgrind") is None:
+        _install_debian(session, "valgrind")
     install(session, "bench", "test")
     session.run("python", "-m", "bench", *session.posargs)
 
 
 def _install_debian(session: nox.Session, program: str) -> None:
-    """wrk and lua5.1 are C programs, not Python packages: take them from Debian's archive when
-    allowed."""
+    """wrk, lua5.1 and valgrind are C programs, not Python packages: take them from Debian's
+    archive when allowed."""
     if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get")):
         session.error(
             f"bench needs {program}: install Debian's package (apt-get install {program})"

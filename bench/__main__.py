@@ -41,6 +41,7 @@ ON_REQUEST: Final = (
     "batching",
     "capacity",
     "lua_replay",
+    "instructions",
     "outages",
     "outage_queue",
     "restart_empty",
