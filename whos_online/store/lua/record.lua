@@ -64,14 +64,14 @@ end
 local online_since, window = tonumber(arg.online_since), tonumber(arg.window)
 local room_prefix, user_prefix, gone_prefix = arg.room_prefix, arg.user_prefix, arg.gone_prefix
 local where, index = KEYS[5], KEYS[6]
-local titles = string.gsub(where, 'where$', 'titles')
-local links_prefix = string.gsub(where, 'rooms:where$', 'links:')
+-- ``where`` ends in 'rooms:where'; the titles and the links share its beginning.
+local titles = string.sub(where, 1, -6) .. 'titles'
+local links_prefix = string.sub(where, 1, -12) .. 'links:'
 local sets = {users = KEYS[1], hidden = KEYS[2], guests = KEYS[3], bots = KEYS[4]}
 local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
 -- The room sets that may hold a person of each kind: a user's both user sets.
 local ROOM_KINDS = {users = {'users', 'hidden'}, hidden = {'users', 'hidden'}, guests = {'guests'},
   bots = {'bots'}}
-local NO_PREFIXES = {}
 -- The sets, and the fields of who is where, that a former person leaves, by the visitor's kind.
 local LEFT_BY_USER = {{'guests', 'bots'}, {'guests:', 'bots:'}}
 local LEFT_BY_GUEST = {{'users', 'hidden'}, {'u:'}}
@@ -86,12 +86,17 @@ end
 -- and the users' gone marks.
 local gone_marks = {}
 do
-  local members = {users = {}, hidden = {}, guests = {}, bots = {}}
+  -- Both user sets are read for the same users, from one list.
+  local users = {}
+  local members = {users = users, hidden = users, guests = {}, bots = {}}
   local fields, pks, gone_keys = {}, {}, {}
   local function ahead(kinds, prefixes, member)
+    local last
     for k = 1, #kinds do
       local listed = members[kinds[k]]
-      listed[#listed + 1] = member
+      if listed ~= last then
+        listed[#listed + 1], last = member, listed
+      end
     end
     for k = 1, #prefixes do
       fields[#fields + 1] = prefixes[k] .. member
@@ -107,8 +112,9 @@ do
       local field = place(kind, member)
       places[n], fields[#fields + 1] = field, field
       if op == 'v' or op == 'e' then
-        ahead(ROOM_KINDS[kind], NO_PREFIXES, member)
-        if OTHER_USER_SET[kind] then
+        local listed = members[kind]
+        listed[#listed + 1] = member
+        if listed == users then
           pks[#pks + 1] = member
           gone_keys[#gone_keys + 1] = gone_prefix .. member
         end
