@@ -242,7 +242,7 @@ for n = 1, count do
   else
     leave_link(entry)
   end
-  arrived[n] = new
+  arrived[n] = new == 1 and '1' or '0' -- a string: joining numbers would format each
   arrivals = arrivals + new
 end
 write_held()
