@@ -91,7 +91,7 @@ for e = 1, count do
     end
     if room ~= '' then
       if was ~= room then
-        rcall('ZRANGEBYSCORE', links_at .. fields[e], since, '+inf')
+        rcall('ZRANGE', links_at .. fields[e], '0', '-1', 'WITHSCORES')
         if was then
           for k = 1, #kinds do
             rcall('ZREM', rooms_at .. was .. ':' .. kinds[k], member)

@@ -23,11 +23,18 @@ local NONE_HELD = {}
 
 -- The rooms where the person of ``field`` holds a connection renewed within the window of
 -- ``score``, as a set: empty for whoever holds none (one read of a key that does not exist).
+-- The links are read whole and their scores compared here: a bound sent to ZRANGEBYSCORE would
+-- be a number formatted as a string at every call, for the few people who hold any.
 local function linked_rooms(field, score)
   local held = {}
-  local since = '(' .. (tonumber(score) - window)
-  for _, link in ipairs(redis.call('ZRANGEBYSCORE', links_prefix .. field, since, '+inf')) do
-    held[string.match(link, '^[^\255]*')] = true
+  local links = redis.call('ZRANGE', links_prefix .. field, '0', '-1', 'WITHSCORES')
+  if #links > 0 then
+    local since = tonumber(score) - window
+    for k = 1, #links, 2 do
+      if tonumber(links[k + 1]) > since then
+        held[string.match(links[k], '^[^\255]*')] = true
+      end
+    end
   end
   return held
 end
