@@ -94,6 +94,9 @@ end
 local function place_in_room(entry, kinds)
   local kind, member, score, field = entry.kind, entry.member, entry.score, entry.place
   local was, left = room_in(hget(where, field))
+  if not was and entry.room == '' then
+    return '' -- in no room, and into none: most visits of most sites
+  end
   local room = room_wanted(entry, was, left, kinds)
   local leaving = was and not left and was ~= room
   local entering = room ~= '' and (was ~= room or left)
