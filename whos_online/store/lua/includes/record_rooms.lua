@@ -18,7 +18,8 @@ end
 
 -- Between a connection's room and its id in a member of ``links:<person>``.
 local LINK = '\255'
--- The rooms a person's connections hold when none was looked for (read, never written).
+-- The rooms a person's connections hold when none was looked for, or none is held (read, never
+-- written).
 local NONE_HELD = {}
 
 -- The rooms where the person of ``field`` holds a connection renewed within the window of
@@ -26,14 +27,14 @@ local NONE_HELD = {}
 -- The links are read whole and their scores compared here: a bound sent to ZRANGEBYSCORE would
 -- be a number formatted as a string at every call, for the few people who hold any.
 local function linked_rooms(field, score)
-  local held = {}
   local links = redis.call('ZRANGE', links_prefix .. field, '0', '-1', 'WITHSCORES')
-  if #links > 0 then
-    local since = tonumber(score) - window
-    for k = 1, #links, 2 do
-      if tonumber(links[k + 1]) > since then
-        held[string.match(links[k], '^[^\255]*')] = true
-      end
+  if #links == 0 then
+    return NONE_HELD
+  end
+  local held, since = {}, tonumber(score) - window
+  for k = 1, #links, 2 do
+    if tonumber(links[k + 1]) > since then
+      held[string.match(links[k], '^[^\255]*')] = true
     end
   end
   return held
