@@ -217,9 +217,9 @@ def section(options: Options, found: Mapping[str, Count]) -> Section:
         "Instructions per visit in redis-server",
         f"{number(options.people)} people online, {number(options.visits)} visits of the mix of "
         f"`bench batching` per phase at {AT} per call, redis-server under valgrind's callgrind. "
-        "Counts are exact: the Lua's alike run after run to about 1 %, those around the script "
-        "to a few % (how the calls fall into the socket's reads). The garbage collector runs "
-        "within the script, mostly in its Lua.",
+        "Counts are exact, but where the garbage collector steps in and how the calls fall into "
+        "the socket's reads vary: the Lua alike run after run to 1–4 %, around the script to a "
+        "few %. The garbage collector runs within the script, mostly in its Lua.",
         [
             table(
                 "phase | instructions per visit | × the floor | around the script (the call, "
