@@ -41,10 +41,11 @@ AT: Final = batching.AT
 SCRIPT, COMMANDS, COLLECTOR = "lua_pcall", "luaRedisGenericCommand", "luaC_step"
 #: The collector steps in wherever Lua allocates: counted by its two nearest callers, so that its
 #: steps can be told apart by where they fell. Those under these callers fall outside the script
-#: (Redis handing a call's arguments to Lua, and its own step every few scripts); those under a
-#: reply's conversion, in the commands; the others in the script's Lua.
+#: (Redis handing a call's arguments to Lua, its own step every few scripts, and the script's
+#: reply turned into Redis's); those under a command's reply turned into Lua, in the commands; the
+#: others in the script's Lua.
 CALLERS: Final = 2
-OUTSIDE: Final = frozenset({"luaSetGlobalArray", "lua_gc"})
+OUTSIDE: Final = frozenset({"luaSetGlobalArray", "lua_gc", "luaReplyToRedisReply"})
 IN_COMMANDS: Final = "redisProtocolToLuaType"
 LINE: Final = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+(.*)$")
 
