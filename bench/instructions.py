@@ -15,14 +15,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from unittest import mock
 
-import redis
 from django.test import override_settings
 
 from bench import batching
@@ -30,7 +27,7 @@ from bench import internals as whos
 from bench import people as crowd
 from bench.harness import servers
 from bench.harness.report import Section, fixed, number, table
-from tests.support.redis_server import free_port, server_binary
+from tests.support.redis_server import RedisServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -131,45 +128,22 @@ def counted(dump: Path, visits: int) -> Count:
     )
 
 
-class Counted:
-    """A redis-server under callgrind, counting only while a phase runs."""
+class Counted(RedisServer):
+    """The tests' redis-server, run under callgrind, counting only while a phase runs; its
+    dumps go to its own directory."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.port = folder, free_port()
-        self.process = subprocess.Popen(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                f"--separate-callers{CALLERS}={COLLECTOR}",
-                f"--callgrind-out-file={folder}/dump.%p",
-                server_binary(),
-                "--port",
-                str(self.port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.client = redis.Redis.from_url(self.url)
-        self._wait()
-
-    def _wait(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                self.client.ping()
-            except redis.ConnectionError:
-                time.sleep(0.2)
-            else:
-                return
-        raise RuntimeError("redis-server under valgrind did not answer within 60 s")
+    def argv(self) -> list[str]:
+        return [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--separate-callers{CALLERS}={COLLECTOR}",
+            f"--callgrind-out-file={self.directory}/dump.%p",
+            *super().argv(),
+        ]
 
     def control(self, *words: str) -> None:
+        assert self.process is not None
         subprocess.run(
             ["callgrind_control", *words, str(self.process.pid)], check=True, capture_output=True
         )
@@ -182,12 +156,8 @@ class Counted:
         action()
         self.control(f"--dump={label}")
         self.control("--instr=off")
-        dump = max(self.folder.glob("dump.*"), key=lambda path: path.stat().st_mtime_ns)
-        return counted(dump, visits)
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=60)
+        dumps = Path(self.directory).glob("dump.*")
+        return counted(max(dumps, key=lambda path: path.stat().st_mtime_ns), visits)
 
 
 def phases(b: batching.Batches) -> Iterator[tuple[str, Callable[[], object], int]]:
@@ -215,22 +185,22 @@ def run(options: Options) -> Section:
             f"instructions needs valgrind (sudo apt-get install valgrind): {missing}"
         )
     found: dict[str, Count] = {}
-    with tempfile.TemporaryDirectory(prefix="whos-online-callgrind-") as temporary:
-        server = Counted(Path(temporary))
-        try:
-            # A request's timeout (0.25 s) is too short for a Redis under valgrind.
-            slow = mock.patch.object(whos.clients, "REQUEST_TIMEOUT", whos.clients.ADMIN_TIMEOUT)
-            with slow, override_settings(WHOS_ONLINE={"REDIS_URL": server.url}):
-                node, config = servers.Node(server.client, server.process.pid), whos.get_config()
-                crowd.fill(lambda _: node.client, config, options.people)
-                options_of_batches = batching.Options(
-                    people=options.people, visits=options.visits, against=options.against
-                )
-                b = batching.Batches(node, config, options_of_batches)
-                for label, action, visits in phases(b):
-                    found[label] = server.count(f"phase{len(found)}", action, visits)
-        finally:
-            server.close()
+    server = Counted()
+    server.start(timeout=60)  # valgrind takes seconds to start it
+    try:
+        # A request's timeout (0.25 s) is too short for a Redis under valgrind.
+        slow = mock.patch.object(whos.clients, "REQUEST_TIMEOUT", whos.clients.ADMIN_TIMEOUT)
+        with slow, override_settings(WHOS_ONLINE={"REDIS_URL": server.url}):
+            node, config = servers.Node.of(server), whos.get_config()
+            crowd.fill(lambda _: node.client, config, options.people)
+            options_of_batches = batching.Options(
+                people=options.people, visits=options.visits, against=options.against
+            )
+            b = batching.Batches(node, config, options_of_batches)
+            for label, action, visits in phases(b):
+                found[label] = server.count(f"phase{len(found)}", action, visits)
+    finally:
+        server.close()
     return section(options, found)
 
 
