@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth import get_user_model, login
 from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse
-from django.test import Client
-from django.urls import include, path
+from django.test import Client, RequestFactory
+from django.urls import include, path, resolve
 
 import whos_online
 from tests.support.helpers import configure, flood_rooms, render, widget_text
@@ -24,8 +24,9 @@ from whos_online.backend.clients import admin_client
 from whos_online.config.settings import get_config
 from whos_online.decorators import in_room
 from whos_online.flushing import flusher as flushing
-from whos_online.recording import rooms, throttle
+from whos_online.recording import requests, rooms, throttle
 from whos_online.recording import visits as recording
+from whos_online.recording.state import state_of
 from whos_online.store import cleanup, epochs, snapshot
 from whos_online.store.cleanup import RoomsPage, prune_chunk, prune_rooms_page
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractUser
 
     from tests.support.helpers import RedisCalls
+    from whos_online.store.items import Placement
 
 pytestmark = pytest.mark.urls(__name__)
 
@@ -64,7 +66,7 @@ urlpatterns = [
     path("online/", include("whos_online.urls")),
     path("topics/<int:pk>/", topic),
     path("board/", board),
-    path("plain/", plain),
+    path("plain/", plain, name="plain"),
     path("login/<str:username>/", log_in),
 ]
 
@@ -165,6 +167,44 @@ def test_staying_in_a_room_is_throttled_and_moving_is_recorded_at_once(
     client.get("/plain/")  # no room: out of topic 2, at once
     assert counts(TOPIC_2) == NOBODY
     assert throttle.cookie_room(client.cookies[throttle.COOKIE_NAME].value) == ""
+
+
+def throttled_page_view(room: str, *, cookie_room: str = "") -> Placement | None:
+    """What a page view of ``/plain/`` by a browser whose throttle cookie says it is in
+    ``cookie_room`` comes to after its view: where it is written, or None for nothing."""
+    now = time.time()
+    request = RequestFactory().get("/plain/", HTTP_SEC_FETCH_DEST="document")
+    request.resolver_match = resolve("/plain/")
+    state = state_of(request)
+    state.cookie = throttle.ThrottleCookie(int(now) + 60, cookie_room, arrived=False)
+    if room == "set by the view":
+        whos_online.set_room(request, TOPIC_1)
+    elif room == "announced":
+        rooms.announce_page_view(request, TOPIC_1)
+    return requests.after_view(
+        state, HttpResponse("page"), get_config(), now, requests.Decision.THROTTLED
+    )
+
+
+@pytest.mark.parametrize("room", ["ROOMS", "set by the view", "announced"])
+def test_a_throttled_page_view_into_a_room_is_written_however_the_room_is_named(
+    backend, settings, room
+):
+    if room == "ROOMS":
+        configure(settings, ROOMS={"plain": TOPIC_1})
+
+    placement = throttled_page_view(room)
+
+    assert placement is not None
+    assert placement.room == TOPIC_1
+
+
+def test_a_throttled_page_view_on_a_site_without_rooms_writes_nothing_after_its_view(backend):
+    assert throttled_page_view("none") is None
+    # A cookie handed out where the room was not known: the next page view says where they are.
+    placement = throttled_page_view("none", cookie_room=throttle.UNKNOWN_ROOM)
+    assert placement is not None
+    assert placement.room == ""
 
 
 def test_a_site_without_rooms_sends_no_room_mark(backend):

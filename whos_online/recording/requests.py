@@ -88,6 +88,8 @@ def after_view(
     when a page view moves its person to another room. A view marked ``not_recorded`` is left
     alone.
     """
+    if decision is Decision.THROTTLED and _stays_put(state, config):
+        return None  # the fast path: no page hit to count, no room to move to
     announced = state.announced
     page_view = announced is not None or rooms.is_page_view(state.request, response)
     if page_view:
@@ -114,6 +116,22 @@ def after_view(
         state.cookie = None
         state.forget_visitor()
     return placement if moved else None
+
+
+def _stays_put(state: RequestState, config: Config) -> bool:
+    """Whether a throttled request leaves nothing to do after its view, page view or not: no
+    page hit is counted, and no page view could take its person to another room, since neither
+    ``ROOMS``, nor the view, nor the page's script names one, and their cookie says they are in
+    none. Asked first, so that a site without rooms does not pay to tell a page view."""
+    cookie = state.cookie
+    return (
+        not config.count_hits
+        and not config.rooms
+        and state.room is None
+        and not state.announced
+        and cookie is not None
+        and not cookie.room
+    )
 
 
 def hand_out_cookie(
