@@ -4,13 +4,17 @@ import threading
 import time
 
 import pytest
+from django.conf import settings as django_settings
+from django.test import RequestFactory
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
+from tests.support.helpers import configure
 from whos_online.config import settings as conf
-from whos_online.recording import throttle
+from whos_online.recording import state, throttle
+from whos_online.recording.state import RequestState
 from whos_online.recording.throttle import (
     ARRIVED_SUFFIX,
     MAX_COOKIE_LENGTH,
@@ -452,6 +456,57 @@ def test_a_cookie_read_again_is_neither_parsed_nor_hashed_again_but_still_expire
         )
         is None
     )
+
+
+SESSION = "s" * 32
+CLIENT = "203.0.113.7"
+
+
+def sent(cookie: str, *, forwarded: str = CLIENT, session: str = SESSION) -> RequestState:
+    """The state of a request that came through one proxy with ``cookie`` and ``session``."""
+    request = RequestFactory().get("/", HTTP_X_FORWARDED_FOR=forwarded, REMOTE_ADDR="10.0.0.1")
+    request.COOKIES.update(
+        {throttle.COOKIE_NAME: cookie, django_settings.SESSION_COOKIE_NAME: session}
+    )
+    return RequestState(request)
+
+
+def test_what_a_browser_sends_is_looked_up_once_and_stays_bound_to_it(settings):
+    configure(settings, TRUSTED_PROXY_COUNT=1)
+    config = conf.get_config()
+    cookie = make_cookie(binding(SESSION, CLIENT), NOW, THROTTLE, room="t1", epoch="abc")
+    first = sent(cookie).sent_cookie(config, NOW)
+    later = sent(cookie)
+    again = later.sent_cookie(config, NOW + 60)
+
+    assert first is not None
+    assert again == first
+    assert state._remembered_client.cache_info().hits == 1
+    assert later.address(config) == CLIENT  # worked out with it
+    # Remembered by what was sent: another address or session, or a later time, is checked.
+    assert sent(cookie, forwarded="203.0.113.8").sent_cookie(config, NOW) is None
+    assert sent(cookie, session="t" * 32).sent_cookie(config, NOW) is None
+    assert sent(cookie).sent_cookie(config, NOW + config.window + 1) is None
+
+
+def test_a_long_forwarded_header_is_read_but_not_remembered(settings):
+    configure(settings, TRUSTED_PROXY_COUNT=1)
+    config = conf.get_config()
+    cookie = make_cookie(binding(SESSION, CLIENT), NOW, THROTTLE)
+    padded = "198.51.100.1, " * 600 + CLIENT
+
+    assert sent(cookie, forwarded=padded).sent_cookie(config, NOW) is not None
+    assert state._remembered_client.cache_info().currsize == 0
+
+
+def test_a_remembered_cookie_is_refused_once_the_secret_key_changes(settings):
+    configure(settings, TRUSTED_PROXY_COUNT=1)
+    cookie = make_cookie(binding(SESSION, CLIENT), NOW, THROTTLE)
+    assert sent(cookie).sent_cookie(conf.get_config(), NOW) is not None
+
+    settings.SECRET_KEY = "another secret key, rotated"
+
+    assert sent(cookie).sent_cookie(conf.get_config(), NOW) is None
 
 
 def test_an_entry_from_before_the_latest_failure_no_longer_counts():

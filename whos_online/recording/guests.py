@@ -86,9 +86,15 @@ def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
 
     The header is read from the right, N commas deep, so a header of any length costs the same.
     """
-    remote = request.META.get("REMOTE_ADDR") or ""
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR") if trusted_proxy_count else None
-    if not forwarded:
+    meta = request.META
+    forwarded = meta.get("HTTP_X_FORWARDED_FOR") if trusted_proxy_count else None
+    return candidate_of(meta.get("REMOTE_ADDR") or "", forwarded, trusted_proxy_count)
+
+
+def candidate_of(remote: object, forwarded: str | None, trusted_proxy_count: int) -> str:
+    """``forwarded_candidate`` of a request whose ``REMOTE_ADDR`` is ``remote`` and whose
+    ``X-Forwarded-For`` is ``forwarded`` (None without one)."""
+    if not forwarded or not trusted_proxy_count:
         return str(remote).strip()
     end = len(forwarded)
     for _ in range(trusted_proxy_count - 1):

@@ -56,12 +56,7 @@ def before_view(request: HttpRequest, config: Config, now: float) -> tuple[Reque
         if pattern.search(path):
             return state, Decision.IGNORE
     state.seen = True
-    address = state.bound_address(config)
-    binding = throttle.binding(guests.session_key(request, sent=True), address)
-    cookie = throttle.read_cookie(
-        request.COOKIES.get(throttle.COOKIE_NAME), binding, now, config.throttle, config.window
-    )
-    state.cookie = cookie
+    state.cookie = cookie = state.sent_cookie(config, now)
     if cookie is None:
         return state, Decision.RECORD
     visited = cookie.expiry - config.throttle

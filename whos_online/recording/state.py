@@ -8,6 +8,7 @@ docs/how-it-works.md).
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import TYPE_CHECKING, Final
 
@@ -15,7 +16,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.utils.functional import LazyObject, empty
 
-from whos_online.recording import guests
+from whos_online.config import process
+from whos_online.recording import guests, throttle
 from whos_online.store.items import Visitor
 
 if TYPE_CHECKING:
@@ -121,6 +123,32 @@ class RequestState:
         """What the throttle cookie is bound to of the client: its canonical address, or
         what stands for it (so that a proxy writing a fresh source port still matches)."""
         return self.address(config) or self.candidate(config)
+
+    def sent_cookie(self, config: Config, now: float) -> ThrottleCookie | None:
+        """The throttle cookie the browser sent, if this site issued it to this client (its
+        session cookie and address) for a visit within ``WINDOW`` (``throttle.read_cookie``).
+
+        A browser sends the same cookie, session cookie and address on every request of a
+        ``THROTTLE``: what they come to (the client's address and the cookie's check) is
+        remembered by what was sent, so that a throttled request looks them up once rather than
+        parsing the address and looking up the cookie's check apart."""
+        request = self.request
+        value = request.COOKIES.get(throttle.COOKIE_NAME)
+        if not value or len(value) > throttle.MAX_COOKIE_LENGTH:
+            return None
+        meta = request.META
+        proxies = config.trusted_proxy_count
+        remote = meta.get("REMOTE_ADDR") or ""
+        forwarded = (meta.get("HTTP_X_FORWARDED_FOR") or "") if proxies else ""
+        session = guests.session_key(request, sent=True)
+        if isinstance(remote, str) and len(session) + len(forwarded) <= _MAX_REMEMBERED_SENT:
+            client = _remembered_client(value, session, remote, forwarded, proxies)
+        else:
+            client = _client(value, session, remote, forwarded, proxies)
+        candidate, address, cookie = client
+        if self._candidate is None:
+            self._candidate, self._address = candidate, address
+        return throttle.in_time(cookie, now, config.throttle, config.window)
 
     def guest(self, config: Config, now: float) -> tuple[str, str] | None:
         """The set ("guests" or "bots") and member an anonymous request is recorded as, or
@@ -244,6 +272,35 @@ class RequestState:
             return True
         match = getattr(self.request, "resolver_match", None)
         return match is not None and getattr(match.func, VIEW_ATTRIBUTE, False) is True
+
+
+#: Longest session cookie and ``X-Forwarded-For`` together whose meaning is remembered
+#: (``RequestState.sent_cookie``): a session key and a few proxies' addresses fit; anything
+#: longer, such as a forged 8 kB header, is worked out on each request and never kept.
+_MAX_REMEMBERED_SENT: Final = throttle.MAX_REMEMBERED_BINDING
+
+
+def _client(
+    value: str, session: str, remote: object, forwarded: str, proxies: int
+) -> tuple[str, str | None, ThrottleCookie | None]:
+    """What a request that sent throttle cookie ``value``, session cookie ``session``,
+    ``REMOTE_ADDR`` ``remote`` and ``X-Forwarded-For`` ``forwarded`` comes to: its client's
+    address unchecked, canonical (None when it is not one), and the cookie if this site issued
+    it to that client, whenever that was."""
+    candidate = guests.candidate_of(remote, forwarded, proxies)
+    address = guests.normalize_ip(candidate)
+    return (
+        candidate,
+        address,
+        throttle.genuine(value, throttle.binding(session, address or candidate)),
+    )
+
+
+# Bounded in entries as the cookies' checks are, and in size by _MAX_REMEMBERED_SENT; cleared
+# with the process's state, as the key of the cookies' MACs may have changed with the settings.
+_remembered_client = process.cleared_on_reset(
+    functools.lru_cache(maxsize=throttle.MEMORY_SIZE)(_client)
+)
 
 
 def _loaded(user: object) -> object:

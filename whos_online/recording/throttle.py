@@ -187,6 +187,13 @@ def read_cookie(
         cookie = _genuine(value, binding, key)
     else:
         cookie = _remembered_genuine(value, binding, key)
+    return in_time(cookie, now, throttle, window)
+
+
+def in_time(
+    cookie: ThrottleCookie | None, now: float, throttle: int, window: int
+) -> ThrottleCookie | None:
+    """``cookie``, if it speaks of a visit recorded within the last ``window`` seconds."""
     if cookie is None:
         return None
     # The upper bound refuses a genuine cookie issued under a longer THROTTLE than today's.
@@ -194,6 +201,12 @@ def read_cookie(
     if not (now - window < expiry - throttle and expiry <= now + throttle):
         return None
     return cookie
+
+
+def genuine(value: str, binding: str) -> ThrottleCookie | None:
+    """What ``value`` (at most ``MAX_COOKIE_LENGTH`` characters) says if this site issued it for
+    ``binding``, whenever that was; not remembered (see ``RequestState.sent_cookie``)."""
+    return _genuine(value, binding, _cookie_key())
 
 
 def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
