@@ -48,10 +48,11 @@ class PerProcess(Generic[T]):
         _pieces.append(self)
 
     def get(self) -> T:
-        home = _home()
-        value = home.get(self)
+        home = _homes.get(os.getpid())  # what _home() finds on every call but a process's first
+        value = home.get(self) if home is not None else None
         if value is not None:
             return cast("T", value)
+        home = _home()
         made = self._make()
         # dict.setdefault is atomic: of two threads racing here, both get the first one stored.
         value = home.setdefault(self, made)
