@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import threading
 import time
+from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
+from django.http import HttpResponse
 from django.test import RequestFactory
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 import whos_online
 from tests.support.helpers import configure
 from whos_online.config import settings as conf
-from whos_online.recording import state, throttle
+from whos_online.recording import requests, state, throttle
 from whos_online.recording.state import RequestState
 from whos_online.recording.throttle import (
     ARRIVED_SUFFIX,
@@ -507,6 +509,36 @@ def test_a_remembered_cookie_is_refused_once_the_secret_key_changes(settings):
     settings.SECRET_KEY = "another secret key, rotated"
 
     assert sent(cookie).sent_cookie(conf.get_config(), NOW) is None
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("room", ["", "t1", throttle.UNKNOWN_ROOM])
+def test_the_cookie_is_handed_out_as_django_s_set_cookie_writes_it(secure, room):
+    now = NOW + 0.5
+    value = make_cookie(BINDING, now, THROTTLE, arrived=True, room=room, epoch="abc")
+    ours, django = HttpResponse(), HttpResponse()
+    ours.cookies[throttle.COOKIE_NAME] = requests.cookie_of(
+        ours.cookies, value, 600, secure=secure, now=now
+    )
+    with mock.patch("time.time", return_value=now):
+        django.set_cookie(
+            throttle.COOKIE_NAME, value, max_age=600, httponly=True, samesite="Lax", secure=secure
+        )
+
+    assert ours.cookies.output() == django.cookies.output()
+
+
+def test_cookies_handed_out_in_one_second_are_each_their_own():
+    first, second = HttpResponse(), HttpResponse()
+    for response, value in [(first, "1.a"), (second, "2.b")]:
+        response.cookies[throttle.COOKIE_NAME] = requests.cookie_of(
+            response.cookies, value, 600, secure=False, now=NOW
+        )
+    second.cookies[throttle.COOKIE_NAME]["path"] = "/elsewhere/"
+
+    assert first.cookies[throttle.COOKIE_NAME].value == "1.a"
+    assert first.cookies[throttle.COOKIE_NAME]["path"] == "/"
+    assert second.cookies[throttle.COOKIE_NAME].value == "2.b"
 
 
 def test_an_entry_from_before_the_latest_failure_no_longer_counts():
