@@ -80,11 +80,9 @@ class Browsers:
     def prepared(self, given: str, config: Any) -> list[HttpRequest]:
         """The requests, with what a step is given of them worked out already."""
         made = self.requests()
-        if given != "request":
+        if given == "state":
             for request in made:
-                state = whos.state_of(request)
-                if given == "address":
-                    state.bound_address(config)
+                whos.state_of(request)
         return made
 
     def requests(self) -> list[HttpRequest]:
@@ -190,53 +188,54 @@ def recorded_steps(config: Any) -> dict[str, tuple[str, Callable[[NewGuest], obj
     }
 
 
-#: A step: what it is given of each request (the request; its state, made; that state with its
-#: address worked out), and what it does.
+#: A step: what it is given of each request (the request, or its state made), and what it
+#: does.
 Step = tuple[str, "Callable[[HttpRequest], object]"]
 
 
 def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
     """The throttled request's steps, each on its own, in the order ``requests.before_view``
-    and ``after_view`` take them, and the whole of it; ``sample`` is one of the requests."""
+    and ``after_view`` take them, and the whole of it; ``sample`` is one of the requests.
+    The last two are what a site with rooms adds after the view."""
     now = time.time()
-
-    def cookie(request: HttpRequest) -> whos.throttle.ThrottleCookie | None:
-        address = whos.state_of(request).bound_address(config)
-        binding = whos.throttle.binding(whos.guests.session_key(request, sent=True), address)
-        value = request.COOKIES.get(whos.COOKIE_NAME)
-        return whos.throttle.read_cookie(value, binding, now, config.throttle, config.window)
-
-    read = cookie(sample)
+    read = whos.state_of(sample).sent_cookie(config, now)
     if read is None:
         raise RuntimeError("the browsers' throttle cookies are not genuine")
+    throttled = whos.requests.Decision.THROTTLED
+
+    def after(request: HttpRequest) -> object:
+        state = whos.state_of(request)
+        state.cookie = read
+        return whos.requests.after_view(state, PAGE, config, now, throttled)
+
     return {
         "the request's state, made": ("request", whos.state_of),
         "`IGNORE_PATHS` searched": (
             "request",
             lambda r: [p.search(r.path_info) for p in config.ignore_paths],
         ),
-        "the client's address (`X-Forwarded-For`, its parse cached)": (
+        "what the browser sent: its address and its cookie checked, looked up together": (
             "state",
-            lambda r: whos.state_of(r).bound_address(config),
-        ),
-        "the cookie's binding read and the cookie checked (its MAC remembered)": (
-            "address",
-            cookie,
+            lambda r: whos.state_of(r).sent_cookie(config, now),
         ),
         "the shards' epochs: Redis lost nothing since": (
             "request",
             lambda r: whos.epochs.current().outdated(read.epoch, config, now),
         ),
-        "a page view? (status, media type, headers)": (
-            "request",
-            lambda r: whos.rooms.is_page_view(r, PAGE),
-        ),
-        "its room (`ROOMS`)": ("state", lambda r: whos.rooms.room_of(whos.state_of(r))),
         "before the view, all (`requests.before_view`)": (
             "request",
             lambda r: whos.requests.before_view(r, config, now),
         ),
+        "after the view, all: nothing to count, no room (`requests.after_view`)": (
+            "state",
+            after,
+        ),
         WHOLE: ("request", WhosOnlineMiddleware(lambda _: PAGE)),
+        "with rooms: a page view? (status, media type, headers)": (
+            "request",
+            lambda r: whos.rooms.is_page_view(r, PAGE),
+        ),
+        "with rooms: its room (`ROOMS`)": ("state", lambda r: whos.rooms.room_of(whos.state_of(r))),
     }
 
 
