@@ -491,13 +491,18 @@ def test_what_a_browser_sends_is_looked_up_once_and_stays_bound_to_it(settings):
     assert sent(cookie).sent_cookie(config, NOW + config.window + 1) is None
 
 
-def test_a_long_forwarded_header_is_read_but_not_remembered(settings):
-    configure(settings, TRUSTED_PROXY_COUNT=1)
+@pytest.mark.parametrize("proxies", [0, 1])
+def test_long_address_headers_are_read_but_not_remembered(settings, proxies):
+    """A proxy may pass on what a client wrote as ``REMOTE_ADDR`` as well."""
+    configure(settings, TRUSTED_PROXY_COUNT=proxies)
     config = conf.get_config()
     cookie = make_cookie(binding(SESSION, CLIENT), NOW, THROTTLE)
     padded = "198.51.100.1, " * 600 + CLIENT
+    request = sent(cookie, forwarded=padded).request
+    if not proxies:
+        request.META["REMOTE_ADDR"] = f"{CLIENT}{' ' * 600}"
 
-    assert sent(cookie, forwarded=padded).sent_cookie(config, NOW) is not None
+    assert RequestState(request).sent_cookie(config, NOW) is not None
     assert state._remembered_client.cache_info().currsize == 0
 
 

@@ -141,7 +141,7 @@ class RequestState:
         remote = meta.get("REMOTE_ADDR") or ""
         forwarded = (meta.get("HTTP_X_FORWARDED_FOR") or "") if proxies else ""
         session = guests.session_key(request, sent=True)
-        if isinstance(remote, str) and len(session) + len(forwarded) <= _MAX_REMEMBERED_SENT:
+        if isinstance(remote, str) and len(session) + len(forwarded) + len(remote) <= _MAX_SENT:
             client = _remembered_client(value, session, remote, forwarded, proxies)
         else:
             client = _client(value, session, remote, forwarded, proxies)
@@ -274,10 +274,11 @@ class RequestState:
         return match is not None and getattr(match.func, VIEW_ATTRIBUTE, False) is True
 
 
-#: Longest session cookie and ``X-Forwarded-For`` together whose meaning is remembered
-#: (``RequestState.sent_cookie``): a session key and a few proxies' addresses fit; anything
-#: longer, such as a forged 8 kB header, is worked out on each request and never kept.
-_MAX_REMEMBERED_SENT: Final = throttle.MAX_REMEMBERED_BINDING
+#: Longest session cookie, ``X-Forwarded-For`` and ``REMOTE_ADDR`` together whose meaning is
+#: remembered (``RequestState.sent_cookie``): a session key and a few proxies' IPv6 addresses fit;
+#: anything longer, such as a forged 8 kB header, is worked out on each request and never kept,
+#: so that the memory stays a few megabytes whatever clients send.
+_MAX_SENT: Final = 256
 
 
 def _client(
