@@ -198,6 +198,8 @@ def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
     and ``after_view`` take them, and the whole of it; ``sample`` is one of the requests.
     The last two are what a site with rooms adds after the view."""
     now = time.time()
+    if config.rooms or config.count_hits:
+        raise RuntimeError("the throttled steps are those of a site without rooms or hits")
     read = whos.state_of(sample).sent_cookie(config, now)
     if read is None:
         raise RuntimeError("the browsers' throttle cookies are not genuine")

@@ -2,18 +2,19 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
-from django.http import HttpResponse
-from django.test import RequestFactory
+from django.http import HttpRequest, HttpResponse
+from django.test import Client, RequestFactory
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import whos_online
-from tests.support.helpers import configure
+from tests.support.helpers import configure, members
 from whos_online.config import settings as conf
 from whos_online.recording import requests, state, throttle
 from whos_online.recording.state import RequestState
@@ -514,6 +515,47 @@ def test_a_remembered_cookie_is_refused_once_the_secret_key_changes(settings):
     settings.SECRET_KEY = "another secret key, rotated"
 
     assert sent(cookie).sent_cookie(conf.get_config(), NOW) is None
+
+
+def test_a_check_that_began_under_the_old_secret_key_is_not_found_under_the_new_one(
+    settings, monkeypatch
+):
+    """Another thread changes the settings while a check is under way: the memory is cleared
+    before the check stores what it found."""
+    configure(settings, TRUSTED_PROXY_COUNT=1)
+    cookie = make_cookie(binding(SESSION, CLIENT), NOW, THROTTLE)
+    checked = throttle.genuine
+
+    def racing(value: str, bound: str, key: bytes) -> throttle.ThrottleCookie | None:
+        found = checked(value, bound, key)
+        settings.SECRET_KEY = "another secret key, rotated"
+        return found
+
+    monkeypatch.setattr(throttle, "genuine", racing)
+    assert sent(cookie).sent_cookie(conf.get_config(), NOW) is not None
+    monkeypatch.setattr(throttle, "genuine", checked)
+
+    assert sent(cookie).sent_cookie(conf.get_config(), NOW) is None
+
+
+class RewritesRemoteAddr:
+    """A middleware after whos_online's that puts another address in ``REMOTE_ADDR``."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        request.META["REMOTE_ADDR"] = "198.51.100.9"
+        return self.get_response(request)
+
+
+def test_the_cookie_is_bound_to_the_address_the_request_came_with(backend, r, settings):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.RewritesRemoteAddr"]
+    client = Client(REMOTE_ADDR="192.0.2.1")
+
+    assert throttle.COOKIE_NAME in client.get("/plain/").cookies
+    assert throttle.COOKIE_NAME not in client.get("/plain/").cookies  # throttled
+    assert len(members(r, "guests")) == 1
 
 
 @pytest.mark.parametrize("secure", [False, True])

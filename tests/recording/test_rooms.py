@@ -199,6 +199,15 @@ def test_a_throttled_page_view_into_a_room_is_written_however_the_room_is_named(
     assert placement.room == TOPIC_1
 
 
+def test_a_throttled_page_view_on_a_site_without_rooms_counts_its_hit(backend, settings):
+    configure(settings, COUNT_HITS=True)
+
+    assert throttled_page_view("none") is None  # nobody moved
+
+    whos_online.flush()  # the hit waits in the process for its flush
+    assert sum(count for _, count in whos_online.get_counter("hits", 86400)) == 1
+
+
 def test_a_throttled_page_view_on_a_site_without_rooms_writes_nothing_after_its_view(backend):
     assert throttled_page_view("none") is None
     # A cookie handed out where the room was not known: the next page view says where they are.

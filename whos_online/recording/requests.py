@@ -364,7 +364,8 @@ def cookie_of(
     """The throttle cookie of ``value``, for ``cookies`` (a response's), as Django's
     ``set_cookie(max_age=…, httponly=True, samesite="Lax", secure=…)`` writes it at ``now``:
     a copy of one Django made this second, given its value. ``set_cookie`` checks and sets
-    each attribute anew, about a tenth of a recorded request's time."""
+    each attribute anew, about a tenth of a recorded request's time. It replaces any throttle
+    cookie on the response, where ``set_cookie`` would keep the attributes of one set before."""
     morsel = _made_by_django(int(now), max_age, secure=secure).copy()
     morsel.set(throttle.COOKIE_NAME, *cookies.value_encode(value))
     return morsel

@@ -135,16 +135,21 @@ class RequestState:
         request = self.request
         value = request.COOKIES.get(throttle.COOKIE_NAME)
         if not value or len(value) > throttle.MAX_COOKIE_LENGTH:
+            # The address as the request came in: what runs after this middleware (another
+            # middleware, the view) may rewrite REMOTE_ADDR, and the cookie handed out must be
+            # bound to the address the browser's next request is checked against.
+            self.candidate(config)
             return None
         meta = request.META
         proxies = config.trusted_proxy_count
         remote = meta.get("REMOTE_ADDR") or ""
         forwarded = (meta.get("HTTP_X_FORWARDED_FOR") or "") if proxies else ""
         session = guests.session_key(request, sent=True)
+        key = throttle.cookie_key()
         if isinstance(remote, str) and len(session) + len(forwarded) + len(remote) <= _MAX_SENT:
-            client = _remembered_client(value, session, remote, forwarded, proxies)
+            client = _remembered_client(value, session, remote, forwarded, proxies, key=key)
         else:
-            client = _client(value, session, remote, forwarded, proxies)
+            client = _client(value, session, remote, forwarded, proxies, key=key)
         candidate, address, cookie = client
         if self._candidate is None:
             self._candidate, self._address = candidate, address
@@ -282,23 +287,24 @@ _MAX_SENT: Final = 256
 
 
 def _client(
-    value: str, session: str, remote: object, forwarded: str, proxies: int
+    value: str, session: str, remote: object, forwarded: str, proxies: int, *, key: bytes
 ) -> tuple[str, str | None, ThrottleCookie | None]:
     """What a request that sent throttle cookie ``value``, session cookie ``session``,
     ``REMOTE_ADDR`` ``remote`` and ``X-Forwarded-For`` ``forwarded`` comes to: its client's
     address unchecked, canonical (None when it is not one), and the cookie if this site issued
-    it to that client, whenever that was."""
+    it to that client under ``key``, whenever that was."""
     candidate = guests.candidate_of(remote, forwarded, proxies)
     address = guests.normalize_ip(candidate)
     return (
         candidate,
         address,
-        throttle.genuine(value, throttle.binding(session, address or candidate)),
+        throttle.genuine(value, throttle.binding(session, address or candidate), key),
     )
 
 
-# Bounded in entries as the cookies' checks are, and in size by _MAX_REMEMBERED_SENT; cleared
-# with the process's state, as the key of the cookies' MACs may have changed with the settings.
+# Bounded in entries as the cookies' checks are, and in size by _MAX_SENT. The MACs' key is part
+# of what a verdict is remembered by: a check that began before the settings changed, and was
+# stored after the change cleared this memory, is then never found under the new key.
 _remembered_client = process.cleared_on_reset(
     functools.lru_cache(maxsize=throttle.MEMORY_SIZE)(_client)
 )

@@ -38,14 +38,14 @@ MAX_REMEMBERED_BINDING: Final = 160
 
 
 @process.per_settings
-def _cookie_key() -> bytes:
+def cookie_key() -> bytes:
     """The key of the cookies' MACs, derived from ``SECRET_KEY`` once per settings: reading a
     setting costs a throttled request as much as checking its remembered cookie does."""
     return hashlib.blake2b(secret_key().encode(), person=b"whos_online.ck", digest_size=32).digest()
 
 
 def _mac(expiry: int, binding: str) -> str:
-    key = _cookie_key()
+    key = cookie_key()
     if len(binding) > MAX_REMEMBERED_BINDING:
         return _compute_mac(expiry, binding, key)
     return _remembered_mac(expiry, binding, key)
@@ -182,7 +182,7 @@ def read_cookie(
     recorded within the last ``window`` seconds; None for anything else."""
     if not value or len(value) > MAX_COOKIE_LENGTH:
         return None
-    key = _cookie_key()
+    key = cookie_key()
     if len(binding) > MAX_REMEMBERED_BINDING:
         cookie = _genuine(value, binding, key)
     else:
@@ -203,10 +203,11 @@ def in_time(
     return cookie
 
 
-def genuine(value: str, binding: str) -> ThrottleCookie | None:
+def genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
     """What ``value`` (at most ``MAX_COOKIE_LENGTH`` characters) says if this site issued it for
-    ``binding``, whenever that was; not remembered (see ``RequestState.sent_cookie``)."""
-    return _genuine(value, binding, _cookie_key())
+    ``binding`` under ``key`` (``cookie_key()``), whenever that was; not remembered here (see
+    ``RequestState.sent_cookie``)."""
+    return _genuine(value, binding, key)
 
 
 def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
