@@ -166,7 +166,9 @@ class Outcome(enum.Enum):
     ARRIVED = enum.auto()
 
 
-@dataclass(frozen=True)
+# Not frozen, as the other records a recorded request makes: a frozen dataclass sets each field
+# through ``object.__setattr__``, 2.5 × the time to make one, and nothing changes them once made.
+@dataclass(slots=True)
 class Recorded:
     """What recording a request came to, for the throttle cookie the middleware hands out."""
 
@@ -289,7 +291,7 @@ def _recorded(
     return Recorded(outcome, found.at, found.room_tag, epochs.current().of(found.shard))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Writing:
     """A visit about to be queued: what its cookie will say of it."""
 
@@ -297,7 +299,7 @@ class _Writing:
     room_tag: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Remembered:
     """A visitor this process wrote within THROTTLE: when their cookie runs from, and where."""
 
@@ -305,7 +307,7 @@ class _Remembered:
     room_tag: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Stored:
     """A visit queued, and written if the process writes at once: what its cookie will say."""
 
