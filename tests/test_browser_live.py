@@ -272,19 +272,25 @@ def test_under_asgi_the_stream_shows_who_comes_and_goes(backend, asgi_site, open
     report("leave", leaves)
 
 
-def test_joins_moves_reloads_and_closes_as_another_open_page_sees_them(
+def test_joins_moves_reloads_and_leaves_as_another_open_page_sees_them(
     backend, asgi_site, open_page
 ):
     """What bob's open page of the topic shows as alice, round after round, comes to it (a
     join), reloads her page (she never leaves his list: no blink), goes to another topic (a
-    move: she leaves his at once), comes back, and closes her tab (she leaves after
-    ``LEAVE_GRACE``, 5 s). The times are printed (``-s``), to report: a shared machine's."""
+    move: she leaves his at once), comes back, and leaves the site (she leaves his list after
+    ``LEAVE_GRACE``, 5 s). The times are printed (``-s``), to report: a shared machine's.
+
+    She leaves for about:blank rather than by closing her tab, as in the test above: her page's
+    requests but its presence words are routed through Playwright (for the CSP), and from
+    Playwright 1.62 on, a closed page's leaving beacon went out late or not at all in about half
+    the runs (on 1.62, 1.63, 1.64.1 and 1.65.2; never on 1.56 or 1.61), where a page that
+    navigates away stays open until its beacon is answered."""
     bobs: Page = open_page()
     bobs.goto(f"{asgi_site}/login/bob/")
     bobs.goto(f"{asgi_site}{TOPIC}")
     expect(widget_list(bobs)).to_have_text("bob")
     bobs.evaluate(WATCH)
-    seen: dict[str, list[float]] = {"join": [], "move": [], "close": []}
+    seen: dict[str, list[float]] = {"join": [], "move": [], "leave": []}
     blinks = 0
 
     def shown(moment: float, *, alice: bool) -> float:
@@ -315,12 +321,13 @@ def test_joins_moves_reloads_and_closes_as_another_open_page_sees_them(
         alices.goto(f"{asgi_site}/topics/2/")
         seen["move"].append(shown(moment, alice=False))
 
-        # Her tab closes: only its leaving word tells.
+        # She leaves the site: only her page's leaving word tells.
         alices.goto(f"{asgi_site}{TOPIC}")
         shown(time.time(), alice=True)
         moment = time.time()
-        alices.close(run_before_unload=True)
-        seen["close"].append(shown(moment, alice=False))
+        alices.goto("about:blank")
+        seen["leave"].append(shown(moment, alice=False))
+        alices.close()
         alices = context.new_page()
 
     for name, delays in seen.items():
@@ -328,7 +335,7 @@ def test_joins_moves_reloads_and_closes_as_another_open_page_sees_them(
     print(f"reload over {ROUNDS} rounds: {blinks} blinks")
     assert blinks == 0
     assert statistics.median(seen["move"]) < DEFAULTS["LEAVE_GRACE"]
-    assert statistics.median(seen["close"]) >= DEFAULTS["LEAVE_GRACE"]
+    assert statistics.median(seen["leave"]) >= DEFAULTS["LEAVE_GRACE"]
 
 
 def opened_streams(sent: Sent) -> int:
