@@ -301,8 +301,8 @@ def test_joins_moves_reloads_and_leaves_as_another_open_page_sees_them(
 
     alices: Page = open_page()
     alices.goto(f"{asgi_site}/login/alice/")
-    # Her context does not hold her leaving words for its route (see the test above), which a
-    # closing page would cut short.
+    # Her context does not hold her leaving words for its route (see the test above): a page
+    # that held one would answer it only as it went on to the next.
     context = alices.context
     context.unroute_all(behavior="wait")
     context.route(lambda url: is_routed(url) and PRESENCE not in url, with_csp)

@@ -167,7 +167,7 @@ class Outcome(enum.Enum):
 
 
 # Not frozen, as the other records a recorded request makes: a frozen dataclass sets each field
-# through ``object.__setattr__``, 2.5 × the time to make one, and nothing changes them once made.
+# through ``object.__setattr__``, 2.6 × the time to make one, and nothing changes them once made.
 @dataclass(slots=True)
 class Recorded:
     """What recording a request came to, for the throttle cookie the middleware hands out."""
