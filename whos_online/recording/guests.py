@@ -86,14 +86,21 @@ def forwarded_candidate(request: HttpRequest, trusted_proxy_count: int) -> str:
 
     The header is read from the right, N commas deep, so a header of any length costs the same.
     """
+    return candidate_of(*address_headers(request, trusted_proxy_count), trusted_proxy_count)
+
+
+def address_headers(request: HttpRequest, trusted_proxy_count: int) -> tuple[object, str]:
+    """What the request says of its client's address: its ``REMOTE_ADDR`` (which a server may
+    give as something other than text) and, behind trusted proxies, its ``X-Forwarded-For``
+    ("" for none)."""
     meta = request.META
-    forwarded = meta.get("HTTP_X_FORWARDED_FOR") if trusted_proxy_count else None
-    return candidate_of(meta.get("REMOTE_ADDR") or "", forwarded, trusted_proxy_count)
+    forwarded = (meta.get("HTTP_X_FORWARDED_FOR") or "") if trusted_proxy_count else ""
+    return meta.get("REMOTE_ADDR") or "", forwarded
 
 
-def candidate_of(remote: object, forwarded: str | None, trusted_proxy_count: int) -> str:
-    """``forwarded_candidate`` of a request whose ``REMOTE_ADDR`` is ``remote`` and whose
-    ``X-Forwarded-For`` is ``forwarded`` (None without one)."""
+def candidate_of(remote: object, forwarded: str, trusted_proxy_count: int) -> str:
+    """``forwarded_candidate`` of a request whose ``address_headers`` are ``remote`` and
+    ``forwarded``."""
     if not forwarded or not trusted_proxy_count:
         return str(remote).strip()
     end = len(forwarded)

@@ -140,10 +140,8 @@ class RequestState:
             # bound to the address the browser's next request is checked against.
             self.candidate(config)
             return None
-        meta = request.META
         proxies = config.trusted_proxy_count
-        remote = meta.get("REMOTE_ADDR") or ""
-        forwarded = (meta.get("HTTP_X_FORWARDED_FOR") or "") if proxies else ""
+        remote, forwarded = guests.address_headers(request, proxies)
         session = guests.session_key(request, sent=True)
         key = throttle.cookie_key()
         if isinstance(remote, str) and len(session) + len(forwarded) + len(remote) <= _MAX_SENT:

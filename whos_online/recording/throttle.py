@@ -184,7 +184,7 @@ def read_cookie(
         return None
     key = cookie_key()
     if len(binding) > MAX_REMEMBERED_BINDING:
-        cookie = _genuine(value, binding, key)
+        cookie = genuine(value, binding, key)
     else:
         cookie = _remembered_genuine(value, binding, key)
     return in_time(cookie, now, throttle, window)
@@ -205,13 +205,8 @@ def in_time(
 
 def genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
     """What ``value`` (at most ``MAX_COOKIE_LENGTH`` characters) says if this site issued it for
-    ``binding`` under ``key`` (``cookie_key()``), whenever that was; not remembered here (see
-    ``RequestState.sent_cookie``)."""
-    return _genuine(value, binding, key)
-
-
-def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
-    """What ``value`` says if this site issued it for ``binding``, whenever that was."""
+    ``binding`` under ``key`` (``cookie_key()``), whenever that was; not remembered here
+    (``_remembered_genuine`` and ``RequestState.sent_cookie`` remember it)."""
     parts = _parts(value)
     if parts is None:
         return None
@@ -236,7 +231,7 @@ def _genuine(value: str, binding: str, key: bytes) -> ThrottleCookie | None:
 # A browser sends the same cookie on every request for THROTTLE seconds: remembering what it
 # says spares the parsing and the hashing on nearly every throttled request (a throttled page
 # view costs the middleware a few microseconds). Bounded as the MACs are, above.
-_remembered_genuine = process.cleared_on_reset(functools.lru_cache(maxsize=MEMORY_SIZE)(_genuine))
+_remembered_genuine = process.cleared_on_reset(functools.lru_cache(maxsize=MEMORY_SIZE)(genuine))
 
 
 class RecentVisitors:
