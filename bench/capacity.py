@@ -174,7 +174,7 @@ def hits_flushes(client: whos.clients.Client, config: whos.Config, count: int) -
         extras = whos.record.Extras(hits={("hits", second + flush): 37}, batch=(token, flush))
         calls = whos.record.batch_calls(
             config, base, [], now=second + flush, epoch="bench", extras=extras
-        )
+        ).calls
         whos.scripts.run(client, calls)
     return count
 

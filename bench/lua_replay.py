@@ -135,7 +135,9 @@ def capture(options: Options, folder: Path) -> Path:
             entries = [entry for visit in visits for entry in whos.record.entries_of(config, visit)]
             if len({entry.shard for entry in entries}) != 1:
                 raise RuntimeError("lua_replay captures the calls of one shard (SHARDS = 1)")
-            (call,) = whos.record.batch_calls(config, entries[0].shard, entries, now=now, epoch="-")
+            (call,) = whos.record.batch_calls(
+                config, entries[0].shard, entries, now=now, epoch="-"
+            ).calls
             args = [str(arg) for arg in call.args]
             replies = json.loads(node.client.eval(wrapped, len(call.keys), *call.keys, *args))
             keys = lua_literal(list(call.keys))

@@ -1,12 +1,15 @@
 """A batch written in one call of the record script leaves Redis as its entries written one call
-each, in order, would, and tells the same arrivals and room changes: what the script reads ahead
-and writes once at its end (includes/held) must not show.
+each, in order, by the script's entry-by-entry part, would, and tells the same arrivals and room
+changes: what the script reads ahead and writes once at its end (includes/held), and the plain
+visits it writes set-at-a-time after the others (includes/record_plain), must not show.
 
 Hypothesis makes the batches: visits of users (shown or hidden, which may change between two of
 their visits), guests and bots, in no room or in one of two, in every mode, with a former person
 (a login or a logout), with the day's visitor; logouts; a page's reader leaving its room; a
 connection entering, renewing or leaving its room. Times do not go back within a batch (the flusher
-writes visits in the order they were queued); several entries may share one.
+writes visits in the order they were queued); several entries may share one. A batch is written
+over what an earlier one left (people in rooms, rooms left, connections, logouts), which both
+ways write alike.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,8 +36,8 @@ if TYPE_CHECKING:
 #: The batches' first moment: this session's, so that what expires (a user's display HASH, the
 #: day's HyperLogLog) is written to live, and compared.
 START = float(int(time.time()))
-USERS = ("1", "2")
-ANONYMOUS = (("guests", "g1"), ("guests", "g2"), ("bots", "b1"))
+USERS = ("1", "2", "3")
+ANONYMOUS = (("guests", "g1"), ("guests", "g2"), ("guests", "g3"), ("bots", "b1"))
 #: Who a page's leaving word or a connection speaks for: by the set they are in.
 SPEAKERS = (*ANONYMOUS, ("users", "1"), ("hidden", "1"), ("users", "2"))
 ROOMS = ("", "a", "b")
@@ -113,9 +117,9 @@ steps = st.one_of(
 batches = st.lists(st.tuples(steps, st.integers(0, 3)), min_size=1, max_size=12)
 
 
-def entries_of(batch: list[tuple[Step, int]]) -> list[tuple[record.Entry, float]]:
-    """Each step's entries, and their time."""
-    now, made = START, []
+def entries_of(batch: list[tuple[Step, int]], start: float) -> list[tuple[record.Entry, float]]:
+    """Each step's entries, and their time, from ``start`` on."""
+    now, made = start, []
     for step, gap in batch:
         now += gap
         made += [(entry, now) for entry in step(now)]
@@ -123,12 +127,33 @@ def entries_of(batch: list[tuple[Step, int]]) -> list[tuple[record.Entry, float]
 
 
 def write(r: redis.Redis, entries: list[record.Entry], now: float) -> tuple[str, list[RoomChange]]:
+    """``entries`` written in one call; what it answers, in the order of ``entries``."""
     config = get_config()
     shard = member_shard(config, "guests", "g1")
     assert all(entry.shard == shard for entry in entries)  # one shard: one call
-    calls = record.batch_calls(config, shard, entries, now=now, epoch="e")
-    reply = parse_reply(scripts.run(r, calls)[0])
-    return reply.arrived, list(reply.changes)
+    made = record.batch_calls(config, shard, entries, now=now, epoch="e")
+    reply = parse_reply(scripts.run(r, made.calls)[0])
+    given = {id(entry): number for number, entry in enumerate(entries)}
+    order = [given[id(entry)] for entry in made.entries]
+    arrived = [""] * len(entries)
+    for number, flag in zip(order, reply.arrived, strict=True):
+        arrived[number] = flag
+    changes = [change._replace(entry=order[change.entry]) for change in reply.changes]
+    return "".join(arrived), sorted(changes, key=lambda change: change.entry)
+
+
+def one_by_one(
+    r: redis.Redis, made: list[tuple[record.Entry, float]]
+) -> tuple[str, list[RoomChange]]:
+    """``made`` written one call each, by the script's entry-by-entry part alone."""
+    arrived, changes = "", []
+    everything_general = lambda entries: record._Lanes(list(entries), [], [])  # noqa: E731
+    with mock.patch.object(record, "_lanes", everything_general):
+        for number, (entry, at) in enumerate(made):
+            arrived_here, changed = write(r, [entry], at)
+            arrived += arrived_here
+            changes += [change._replace(entry=number) for change in changed]
+    return arrived, changes
 
 
 def stored(r: redis.Redis) -> dict[str, str]:
@@ -142,23 +167,29 @@ def stored(r: redis.Redis) -> dict[str, str]:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batch=batches)
-def test_a_batch_in_one_call_leaves_what_its_entries_one_call_each_leave(r, batch):
-    made = entries_of(batch)
+@given(
+    earlier=st.lists(st.tuples(steps, st.integers(0, 3)), max_size=12),
+    batch=batches,
+    overlap=st.integers(0, 12),
+)
+def test_a_batch_in_one_call_leaves_what_its_entries_one_call_each_leave(
+    r, earlier, batch, overlap
+):
+    """The batch may begin before the earlier one ended, as another process's flush does."""
+    before = entries_of(earlier, START)
+    made = entries_of(batch, max((at for _, at in before), default=START) - overlap)
     entries = [entry for entry, _ in made]
 
     r.flushdb()
+    one_by_one(r, before)
     arrived, changes = write(r, entries, max(at for _, at in made))
     in_one_call = stored(r)
 
     r.flushdb()
-    one_each, each_changes = "", []
-    for number, (entry, at) in enumerate(made):
-        arrived_here, changed = write(r, [entry], at)
-        one_each += arrived_here
-        each_changes += [change._replace(entry=number) for change in changed]
+    one_by_one(r, before)
+    one_each, each_changes = one_by_one(r, made)
     one_at_a_time = stored(r)
 
     assert arrived == one_each

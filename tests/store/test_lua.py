@@ -60,7 +60,7 @@ def test_the_record_script_refuses_a_call_whose_names_are_not_its_own(backend, r
     field added on one side only) gets an error that says both, and records nothing."""
     config, now = get_config(), time.time()
     entries = entries_of(config, recording.member_visit("guests", "g1", now, room="topic:1"))
-    [call] = batch_calls(config, layout(config)[0], entries, now=now, epoch="word")
+    [call] = batch_calls(config, layout(config)[0], entries, now=now, epoch="word").calls
     fields = str(call.args[1])
     renamed = ScriptCall(call.source, call.keys, [call.args[0], fields + ",colour", *call.args[2:]])
 

@@ -16,7 +16,9 @@ from whos_online.store.users import UserDetails
 def write(r, *entries: record.Entry, now: float | None = None) -> Reply:
     config = get_config()
     shard = member_shard(config, "guests", "g1")
-    calls = record.batch_calls(config, shard, list(entries), now=now or time.time(), epoch="e")
+    calls = record.batch_calls(
+        config, shard, list(entries), now=now or time.time(), epoch="e"
+    ).calls
     (raw,) = scripts.run(r, calls)
     return parse_reply(raw)
 

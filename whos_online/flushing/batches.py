@@ -54,7 +54,8 @@ def _one_tag(tag: str) -> frozenset[str]:
 
 @dataclass
 class Group:
-    """One shard's part of a flush: its entries and the calls that write them."""
+    """One shard's part of a flush: its entries, in the order its calls write them, and those
+    calls."""
 
     shard: keyspace.Shard
     entries: list[Entry] = field(default_factory=list)
@@ -105,7 +106,7 @@ def prepare(
         batch=(batch.token, batch.number) if batch is not None else None,
     )
     for tag, group in groups.items():
-        group.calls = record.batch_calls(
+        group.calls, group.entries = record.batch_calls(
             config,
             group.shard,
             group.entries,

@@ -28,7 +28,7 @@ from whos_online.backend.keyspace import (
 )
 from whos_online.config.process import PerProcess
 from whos_online.store import counters, lua
-from whos_online.store.items import KEEP
+from whos_online.store.items import GO, KEEP
 from whos_online.store.results import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 
@@ -54,7 +54,7 @@ EXIT: Final = "x"
 HEADER_ARGUMENTS: Final = tuple(
     "now online_since seen_ttl user_prefix room_prefix sampling "  # noqa: SIM905
     "counter_prefix precisions may_stop second epoch layout visitors_ttl window leave_grace "
-    "gone_prefix count".split()
+    "gone_prefix count views others plain_hll plain_day_end".split()
 )
 ENTRY_ARGUMENTS: Final = tuple(
     "op kind member score visitor hll day_end name url former "  # noqa: SIM905
@@ -80,7 +80,9 @@ class Entry(NamedTuple):
     at: float = 0.0
 
 
-_HLL: Final = ENTRY_ARGUMENTS.index("hll")
+#: Where an entry's values are in ``Entry.fields``.
+_OP, _KIND, _MEMBER, _SCORE, _VISITOR, _HLL = range(6)
+_NAME, _URL, _FORMER, _ROOM, _MODE, _TITLE = range(7, 13)
 
 
 def _entry(**named: str) -> tuple[str, ...]:
@@ -198,6 +200,80 @@ class Extras:
     batch: tuple[str, int] | None = None
 
 
+class Calls(NamedTuple):
+    """The calls that write a shard's entries, and those entries in the order the calls write
+    them, ``MAX_ENTRIES_PER_CALL`` to each: what a call answers of its entries (who arrived,
+    the room changes) is in that order."""
+
+    calls: list[ScriptCall]
+    entries: list[Entry]
+
+
+class _Lanes(NamedTuple):
+    """A shard's entries as its calls send them: those recorded one by one, in the order given,
+    then the plain page views and the plain other requests (``lua/includes/record_plain``)."""
+
+    general: list[Entry]
+    views: list[Entry]
+    others: list[Entry]
+
+
+def _person(kind: str, member: str) -> str:
+    """Who an entry names, as the plain lanes tell people apart: a user by their pk whatever
+    their set, a guest or bot by their member (a guest and a bot of one member count as one)."""
+    return ("u:" if kind in _USER_KINDS else "a:") + member
+
+
+_USER_KINDS: Final = frozenset({"users", "hidden"})
+_PLAIN_MODES: Final = {GO: True, KEEP: False}
+
+
+def _lanes(entries: Sequence[Entry]) -> _Lanes:
+    """Which of ``entries`` are plain: a visit with no former person, a page view (``GO``) or
+    another request (``KEEP``), of someone no other entry names, its visitor of the same day as
+    the other plain ones'. A room's title is written in the order of the entries: so if any
+    entry recorded one by one carries a title, so do all the titled page views."""
+    named: dict[str, int] = {}
+    for entry in entries:
+        fields = entry.fields
+        key = _person(fields[_KIND], fields[_MEMBER])
+        named[key] = named.get(key, 0) + 1
+        if fields[_FORMER]:
+            key = _person(_FORMER_KIND[fields[_KIND]], fields[_FORMER])
+            named[key] = named.get(key, 0) + 1
+    lanes: list[int] = []  # by entry: 0 recorded one by one, 1 a plain view, 2 another
+    day: int | None = None
+    titled = False
+    for entry in entries:
+        fields = entry.fields
+        view = _PLAIN_MODES.get(fields[_MODE])
+        if (
+            view is None
+            or fields[_OP] != VISIT
+            or fields[_FORMER]
+            or named[_person(fields[_KIND], fields[_MEMBER])] > 1
+            or (entry.day is not None and day is not None and entry.day != day)
+        ):
+            lanes.append(0)
+            titled = titled or bool(fields[_TITLE])
+            continue
+        if entry.day is not None:
+            day = entry.day
+        lanes.append(1 if view else 2)
+    if titled:
+        lanes = [
+            0 if lane == 1 and entry.fields[_TITLE] else lane
+            for entry, lane in zip(entries, lanes, strict=True)
+        ]
+    general: list[Entry] = []
+    views: list[Entry] = []
+    others: list[Entry] = []
+    by_lane = (general, views, others)
+    for entry, lane in zip(entries, lanes, strict=True):
+        by_lane[lane].append(entry)
+    return _Lanes(general, views, others)
+
+
 def batch_calls(
     config: Config,
     shard: keyspace.Shard,
@@ -206,26 +282,31 @@ def batch_calls(
     now: float,
     epoch: str,
     extras: Extras | None = None,
-) -> list[ScriptCall]:
+) -> Calls:
     """The calls that write ``entries`` in ``shard``: one, unless there are more than
     ``MAX_ENTRIES_PER_CALL``; ``extras`` go with the first, on the base shard only. ``now`` is
     the time of the flush; the counts are sampled as of the latest visit's."""
     now = max((entry.at for entry in entries), default=0.0) or now
-    chunks = [
-        entries[start : start + MAX_ENTRIES_PER_CALL]
-        for start in range(0, len(entries), MAX_ENTRIES_PER_CALL)
-    ] or [[]]
+    lanes = _lanes(entries)
+    ordered = [*lanes.general, *lanes.views, *lanes.others]
+    # Where each lane ends in ``ordered``: a call takes what of each lies in its slice.
+    ends = (len(lanes.general), len(lanes.general) + len(lanes.views), len(ordered))
     calls = []
-    for index, chunk in enumerate(chunks):
+    for index, start in enumerate(range(0, max(len(ordered), 1), MAX_ENTRIES_PER_CALL)):
+        stop = start + MAX_ENTRIES_PER_CALL
+        general = ordered[start : min(stop, ends[0])]
+        views = ordered[max(start, ends[0]) : min(stop, ends[1])]
+        others = ordered[max(start, ends[1]) : min(stop, ends[2])]
         first = extras if index == 0 and shard.is_base else None
+        chunk = _Lanes(general, views, others)
         calls.append(_call(config, shard, chunk, now=now, epoch=epoch, extras=first))
-    return calls
+    return Calls(calls, ordered)
 
 
 def _call(
     config: Config,
     shard: keyspace.Shard,
-    entries: Sequence[Entry],
+    lanes: _Lanes,
     *,
     now: float,
     epoch: str,
@@ -235,8 +316,20 @@ def _call(
     shard_keys = fixed.of(shard)
     keys = list(shard_keys.keys)
     sampling = "0"
-    if shard.is_base and fixed.samples and entries:
+    if shard.is_base and fixed.samples and any(lanes):
         sampling = _sampling.get().flag(int(now))
+    hll_index: dict[int, int] = {}
+
+    def hll_of(day: int) -> int:
+        index = hll_index.get(day)
+        if index is None:
+            keys.append(_day_visitors_key(shard, day))
+            index = hll_index[day] = len(keys)
+        return index
+
+    plain_day = next(
+        (entry.day for entry in (*lanes.views, *lanes.others) if entry.day is not None), None
+    )
     header: dict[str, str | int | float] = {
         "now": score(now),
         "online_since": score(now - config.window),
@@ -255,20 +348,26 @@ def _call(
         "window": config.window,
         "leave_grace": config.leave_grace,
         "gone_prefix": shard_keys.gone_prefix,
-        "count": len(entries),
+        "count": len(lanes.general),
+        "views": len(lanes.views),
+        "others": len(lanes.others),
+        "plain_hll": 0 if plain_day is None else hll_of(plain_day),
+        "plain_day_end": _day_end(plain_day or 0),
     }
     args = [*_NAMES, *(header[name] for name in HEADER_ARGUMENTS)]
-    hll_index: dict[int, int] = {}
-    for entry in entries:
+    for entry in lanes.general:
         start = len(args)
         args += entry.fields
-        day = entry.day
-        if day is not None:
-            index = hll_index.get(day)
-            if index is None:
-                keys.append(_day_visitors_key(shard, day))
-                index = hll_index[day] = len(keys)
-            args[start + _HLL] = index
+        if entry.day is not None:
+            args[start + _HLL] = hll_of(entry.day)
+    for lane, view in ((lanes.views, True), (lanes.others, False)):
+        for entry in lane:
+            fields = entry.fields
+            args += fields[_KIND : _VISITOR + 1]
+            if view:
+                args += (fields[_ROOM], fields[_TITLE])
+            if fields[_KIND] in _USER_KINDS:
+                args += (fields[_NAME], fields[_URL])
     if shard.is_base:
         hits = extras.hits if extras is not None else None
         batch = extras.batch if extras is not None else None
@@ -278,7 +377,11 @@ def _call(
 
 def entries_in(call: ScriptCall) -> int:
     """How many entries a call of ``batch_calls`` writes."""
-    return int(call.args[len(_NAMES) + HEADER_ARGUMENTS.index("count")])
+    header = len(_NAMES)
+    return sum(
+        int(call.args[header + HEADER_ARGUMENTS.index(name)])
+        for name in ("count", "views", "others")
+    )
 
 
 def record(
@@ -295,7 +398,7 @@ def record(
     calls = [
         call
         for shard, entries in groups.values()
-        for call in batch_calls(config, shard, entries, now=now, epoch=epoch)
+        for call in batch_calls(config, shard, entries, now=now, epoch=epoch).calls
     ]
     return [parse_reply(raw) for raw in run(client, calls)]
 

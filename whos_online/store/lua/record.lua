@@ -10,8 +10,9 @@
                 layouts, then the day's visitors HyperLogLogs; elsewhere those HyperLogLogs
     ARGV[1]     the names of the header's values, comma-separated (``record.HEADER_ARGUMENTS``)
     ARGV[2]     the names of an entry's values, comma-separated (``record.ENTRY_ARGUMENTS``)
-    ARGV[3…]    the header's values, then ``count`` entries, then on the base shard the page
-                hits (includes/counters, ``add_batch``)
+    ARGV[3…]    the header's values, then ``count`` entries, then ``views`` and ``others``
+                plain entries (includes/record_plain), then on the base shard the page hits
+                (includes/counters, ``add_batch``)
 
   Output:
     {epoch, arrived, layouts, changes}: the shard's epoch; one '1' or '0' per entry, whether
@@ -30,7 +31,8 @@ local rcall, floor = redis.call, math.floor
 -- The names of the header's values and of an entry's, in the order a call sends them: a call
 -- that names others is refused rather than misread.
 local HEADER = 'now,online_since,seen_ttl,user_prefix,room_prefix,sampling,counter_prefix,'
-  .. 'precisions,may_stop,second,epoch,layout,visitors_ttl,window,leave_grace,gone_prefix,count'
+  .. 'precisions,may_stop,second,epoch,layout,visitors_ttl,window,leave_grace,gone_prefix,count,'
+  .. 'views,others,plain_hll,plain_day_end'
 local FIELDS = 'op,kind,member,score,visitor,hll,day_end,name,url,former,room,mode,title,connection'
 if ARGV[1] ~= HEADER or ARGV[2] ~= FIELDS then
   return redis.error_reply('record.lua reads ' .. HEADER .. ' and ' .. FIELDS .. '; the call sent '
@@ -41,25 +43,15 @@ local arg = {
   room_prefix = ARGV[7], sampling = ARGV[8], counter_prefix = ARGV[9], precisions = ARGV[10],
   may_stop = ARGV[11], second = ARGV[12], epoch = ARGV[13], layout = ARGV[14],
   visitors_ttl = ARGV[15], window = ARGV[16], leave_grace = ARGV[17], gone_prefix = ARGV[18],
-  count = ARGV[19],
+  count = ARGV[19], views = ARGV[20], others = ARGV[21], plain_hll = ARGV[22],
+  plain_day_end = ARGV[23],
 }
 -- Where the entries begin, and how many values each has.
-local first, width, count = 20, 14, tonumber(arg.count)
+local first, width, count = 24, 14, tonumber(arg.count)
 
--- The entry being read: one table, its fields set again for each entry (``when`` is its score
--- as a number).
-local entry, places, A = {}, {}, ARGV
-local function read_entry(n)
-  local e, i = entry, first + width * (n - 1)
-  local op, kind, member, score, visitor, hll, day_end, name, url, former, room, mode, title,
-    connection = unpack(A, i, i + width - 1)
-  e.op, e.kind, e.member, e.score, e.visitor, e.hll, e.day_end = op, kind, member, score, visitor,
-    hll, day_end
-  e.name, e.url, e.former, e.room, e.mode, e.title, e.connection = name, url, former, room, mode,
-    title, connection
-  e.when, e.place = tonumber(score), places[n]
-  return e
-end
+-- The entry being recorded: one table, its fields set again for each entry (``when`` is
+-- its score as a number).
+local entry, A = {}, ARGV
 
 local online_since, window = tonumber(arg.online_since), tonumber(arg.window)
 local room_prefix, user_prefix, gone_prefix = arg.room_prefix, arg.user_prefix, arg.gone_prefix
@@ -72,15 +64,64 @@ local OTHER_USER_SET = {users = 'hidden', hidden = 'users'}
 -- The room sets that may hold a person of each kind: a user's both user sets.
 local ROOM_KINDS = {users = {'users', 'hidden'}, hidden = {'users', 'hidden'}, guests = {'guests'},
   bots = {'bots'}}
+local function place(kind, member)
+  return OTHER_USER_SET[kind] and 'u:' .. member or kind .. ':' .. member
+end
+
+-- The room changes of the batch (see Output), and the number of the entry being run.
+local changes, entry_number = {}, 0
+
+local function changed(who, left, entered)
+  local n = #changes
+  changes[n + 1], changes[n + 2], changes[n + 3], changes[n + 4] = entry_number, who, left, entered
+end
+
+--- @include "includes/record_rooms"
+
+-- What the batch adds to the day's HyperLogLogs and to the index of rooms, written at the end.
+local visitors, visitors_day_end, rooms_latest, rooms_latest_when = {}, {}, {}, {}
+
+local function touch_room(room, score, when)
+  local latest = rooms_latest_when[room]
+  if not latest or when > latest then
+    rooms_latest[room], rooms_latest_when[room] = score, when
+  end
+end
+
+-- A user's display HASH; it expires LAST_SEEN_DAYS after the UTC day of their last visit, so
+-- that only their first visit of a day sets it (or a visit that made it anew: it was evicted).
+local function show_user(member, score, when, name, url, before)
+  local hash, day = user_prefix .. member, floor(when / 86400)
+  local made = rcall('HSET', hash, 'name', name, 'url', url, 'seen', score) == 3
+  if made or not before or floor(before / 86400) ~= day then
+    rcall('EXPIREAT', hash, (day + 1) * 86400 + tonumber(arg.seen_ttl))
+  end
+end
+
+-- Whether each entry's person was not online until then, and how many were not.
+local arrived, arrivals = {}, 0
+
+-- The entries recorded one by one (those that are not plain visits), in order.
+-- The entry being read is ``entry``, its fields set again for each entry (``when`` is its
+-- score as a number); ``places`` its field of ``where``, by number.
+local places = {}
+local function read_entry(n)
+  local e, i = entry, first + width * (n - 1)
+  local op, kind, member, score, visitor, hll, day_end, name, url, former, room, mode, title,
+    connection = unpack(A, i, i + width - 1)
+  e.op, e.kind, e.member, e.score, e.visitor, e.hll, e.day_end = op, kind, member, score, visitor,
+    hll, day_end
+  e.name, e.url, e.former, e.room, e.mode, e.title, e.connection = name, url, former, room, mode,
+    title, connection
+  e.when, e.place = tonumber(score), places[n]
+  return e
+end
+
 -- The sets, and the fields of who is where, that a former person leaves, by the visitor's kind.
 local LEFT_BY_USER = {{'guests', 'bots'}, {'guests:', 'bots:'}}
 local LEFT_BY_GUEST = {{'users', 'hidden'}, {'u:'}}
 local FORMER = {users = LEFT_BY_USER, hidden = LEFT_BY_USER, guests = LEFT_BY_GUEST,
   bots = LEFT_BY_GUEST}
-
-local function place(kind, member)
-  return OTHER_USER_SET[kind] and 'u:' .. member or kind .. ':' .. member
-end
 
 -- Reads ahead, a command per set: the online scores and places of everyone the batch names,
 -- and the users' gone marks.
@@ -136,20 +177,8 @@ do
   end
 end
 
--- The room changes of the batch (see Output), and the number of the entry being run.
-local changes, entry_number = {}, 0
-
-local function changed(who, left, entered)
-  local n = #changes
-  changes[n + 1], changes[n + 2], changes[n + 3], changes[n + 4] = entry_number, who, left, entered
-end
-
---- @include "includes/record_rooms"
 --- @include "includes/record_leaving"
 --- @include "includes/record_links"
-
--- What the batch adds to the day's HyperLogLogs and to the index of rooms, written at the end.
-local visitors, visitors_day_end, rooms_latest, rooms_latest_when = {}, {}, {}, {}
 
 local function add_visitor(entry)
   local hll = entry.hll
@@ -160,23 +189,6 @@ local function add_visitor(entry)
       visitors[hll], visitors_day_end[hll] = added, entry.day_end
     end
     added[#added + 1] = entry.visitor
-  end
-end
-
-local function touch_room(room, score, when)
-  local latest = rooms_latest_when[room]
-  if not latest or when > latest then
-    rooms_latest[room], rooms_latest_when[room] = score, when
-  end
-end
-
--- A user's display HASH; it expires LAST_SEEN_DAYS after the UTC day of their last visit, so
--- that only their first visit of a day sets it (or a visit that made it anew: it was evicted).
-local function show_user(entry, before)
-  local hash, day = user_prefix .. entry.member, floor(entry.when / 86400)
-  local made = rcall('HSET', hash, 'name', entry.name, 'url', entry.url, 'seen', entry.score) == 3
-  if made or not before or floor(before / 86400) ~= day then
-    rcall('EXPIREAT', hash, (day + 1) * 86400 + tonumber(arg.seen_ttl))
   end
 end
 
@@ -212,7 +224,7 @@ local function visit(entry)
     if as_other then
       zrem(sets[other], member)
     end
-    show_user(entry, before)
+    show_user(member, score, when, entry.name, entry.url, before)
   end
   local room = place_in_room(entry, ROOM_KINDS[kind])
   if room ~= '' then
@@ -221,7 +233,6 @@ local function visit(entry)
   return (not own or before < online_since) and 1 or 0
 end
 
-local arrived, arrivals = {}, 0
 for n = 1, count do
   local entry = read_entry(n)
   local op, new = entry.op, 0
@@ -246,6 +257,11 @@ for n = 1, count do
   arrivals = arrivals + new
 end
 write_held()
+
+--- @include "includes/record_plain"
+local batch, plain_arrivals = record_plain(first + width * count, tonumber(arg.views),
+  tonumber(arg.others), arg.plain_hll, arg.plain_day_end)
+arrivals = arrivals + plain_arrivals
 
 for hll, added in pairs(visitors) do
   local key = KEYS[tonumber(hll)]
@@ -279,7 +295,6 @@ end
 
 -- The counts are sampled ('1' always, '?' for someone new), and page hits added, when asked.
 local samples = arg.sampling == '1' or (arg.sampling == '?' and arrivals > 0)
-local batch = first + width * count
 local has_hits = #ARGV > batch + 2 and (ARGV[batch] ~= '' or tonumber(ARGV[batch + 3]) > 0)
 if samples or has_hits then
   local precisions = parse_precisions(arg.precisions)
