@@ -12,7 +12,17 @@ from whos_online.flushing import flusher
 from whos_online.live import widget
 from whos_online.recording import guests, requests, rooms, throttle, visits
 from whos_online.recording.state import RequestState, state_of
-from whos_online.store import cleanup, counters, epochs, lua, record, scripts, snapshot, users
+from whos_online.store import (
+    cleanup,
+    counters,
+    epochs,
+    items,
+    lua,
+    record,
+    scripts,
+    snapshot,
+    users,
+)
 from whos_online.store.items import STAYS_PUT, Placement, Visit
 
 COOKIE_NAME = throttle.COOKIE_NAME

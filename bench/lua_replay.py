@@ -132,7 +132,7 @@ def capture(options: Options, folder: Path) -> Path:
         for batch in crowd.calls_of(who, SIZE):
             now = time.time()
             visits = [crowd.visit_of(person, now, turn=1) for person in batch]
-            entries = [entry for visit in visits for entry in whos.record.entries_of(config, visit)]
+            entries = [entry for visit in visits for entry in whos.items.entries_of(config, visit)]
             if len({entry.shard for entry in entries}) != 1:
                 raise RuntimeError("lua_replay captures the calls of one shard (SHARDS = 1)")
             (call,) = whos.record.batch_calls(

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from tests.support.helpers import key_text, text
 from whos_online.backend.keyspace import member_shard
 from whos_online.config.settings import get_config
-from whos_online.store import record, scripts
+from whos_online.store import items, record, scripts
 from whos_online.store.items import GO, KEEP, STAY, Link, Visit
 from whos_online.store.results import RoomChange, parse_reply
 from whos_online.store.users import UserDetails
@@ -44,11 +44,11 @@ ROOMS = ("", "a", "b")
 
 
 #: Makes a step's entries at a given time.
-Step = Callable[[float], list[record.Entry]]
+Step = Callable[[float], list[items.Entry]]
 
 
 def _visit(base: Visit, room: str, mode: str, title: str, daily: bool) -> Step:
-    def at(now: float) -> list[record.Entry]:
+    def at(now: float) -> list[items.Entry]:
         visit = Visit(
             base.unhidden_kind,
             base.member,
@@ -60,7 +60,7 @@ def _visit(base: Visit, room: str, mode: str, title: str, daily: bool) -> Step:
             room_mode=mode,
             title=title if room else "",
         )
-        return record.entries_of(get_config(), visit)
+        return items.entries_of(get_config(), visit)
 
     return at
 
@@ -75,18 +75,18 @@ def _anonymous(kind_member: tuple[str, str], former: str) -> Visit:
 
 
 def _logout(pk: str) -> Step:
-    return lambda now: [record.leaving_entry(get_config(), pk, now)]
+    return lambda now: [items.leaving_entry(get_config(), pk, now)]
 
 
 def _leave_room(kind_member: tuple[str, str], room: str) -> Step:
     kind, member = kind_member
-    return lambda now: [record.leave_room_entry(get_config(), kind, member, room, at=now)]
+    return lambda now: [items.leave_room_entry(get_config(), kind, member, room, at=now)]
 
 
 def _link(kind_member: tuple[str, str], room: str, connection: str, leaving: bool) -> Step:
     kind, member = kind_member
     return lambda now: [
-        record.link_entry(get_config(), Link(kind, member, room, connection, now, leaving=leaving))
+        items.link_entry(get_config(), Link(kind, member, room, connection, now, leaving=leaving))
     ]
 
 
@@ -117,7 +117,7 @@ steps = st.one_of(
 batches = st.lists(st.tuples(steps, st.integers(0, 3)), min_size=1, max_size=12)
 
 
-def entries_of(batch: list[tuple[Step, int]], start: float) -> list[tuple[record.Entry, float]]:
+def entries_of(batch: list[tuple[Step, int]], start: float) -> list[tuple[items.Entry, float]]:
     """Each step's entries, and their time, from ``start`` on."""
     now, made = start, []
     for step, gap in batch:
@@ -126,7 +126,7 @@ def entries_of(batch: list[tuple[Step, int]], start: float) -> list[tuple[record
     return made
 
 
-def write(r: redis.Redis, entries: list[record.Entry], now: float) -> tuple[str, list[RoomChange]]:
+def write(r: redis.Redis, entries: list[items.Entry], now: float) -> tuple[str, list[RoomChange]]:
     """``entries`` written in one call; what it answers, in the order of ``entries``."""
     config = get_config()
     shard = member_shard(config, "guests", "g1")
@@ -143,7 +143,7 @@ def write(r: redis.Redis, entries: list[record.Entry], now: float) -> tuple[str,
 
 
 def one_by_one(
-    r: redis.Redis, made: list[tuple[record.Entry, float]]
+    r: redis.Redis, made: list[tuple[items.Entry, float]]
 ) -> tuple[str, list[RoomChange]]:
     """``made`` written one call each, by the script's entry-by-entry part alone."""
     arrived, changes = "", []

@@ -14,7 +14,8 @@ from whos_online.backend.clients import admin_client
 from whos_online.backend.keyspace import layout
 from whos_online.config.settings import get_config
 from whos_online.store import lua
-from whos_online.store.record import batch_calls, entries_of
+from whos_online.store.items import entries_of
+from whos_online.store.record import batch_calls
 from whos_online.store.results import Reply, RoomChange, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 

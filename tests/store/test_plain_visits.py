@@ -12,7 +12,7 @@ from unittest import mock
 from tests.support.helpers import members
 from whos_online.backend.keyspace import member_shard
 from whos_online.config.settings import get_config
-from whos_online.store import record, scripts
+from whos_online.store import items, record, scripts
 from whos_online.store.items import KEEP, STAY, Link, Visit
 from whos_online.store.results import parse_reply
 from whos_online.store.users import UserDetails
@@ -20,15 +20,15 @@ from whos_online.store.users import UserDetails
 NOW = time.time()
 
 
-def visit(member: str, *, kind: str = "guests", at: float = NOW, **more) -> record.Entry:
+def visit(member: str, *, kind: str = "guests", at: float = NOW, **more) -> items.Entry:
     user = None
     if kind == "users":
         user = UserDetails(pk=member, hidden=False, name=f"User {member}", url=f"/u/{member}/")
-    (entry,) = record.entries_of(get_config(), Visit(kind, member, at, user=user, **more))
+    (entry,) = items.entries_of(get_config(), Visit(kind, member, at, user=user, **more))
     return entry
 
 
-def calls_of(*entries: record.Entry) -> record.Calls:
+def calls_of(*entries: items.Entry) -> record.Calls:
     shard = member_shard(get_config(), "guests", "g1")
     return record.batch_calls(get_config(), shard, list(entries), now=NOW, epoch="e")
 
@@ -61,8 +61,8 @@ def test_what_plain_visits_cannot_hold_is_recorded_entry_by_entry_in_its_order()
     login = visit("7", kind="users", former="g2")
     former = visit("g2")  # the guest the login leaves behind
     still_here = visit("g3", room="a", room_mode=STAY)
-    (leaving,) = [record.leave_room_entry(config, "guests", "g4", "b", at=NOW)]
-    link = record.link_entry(config, Link("guests", "g5", "a", "c1", NOW))
+    (leaving,) = [items.leave_room_entry(config, "guests", "g4", "b", at=NOW)]
+    link = items.link_entry(config, Link("guests", "g5", "a", "c1", NOW))
     plain = visit("g6")
     given = [plain, twice[0], login, leaving, former, still_here, twice[1], link]
 

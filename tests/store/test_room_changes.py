@@ -7,13 +7,13 @@ import time
 
 from whos_online.backend.keyspace import member_shard
 from whos_online.config.settings import get_config
-from whos_online.store import record, scripts
+from whos_online.store import items, record, scripts
 from whos_online.store.items import GO, KEEP, STAY, Visit
 from whos_online.store.results import Reply, RoomChange, parse_reply
 from whos_online.store.users import UserDetails
 
 
-def write(r, *entries: record.Entry, now: float | None = None) -> Reply:
+def write(r, *entries: items.Entry, now: float | None = None) -> Reply:
     config = get_config()
     shard = member_shard(config, "guests", "g1")
     calls = record.batch_calls(
@@ -23,7 +23,7 @@ def write(r, *entries: record.Entry, now: float | None = None) -> Reply:
     return parse_reply(raw)
 
 
-def visit(member: str = "g1", room: str = "", mode: str = GO, **more) -> record.Entry:
+def visit(member: str = "g1", room: str = "", mode: str = GO, **more) -> items.Entry:
     made = Visit(
         more.pop("kind", "guests"),
         member,
@@ -32,12 +32,12 @@ def visit(member: str = "g1", room: str = "", mode: str = GO, **more) -> record.
         room_mode=mode,
         **more,
     )
-    (entry,) = record.entries_of(get_config(), made)
+    (entry,) = items.entries_of(get_config(), made)
     return entry
 
 
-def leave(room: str, member: str = "g1", at: float | None = None) -> record.Entry:
-    return record.leave_room_entry(
+def leave(room: str, member: str = "g1", at: float | None = None) -> items.Entry:
+    return items.leave_room_entry(
         get_config(), "guests", member, room, at=time.time() if at is None else at
     )
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 from whos_online.backend import connection, keyspace
 from whos_online.config.process import PerProcess
 from whos_online.store import epochs, record, scripts
-from whos_online.store.items import Link, Visit
-from whos_online.store.record import Entry, Extras, entries_of, leave_room_entry, link_entry
+from whos_online.store.items import Entry, Link, Visit, entries_of, leave_room_entry, link_entry
+from whos_online.store.record import Extras
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

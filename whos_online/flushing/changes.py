@@ -20,13 +20,8 @@ import redis
 from whos_online.backend import connection
 from whos_online.backend.keyspace import USER_KINDS, changes_channel
 from whos_online.signals import came_online, entered_room, left_room
-from whos_online.store.record import (
-    ENTRY_ARGUMENTS,
-    LEAVE,
-    LEAVE_ROOM,
-    MAX_ENTRIES_PER_CALL,
-    VISIT,
-)
+from whos_online.store.items import ENTRY_ARGUMENTS, LEAVE, LEAVE_ROOM, VISIT
+from whos_online.store.record import MAX_ENTRIES_PER_CALL
 from whos_online.store.users import pk_values
 
 if TYPE_CHECKING:
@@ -36,7 +31,7 @@ if TYPE_CHECKING:
 
     from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
-    from whos_online.store.record import Entry
+    from whos_online.store.items import Entry
     from whos_online.store.results import Reply
 
 logger = logging.getLogger("whos_online")

@@ -1,23 +1,31 @@
 """A visit to record, and how it places its person among the rooms; a connection entering or
-leaving a room; the person a request speaks for.
+leaving a room; the person a request speaks for; and the entries of a batch they become.
 
 What the recording side makes (``recording.visits``), the process queues (``flushing.queue``),
-and the record script's codec (``store.record``) turns into the entries of a batch.
+and a flush turns into entries (``Entry``), which the record script's calls send
+(``store.record``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-from whos_online.backend.keyspace import member_shard, person_key, user_person_key, user_shard
+from whos_online.backend.keyspace import (
+    Shard,
+    member_shard,
+    person_key,
+    score,
+    user_person_key,
+    user_shard,
+)
 from whos_online.store import users
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
 
-    from whos_online.backend.keyspace import Shard
     from whos_online.config.settings import Config
     from whos_online.store.users import UserDetails
 
@@ -160,3 +168,139 @@ class Visitor:
         if details is None:
             return self.kind
         return "hidden" if details.hidden else "users"
+
+
+#: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
+#: and rooms of its shard, a page's reader leaving its room, a connection entering (or renewing)
+#: its room, a connection leaving it.
+VISIT: Final = "v"
+LEAVE: Final = "l"
+LEAVE_ROOM: Final = "r"
+ENTER: Final = "e"
+EXIT: Final = "x"
+#: The values of an entry, in the order an entry recorded one by one sends them (a plain visit
+#: sends some of them: ``store.record``). A call sends these names first: ``lua/record.lua``
+#: refuses a call whose names are not those it reads.
+# Words split from a string: a name per line would make the list longer than the protocol.
+ENTRY_ARGUMENTS: Final = tuple(
+    "op kind member score visitor hll day_end name url former "  # noqa: SIM905
+    "room mode title connection".split()
+)
+
+
+class Entry(NamedTuple):
+    """One entry of a shard's batch: its shard, the day of its visitors HyperLogLog (None for
+    none), its arguments (with "0" for that HyperLogLog's index in the call's keys, which the
+    call sets), and for a visit, when it was made (0 for the other entries).
+
+    A tuple, made and read once per visit on every flush: cheaper than a frozen dataclass."""
+
+    shard: Shard
+    day: int | None
+    fields: tuple[str, ...]
+    at: float = 0.0
+
+
+def _entry(**named: str) -> tuple[str, ...]:
+    """An entry's arguments in ``ENTRY_ARGUMENTS`` order ("" for those not named)."""
+    return tuple(named.get(name, "") for name in ENTRY_ARGUMENTS)
+
+
+#: The sets a former person leaves: a user's pk leaves both user sets, a guest's (or bot's)
+#: member both anonymous sets; by the kind of the visitor.
+FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users", "bots": "users"}
+
+
+def entries_of(config: Config, visit: Visit) -> list[Entry]:
+    """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
+    shard, for a former person who lives in another."""
+    kind, user, member, now = visit.kind, visit.user, visit.member, visit.seen_at
+    shard = member_shard(config, kind, member)
+    former = visit.former
+    entries = []
+    if former:
+        former_kind = FORMER_KIND[kind]
+        former_shard = member_shard(config, former_kind, former)
+        if former_shard != shard:
+            entries.append(_leaving(former_shard, former_kind, former, now))
+            former = ""
+    daily_id = visit.daily_id
+    day = int(now // 86400) if daily_id else None
+    # In ENTRY_ARGUMENTS order, written out: this runs for every visit of every flush.
+    fields = (
+        VISIT,
+        kind,
+        member,
+        score(now),
+        daily_id,
+        "0",
+        day_end(day or 0),
+        "" if user is None else user.name,
+        "" if user is None else user.url,
+        former,
+        visit.room,
+        visit.room_mode,
+        visit.title,
+        "",
+    )
+    entries.append(Entry(shard, day, fields, now))
+    return entries
+
+
+def link_entry(config: Config, link: Link) -> Entry:
+    """The entry of a connection entering (or renewing) its room, or leaving it, in the shard
+    of its person."""
+    shard = member_shard(config, link.kind, link.member)
+    if link.leaving:
+        fields = _entry(
+            op=EXIT,
+            kind=link.kind,
+            member=link.member,
+            score=score(link.seen_at),
+            hll="0",
+            room=link.room,
+            connection=link.connection,
+        )
+        return Entry(shard, None, fields)
+    user = link.user
+    day = int(link.seen_at // 86400) if link.daily_id else None
+    fields = _entry(
+        op=ENTER,
+        kind=link.kind,
+        member=link.member,
+        score=score(link.seen_at),
+        visitor=link.daily_id,
+        hll="0",
+        day_end=day_end(day or 0),
+        name="" if user is None else user.name,
+        url="" if user is None else user.url,
+        room=link.room,
+        mode=KEEP,
+        connection=link.connection,
+    )
+    return Entry(shard, day, fields, link.seen_at)
+
+
+@functools.lru_cache(maxsize=4)
+def day_end(day: int) -> str:
+    """When the UTC day ``day`` (days since the epoch) ends, as an entry sends it."""
+    return str((day + 1) * 86400)
+
+
+def _leaving(shard: Shard, kind: str, member: str, now: float) -> Entry:
+    fields = _entry(op=LEAVE, kind=kind, member=member, score=score(now), hll="0")
+    return Entry(shard, None, fields, now)
+
+
+def leaving_entry(config: Config, pk: str, now: float) -> Entry:
+    """The entry that takes user ``pk`` off the online list as of ``now`` (a logout), in this
+    layout of shards, unless they were seen since."""
+    return _leaving(member_shard(config, "users", pk), "users", pk, now)
+
+
+def leave_room_entry(config: Config, kind: str, member: str, room: str, *, at: float) -> Entry:
+    """The entry of a page's reader leaving ``room`` at ``at``: they count in it a few seconds
+    more (``LEAVE_GRACE``), if it is still theirs."""
+    shard = member_shard(config, kind, member)
+    fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(at), hll="0", room=room)
+    return Entry(shard, None, fields)

@@ -20,7 +20,6 @@ from whos_online.backend.keyspace import (
     ROOMS_WHERE,
     epoch_key,
     layouts_key,
-    member_shard,
     peak_key,
     score,
     utc_day,
@@ -28,7 +27,16 @@ from whos_online.backend.keyspace import (
 )
 from whos_online.config.process import PerProcess
 from whos_online.store import counters, lua
-from whos_online.store.items import GO, KEEP
+from whos_online.store.items import (
+    ENTRY_ARGUMENTS,
+    FORMER_KIND,
+    GO,
+    KEEP,
+    VISIT,
+    Entry,
+    day_end,
+    entries_of,
+)
 from whos_online.store.results import Reply, parse_reply
 from whos_online.store.scripts import ScriptCall, run
 
@@ -37,28 +45,17 @@ if TYPE_CHECKING:
 
     from whos_online.backend.clients import Client
     from whos_online.config.settings import Config
-    from whos_online.store.items import Link, Visit
+    from whos_online.store.items import Visit
 
 
-#: What an entry of a batch is (``lua/record.lua``): a visit, an identity leaving the online sets
-#: and rooms of its shard, a page's reader leaving its room, a connection entering (or renewing)
-#: its room, a connection leaving it.
-VISIT: Final = "v"
-LEAVE: Final = "l"
-LEAVE_ROOM: Final = "r"
-ENTER: Final = "e"
-EXIT: Final = "x"
-#: The values of a batch's header and of each entry, in the order sent. A call sends these names
-#: first: ``lua/record.lua`` refuses a call whose names are not those it reads.
-# Words split from a string: a name per line would make the lists longer than the protocol.
+#: The values of a batch's header, in the order sent (an entry's: ``items.ENTRY_ARGUMENTS``). A
+#: call sends these names first: ``lua/record.lua`` refuses a call whose names are not those it
+#: reads.
+# Words split from a string: a name per line would make the list longer than the protocol.
 HEADER_ARGUMENTS: Final = tuple(
     "now online_since seen_ttl user_prefix room_prefix sampling "  # noqa: SIM905
     "counter_prefix precisions may_stop second epoch layout visitors_ttl window leave_grace "
     "gone_prefix count views others plain_hll plain_day_end".split()
-)
-ENTRY_ARGUMENTS: Final = tuple(
-    "op kind member score visitor hll day_end name url former "  # noqa: SIM905
-    "room mode title connection".split()
 )
 _NAMES: Final = (",".join(HEADER_ARGUMENTS), ",".join(ENTRY_ARGUMENTS))
 #: Entries of one call at most: about as many milliseconds of Redis time, so that a long backlog
@@ -67,126 +64,9 @@ _NAMES: Final = (",".join(HEADER_ARGUMENTS), ",".join(ENTRY_ARGUMENTS))
 MAX_ENTRIES_PER_CALL: Final = 500
 
 
-class Entry(NamedTuple):
-    """One entry of a shard's batch: its shard, the day of its visitors HyperLogLog (None for
-    none), its arguments (with "0" for that HyperLogLog's index in the call's keys, which the
-    call sets), and for a visit, when it was made (0 for the other entries).
-
-    A tuple, made and read once per visit on every flush: cheaper than a frozen dataclass."""
-
-    shard: keyspace.Shard
-    day: int | None
-    fields: tuple[str, ...]
-    at: float = 0.0
-
-
 #: Where an entry's values are in ``Entry.fields``.
 _OP, _KIND, _MEMBER, _SCORE, _VISITOR, _HLL = range(6)
 _NAME, _URL, _FORMER, _ROOM, _MODE, _TITLE = range(7, 13)
-
-
-def _entry(**named: str) -> tuple[str, ...]:
-    """An entry's arguments in ``ENTRY_ARGUMENTS`` order ("" for those not named)."""
-    return tuple(named.get(name, "") for name in ENTRY_ARGUMENTS)
-
-
-#: The sets a former person leaves: a user's pk leaves both user sets, a guest's (or bot's)
-#: member both anonymous sets; by the kind of the visitor.
-_FORMER_KIND: Final = {"users": "guests", "hidden": "guests", "guests": "users", "bots": "users"}
-
-
-def entries_of(config: Config, visit: Visit) -> list[Entry]:
-    """The entries that record ``visit``: one in the visitor's shard, and one more, in its own
-    shard, for a former person who lives in another."""
-    kind, user, member, now = visit.kind, visit.user, visit.member, visit.seen_at
-    shard = member_shard(config, kind, member)
-    former = visit.former
-    entries = []
-    if former:
-        former_kind = _FORMER_KIND[kind]
-        former_shard = member_shard(config, former_kind, former)
-        if former_shard != shard:
-            entries.append(_leaving(former_shard, former_kind, former, now))
-            former = ""
-    daily_id = visit.daily_id
-    day = int(now // 86400) if daily_id else None
-    # In ENTRY_ARGUMENTS order, written out: this runs for every visit of every flush.
-    fields = (
-        VISIT,
-        kind,
-        member,
-        score(now),
-        daily_id,
-        "0",
-        _day_end(day or 0),
-        "" if user is None else user.name,
-        "" if user is None else user.url,
-        former,
-        visit.room,
-        visit.room_mode,
-        visit.title,
-        "",
-    )
-    entries.append(Entry(shard, day, fields, now))
-    return entries
-
-
-def link_entry(config: Config, link: Link) -> Entry:
-    """The entry of a connection entering (or renewing) its room, or leaving it, in the shard
-    of its person."""
-    shard = member_shard(config, link.kind, link.member)
-    if link.leaving:
-        fields = _entry(
-            op=EXIT,
-            kind=link.kind,
-            member=link.member,
-            score=score(link.seen_at),
-            hll="0",
-            room=link.room,
-            connection=link.connection,
-        )
-        return Entry(shard, None, fields)
-    user = link.user
-    day = int(link.seen_at // 86400) if link.daily_id else None
-    fields = _entry(
-        op=ENTER,
-        kind=link.kind,
-        member=link.member,
-        score=score(link.seen_at),
-        visitor=link.daily_id,
-        hll="0",
-        day_end=_day_end(day or 0),
-        name="" if user is None else user.name,
-        url="" if user is None else user.url,
-        room=link.room,
-        mode=KEEP,
-        connection=link.connection,
-    )
-    return Entry(shard, day, fields, link.seen_at)
-
-
-@functools.lru_cache(maxsize=4)
-def _day_end(day: int) -> str:
-    return str((day + 1) * 86400)
-
-
-def _leaving(shard: keyspace.Shard, kind: str, member: str, now: float) -> Entry:
-    fields = _entry(op=LEAVE, kind=kind, member=member, score=score(now), hll="0")
-    return Entry(shard, None, fields, now)
-
-
-def leaving_entry(config: Config, pk: str, now: float) -> Entry:
-    """The entry that takes user ``pk`` off the online list as of ``now`` (a logout), in this
-    layout of shards, unless they were seen since."""
-    return _leaving(member_shard(config, "users", pk), "users", pk, now)
-
-
-def leave_room_entry(config: Config, kind: str, member: str, room: str, *, at: float) -> Entry:
-    """The entry of a page's reader leaving ``room`` at ``at``: they count in it a few seconds
-    more (``LEAVE_GRACE``), if it is still theirs."""
-    shard = member_shard(config, kind, member)
-    fields = _entry(op=LEAVE_ROOM, kind=kind, member=member, score=score(at), hll="0", room=room)
-    return Entry(shard, None, fields)
 
 
 @dataclass(frozen=True)
@@ -239,7 +119,7 @@ def _lanes(entries: Sequence[Entry]) -> _Lanes:
         key = _person(fields[_KIND], fields[_MEMBER])
         named[key] = named.get(key, 0) + 1
         if fields[_FORMER]:
-            key = _person(_FORMER_KIND[fields[_KIND]], fields[_FORMER])
+            key = _person(FORMER_KIND[fields[_KIND]], fields[_FORMER])
             named[key] = named.get(key, 0) + 1
     lanes: list[int] = []  # by entry: 0 recorded one by one, 1 a plain view, 2 another
     day: int | None = None
@@ -352,7 +232,7 @@ def _call(
         "views": len(lanes.views),
         "others": len(lanes.others),
         "plain_hll": 0 if plain_day is None else hll_of(plain_day),
-        "plain_day_end": _day_end(plain_day or 0),
+        "plain_day_end": day_end(plain_day or 0),
     }
     args = [*_NAMES, *(header[name] for name in HEADER_ARGUMENTS)]
     for entry in lanes.general:
