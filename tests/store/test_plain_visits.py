@@ -10,7 +10,7 @@ import time
 from unittest import mock
 
 from tests.support.helpers import members
-from whos_online.backend.keyspace import member_shard
+from whos_online.backend.keyspace import ROOMS_INDEX, member_shard, score
 from whos_online.config.settings import get_config
 from whos_online.store import items, record, scripts
 from whos_online.store.items import KEEP, STAY, Link, Visit
@@ -155,3 +155,43 @@ def test_a_plain_visit_sends_its_values_once_and_only_those_it_needs():
         ):
             (general,) = calls_of(entry).calls
         assert len(general.args) - len(alone.args) == one_by_one - values
+
+
+def test_the_rooms_index_keeps_a_rooms_latest_visit_when_a_later_call_brings_older_ones(r):
+    """The plain visits go after the others, so a flush split over calls (a backlog after an
+    outage) may write an older visit of a room in a later call."""
+    config = get_config()
+    older = visit("p", room="a", at=NOW - 1)
+    stays = [visit(f"s{n}", room="a", room_mode=STAY) for n in range(2)]
+
+    with mock.patch.object(record, "MAX_ENTRIES_PER_CALL", 2):
+        made = calls_of(older, *stays)
+    scripts.run(r, made.calls)
+
+    assert [lanes(call) for call in made.calls] == [(2, 0, 0), (0, 1, 0)]
+    index = member_shard(config, "guests", "g1").key(ROOMS_INDEX)
+    assert r.zscore(index, "a") == float(score(NOW))
+
+
+def test_a_user_visit_dropped_by_their_logout_adds_no_days_visitors(r):
+    """Nothing is added to the day's HyperLogLog, not even an empty one made (a PFADD of
+    nobody makes the key on Redis)."""
+    config = get_config()
+    scripts.run(r, calls_of(items.leaving_entry(config, "7", NOW)).calls)
+    (entry,) = items.entries_of(
+        config,
+        Visit(
+            "users",
+            "7",
+            NOW - 10,
+            user=UserDetails(pk="7", hidden=False, name="Seven", url="/u/7/"),
+            daily_id="day-7",
+        ),
+    )
+
+    (call,) = calls_of(entry).calls
+    scripts.run(r, [call])
+
+    assert lanes(call) == (0, 1, 0)
+    assert not [key for key in r.scan_iter() if b"visitors" in key]
+    assert members(r, "users") == []

@@ -106,7 +106,7 @@ if count > 0 then
 end
 --- @include "includes/record_plain"
 local batch, plain_arrivals = record_plain(first + width * count, tonumber(arg.views),
-  tonumber(arg.others), arg.plain_hll, arg.plain_day_end)
+  tonumber(arg.others), arg.plain_hll)
 arrivals = arrivals + plain_arrivals
 
 for hll, added in pairs(visitors) do
@@ -121,7 +121,7 @@ if next(rooms_latest) then
     scored[#scored + 1] = score
     scored[#scored + 1] = room
   end
-  rcall('ZADD', index, unpack(scored))
+  rcall('ZADD', index, 'GT', unpack(scored)) -- a later call of the flush may carry older visits
 end
 
 local epoch = rcall('GET', KEYS[7])

@@ -79,15 +79,21 @@ local function plain_place(i, kind, member, score, when, field, view)
 end
 
 -- Records the plain entry at ``A[i]`` (the ``k``th of its kind's list); returns '1' if its
--- person was not online until now, else '0'. ``written`` gathers the online sets' writes.
-local function plain_visit(i, k, field, view, read, written, added)
+-- person was not online until now, else '0'. ``written`` gathers the online sets' writes; a
+-- visitor's HyperLogLog is named only once someone is added to it (an empty PFADD would make it).
+local function plain_visit(i, k, field, view, read, written, hll)
   local kind, member, score, visitor = A[i], A[i + 1], A[i + 2], A[i + 3]
   local when, other = tonumber(score), OTHER_USER_SET[kind]
   local gone = other and read.gone[k]
   if gone and tonumber(gone) > when then
     return '0'
   end
-  if added and visitor ~= '' then
+  if hll ~= '0' and visitor ~= '' then
+    local added = visitors[hll]
+    if not added then
+      added = {}
+      visitors[hll], visitors_day_end[hll] = added, arg.plain_day_end
+    end
     added[#added + 1] = visitor
   end
   local own, as_other = read[kind][k], other and read[other][k]
@@ -114,10 +120,10 @@ local function plain_visit(i, k, field, view, read, written, added)
 end
 
 -- Records ``views`` page views then ``others`` other requests from ``A[start]`` on, their
--- visitors into the HyperLogLog KEYS[hll] ('0': none) that ends at ``day_end``, and appends
--- whether each arrived to ``arrived``; returns the index of the first value after them, and
--- how many arrived.
-local function record_plain(start, views, others, hll, day_end)
+-- visitors into the HyperLogLog KEYS[hll] ('0': none), whose day ends at
+-- ``arg.plain_day_end``, and appends whether each arrived to ``arrived``; returns the index of
+-- the first value after them, and how many arrived.
+local function record_plain(start, views, others, hll)
   local total = views + others
   if total == 0 then
     return start, 0
@@ -125,17 +131,12 @@ local function record_plain(start, views, others, hll, day_end)
   local at, slot, fields, lists, after = plain_entries(start, total, views)
   local read = plain_reads(lists)
   hread(where, fields)
-  local added = nil
-  if hll ~= '0' then
-    added = visitors[hll] or {}
-    visitors[hll], visitors_day_end[hll] = added, day_end
-  end
   local written = {users = {}, hidden = {}, guests = {}, bots = {}, ['users:removed'] = {},
     ['hidden:removed'] = {}}
   local arrivals, numbered = 0, #arrived
   for n = 1, total do
     entry_number = numbered + n
-    local flag = plain_visit(at[n], slot[n], fields[n], n <= views, read, written, added)
+    local flag = plain_visit(at[n], slot[n], fields[n], n <= views, read, written, hll)
     arrived[entry_number] = flag
     arrivals = arrivals + (flag == '1' and 1 or 0)
   end
