@@ -3,9 +3,11 @@
 The middlewares run in this process around a view that answers at once, so that only their own
 work counts: the naive ZADD middleware, whos_online's for a browser whose throttle cookie spares
 the write, and whos_online's for a new IPv4 guest each time (the visit queued; the flusher's
-thread, which writes it later, is not counted here: ``process_cpu`` counts it). Then each step of
+thread, which writes it later, is not counted in it: ``process_cpu`` counts it). Then each step of
 the recorded request and of the throttled one alone, on fresh requests taken through the steps
-before it, so that the table says what each buys.
+before it, so that the table says what each buys; and the Python the flusher's thread spends on
+a visit before its round trip (its entry, its share of a call of ``FLUSHED``, the call packed as
+redis-py sends it).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
 from unittest import mock
 
+import redis.connection
+import redis.utils
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpResponse
 from django.test import RequestFactory, override_settings
 from django.urls import resolve
+from redis._parsers.encoders import Encoder
 
 import whos_online
 from bench import internals as whos
@@ -241,6 +246,51 @@ def steps(config: Any, sample: HttpRequest) -> dict[str, Step]:
     }
 
 
+#: Visits a flush writes at once in the flusher's row: the batches' call of ``bench batching``.
+FLUSHED: Final = 20
+FLUSHER: Final = (
+    f"the flusher's share of a new guest's visit: its entry, its call of {FLUSHED} (with its "
+    "page view's room), the call in RESP"
+)
+
+
+def flushes(config: Any, count: int) -> list[list[whos.Visit]]:
+    """``count`` new guests' page views in a room, as the request path queues them, in flushes
+    of ``FLUSHED``."""
+    now, fresh = time.time(), time.time_ns()
+    visits = [
+        whos.visits.member_visit("guests", f"{fresh}-{n}", now, room=f"topic:{n % 7}")
+        for n in range(count)
+    ]
+    return [visits[start : start + FLUSHED] for start in range(0, count, FLUSHED)]
+
+
+def flush(config: Any, visits: list[whos.Visit]) -> object:
+    """What the flusher's thread does with ``visits`` before the round trip: their entries, the
+    calls, and the calls as redis-py sends them."""
+    entries = [entry for visit in visits for entry in whos.items.entries_of(config, visit)]
+    shard = whos.keyspace.layout(config)[0]
+    made = whos.record.batch_calls(config, shard, entries, now=visits[-1].seen_at, epoch="-")
+    return [
+        PACK("EVALSHA", whos.scripts.sha1_of(call.source), len(call.keys), *call.keys, *call.args)
+        for call in made.calls
+    ]
+
+
+def _packer() -> Callable[..., object]:
+    """How redis-py packs a command into RESP: hiredis's packer when installed, as the
+    flusher's connections do."""
+    if redis.utils.HIREDIS_AVAILABLE:
+        return cast("Callable[..., object]", redis.connection.HiredisRespSerializer().pack)
+    encoder = Encoder("utf-8", "strict", False)  # type: ignore[no-untyped-call]
+    return cast(
+        "Callable[..., object]", redis.connection.PythonRespSerializer(65536, encoder.encode).pack
+    )
+
+
+PACK: Final = _packer()
+
+
 def timed(make: Callable[[], list[Any]], step: Callable[[Any], object]) -> float:
     """This thread's CPU per request for ``step``, on requests made before the clock starts."""
     batch = make()
@@ -265,12 +315,16 @@ def measure(options: Options) -> dict[str, list[float]]:
             name: (functools.partial(browsers.prepared, given, config), step)
             for name, (given, step) in steps(config, browsers.requests()[0]).items()
         },
+        FLUSHER: (
+            functools.partial(flushes, config, options.requests),
+            functools.partial(flush, config),
+        ),
     }
 
     def serve(name: str) -> float:
         spent = timed(*cells[name])
         whos_online.flush()  # the new guests' visits, written between the cells
-        return spent
+        return spent / FLUSHED if name == FLUSHER else spent
 
     return interleaved(list(cells), options.rounds, serve, label="request parts")
 
