@@ -12,6 +12,7 @@ redis-py sends it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -265,12 +266,23 @@ def flushes(config: Any, count: int) -> list[list[whos.Visit]]:
     return [visits[start : start + FLUSHED] for start in range(0, count, FLUSHED)]
 
 
-def flush(config: Any, visits: list[whos.Visit]) -> object:
+FLUSHER_ONE_BY_ONE: Final = (
+    "the same, its entry sent as one recorded one by one (14 values, not 6: as before the plain "
+    "visits)"
+)
+
+
+def flush(config: Any, visits: list[whos.Visit], *, one_by_one: bool = False) -> object:
     """What the flusher's thread does with ``visits`` before the round trip: their entries, the
-    calls, and the calls as redis-py sends them."""
+    calls, and the calls as redis-py sends them; ``one_by_one`` sends every entry as one the
+    script records one by one."""
     entries = [entry for visit in visits for entry in whos.items.entries_of(config, visit)]
     shard = whos.keyspace.layout(config)[0]
-    made = whos.record.batch_calls(config, shard, entries, now=visits[-1].seen_at, epoch="-")
+    general = mock.patch.object(
+        whos.record, "_lanes", lambda given: whos.record._Lanes(list(given), [], [])
+    )
+    with general if one_by_one else contextlib.nullcontext():
+        made = whos.record.batch_calls(config, shard, entries, now=visits[-1].seen_at, epoch="-")
     return [
         PACK("EVALSHA", whos.scripts.sha1_of(call.source), len(call.keys), *call.keys, *call.args)
         for call in made.calls
@@ -319,12 +331,16 @@ def measure(options: Options) -> dict[str, list[float]]:
             functools.partial(flushes, config, options.requests),
             functools.partial(flush, config),
         ),
+        FLUSHER_ONE_BY_ONE: (
+            functools.partial(flushes, config, options.requests),
+            functools.partial(flush, config, one_by_one=True),
+        ),
     }
 
     def serve(name: str) -> float:
         spent = timed(*cells[name])
         whos_online.flush()  # the new guests' visits, written between the cells
-        return spent / FLUSHED if name == FLUSHER else spent
+        return spent / FLUSHED if name in {FLUSHER, FLUSHER_ONE_BY_ONE} else spent
 
     return interleaved(list(cells), options.rounds, serve, label="request parts")
 
