@@ -9,7 +9,7 @@
     KEYS[8…]    on the base shard, the peak HASH, the set of known counters and the set of
                 layouts, then the day's visitors HyperLogLogs; elsewhere those HyperLogLogs
     ARGV[1]     the names of the header's values, comma-separated (``record.HEADER_ARGUMENTS``)
-    ARGV[2]     the names of an entry's values, comma-separated (``record.ENTRY_ARGUMENTS``)
+    ARGV[2]     the names of an entry's values, comma-separated (``items.ENTRY_ARGUMENTS``)
     ARGV[3…]    the header's values, then ``count`` entries, then ``views`` and ``others``
                 plain entries (includes/record_plain), then on the base shard the page hits
                 (includes/counters, ``add_batch``)

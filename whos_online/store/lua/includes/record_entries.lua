@@ -30,7 +30,7 @@ local LEFT_BY_GUEST = {{'users', 'hidden'}, {'u:'}}
 local FORMER = {users = LEFT_BY_USER, hidden = LEFT_BY_USER, guests = LEFT_BY_GUEST,
   bots = LEFT_BY_GUEST}
 
--- Reads ahead, a command per set: the online scores and places of everyone the batch names,
+-- Reads ahead, a command per set: the online scores and places of everyone these entries name,
 -- and the users' gone marks.
 local gone_marks = {}
 do
