@@ -79,6 +79,20 @@ end
 -- What the batch adds to the day's HyperLogLogs and to the index of rooms, written at the end.
 local visitors, visitors_day_end, rooms_latest, rooms_latest_when = {}, {}, {}, {}
 
+-- Adds ``visitor`` ('' for none) to the day's HyperLogLog KEYS[hll] ('0' for none), whose day
+-- ends at ``day_end``; a HyperLogLog is named only once someone is added to it (a PFADD of
+-- nobody would make it).
+local function add_visitor(hll, visitor, day_end)
+  if hll ~= '0' and visitor ~= '' then
+    local added = visitors[hll]
+    if not added then
+      added = {}
+      visitors[hll], visitors_day_end[hll] = added, day_end
+    end
+    added[#added + 1] = visitor
+  end
+end
+
 local function touch_room(room, score, when)
   local latest = rooms_latest_when[room]
   if not latest or when > latest then

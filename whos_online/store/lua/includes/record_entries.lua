@@ -87,18 +87,6 @@ end
 --- @include "includes/record_leaving"
 --- @include "includes/record_links"
 
-local function add_visitor(entry)
-  local hll = entry.hll
-  if hll ~= '0' and entry.visitor ~= '' then
-    local added = visitors[hll]
-    if not added then
-      added = {}
-      visitors[hll], visitors_day_end[hll] = added, entry.day_end
-    end
-    added[#added + 1] = entry.visitor
-  end
-end
-
 -- Returns 1 if the visitor was not online until now, and 'gone' besides when the visit is older
 -- than the user's logout or erasure.
 local function visit(entry)
@@ -110,7 +98,7 @@ local function visit(entry)
       return 0, 'gone'
     end
   end
-  add_visitor(entry)
+  add_visitor(entry.hll, entry.visitor, entry.day_end)
   if entry.former ~= '' then
     leave_as_of(FORMER[kind][1], FORMER[kind][2], entry.former, score)
     if not other then

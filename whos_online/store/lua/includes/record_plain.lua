@@ -7,10 +7,14 @@
 
   Each is read from the call as it was sent, without a table of fields: the online sets, the
   users' gone marks and who is where are read for all of them at once, and the online sets
-  written at once; their rooms go through ``place_in_room``, as any visit's.
+  written at once (one ZADD, and one ZREM of users whose kind changed, per set: gathered here in
+  arrays rather than through the held writes of includes/held, whose tables by key cost a
+  visit 4 % more of Redis's instructions); their rooms go through ``place_in_room``, as any
+  visit's.
 
-  Part of lua/record.lua, included after includes/record_rooms, with whose locals and the script's (``sets``,
-  ``OTHER_USER_SET``, ``ROOM_KINDS``, ``show_user``, ``touch_room``, ``visitors``…) it records.
+  Part of lua/record.lua, included after includes/record_rooms, with whose locals and the
+  script's (``sets``, ``OTHER_USER_SET``, ``ROOM_KINDS``, ``show_user``, ``add_visitor``,
+  ``touch_room``…) it records.
 ]]
 
 -- Reads the plain entries from ``A[start]`` on (``views`` page views first): where each
@@ -79,23 +83,16 @@ local function plain_place(i, kind, member, score, when, field, view)
 end
 
 -- Records the plain entry at ``A[i]`` (the ``k``th of its kind's list); returns '1' if its
--- person was not online until now, else '0'. ``written`` gathers the online sets' writes; a
--- visitor's HyperLogLog is named only once someone is added to it (an empty PFADD would make it).
-local function plain_visit(i, k, field, view, read, written, hll)
+-- person was not online until now, else '0'. ``adds`` and ``removed`` gather the online sets'
+-- writes, by set.
+local function plain_visit(i, k, field, view, read, adds, removed, hll)
   local kind, member, score, visitor = A[i], A[i + 1], A[i + 2], A[i + 3]
   local when, other = tonumber(score), OTHER_USER_SET[kind]
   local gone = other and read.gone[k]
   if gone and tonumber(gone) > when then
     return '0'
   end
-  if hll ~= '0' and visitor ~= '' then
-    local added = visitors[hll]
-    if not added then
-      added = {}
-      visitors[hll], visitors_day_end[hll] = added, arg.plain_day_end
-    end
-    added[#added + 1] = visitor
-  end
+  add_visitor(hll, visitor, arg.plain_day_end)
   local own, as_other = read[kind][k], other and read[other][k]
   own, as_other = own and tonumber(own), as_other and tonumber(as_other)
   local before = own
@@ -105,12 +102,12 @@ local function plain_visit(i, k, field, view, read, written, hll)
   if before and before > when then
     return '0' -- a newer visit of theirs is recorded already
   end
-  local adds = written[kind]
-  adds[#adds + 1], adds[#adds + 2] = score, member
+  local added = adds[kind]
+  added[#added + 1], added[#added + 2] = score, member
   if other then
     if as_other then
-      local removed = written[other .. ':removed']
-      removed[#removed + 1] = member
+      local gone_from = removed[other]
+      gone_from[#gone_from + 1] = member
     end
     local j = view and i + 6 or i + 4
     show_user(member, score, when, A[j], A[j + 1], before)
@@ -131,22 +128,21 @@ local function record_plain(start, views, others, hll)
   local at, slot, fields, lists, after = plain_entries(start, total, views)
   local read = plain_reads(lists)
   hread(where, fields)
-  local written = {users = {}, hidden = {}, guests = {}, bots = {}, ['users:removed'] = {},
-    ['hidden:removed'] = {}}
+  local adds = {users = {}, hidden = {}, guests = {}, bots = {}}
+  local removed = {users = {}, hidden = {}}
   local arrivals, numbered = 0, #arrived
   for n = 1, total do
     entry_number = numbered + n
-    local flag = plain_visit(at[n], slot[n], fields[n], n <= views, read, written, hll)
+    local flag = plain_visit(at[n], slot[n], fields[n], n <= views, read, adds, removed, hll)
     arrived[entry_number] = flag
     arrivals = arrivals + (flag == '1' and 1 or 0)
   end
   for kind, set in pairs(sets) do
-    local adds, removed = written[kind], written[kind .. ':removed']
-    if #adds > 0 then
-      rcall('ZADD', set, unpack(adds))
+    if #adds[kind] > 0 then
+      rcall('ZADD', set, unpack(adds[kind]))
     end
-    if removed and #removed > 0 then
-      rcall('ZREM', set, unpack(removed))
+    if removed[kind] and #removed[kind] > 0 then
+      rcall('ZREM', set, unpack(removed[kind]))
     end
   end
   write_held()
