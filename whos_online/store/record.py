@@ -18,6 +18,7 @@ from whos_online.backend.keyspace import (
     ROOM_PREFIX,
     ROOMS_INDEX,
     ROOMS_WHERE,
+    USER_KINDS,
     epoch_key,
     layouts_key,
     peak_key,
@@ -65,8 +66,10 @@ MAX_ENTRIES_PER_CALL: Final = 500
 
 
 #: Where an entry's values are in ``Entry.fields``.
-_OP, _KIND, _MEMBER, _SCORE, _VISITOR, _HLL = range(6)
-_NAME, _URL, _FORMER, _ROOM, _MODE, _TITLE = range(7, 13)
+_OP, _KIND, _MEMBER, _SCORE, _VISITOR, _HLL, _NAME, _URL, _FORMER, _ROOM, _MODE, _TITLE = (
+    ENTRY_ARGUMENTS.index(name)
+    for name in "op kind member score visitor hll name url former room mode title".split()  # noqa: SIM905
+)
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,9 @@ class _Lanes(NamedTuple):
 def _person(kind: str, member: str) -> str:
     """Who an entry names, as the plain lanes tell people apart: a user by their pk whatever
     their set, a guest or bot by their member (a guest and a bot of one member count as one)."""
-    return ("u:" if kind in _USER_KINDS else "a:") + member
+    return ("u:" if kind in USER_KINDS else "a:") + member
 
 
-_USER_KINDS: Final = frozenset({"users", "hidden"})
 _PLAIN_MODES: Final = {GO: True, KEEP: False}
 
 
@@ -243,10 +245,10 @@ def _call(
     for lane, view in ((lanes.views, True), (lanes.others, False)):
         for entry in lane:
             fields = entry.fields
-            args += fields[_KIND : _VISITOR + 1]
+            args += (fields[_KIND], fields[_MEMBER], fields[_SCORE], fields[_VISITOR])
             if view:
                 args += (fields[_ROOM], fields[_TITLE])
-            if fields[_KIND] in _USER_KINDS:
+            if fields[_KIND] in USER_KINDS:
                 args += (fields[_NAME], fields[_URL])
     if shard.is_base:
         hits = extras.hits if extras is not None else None
