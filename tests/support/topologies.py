@@ -51,6 +51,10 @@ COMMAND_TIMEOUT = 2.0
 #: has not finished in ten seconds is given up (the default is three minutes).
 SENTINEL_DOWN_AFTER_MS = 1000
 SENTINEL_FAILOVER_TIMEOUT_MS = 10000
+#: How long a Sentinel stays in TILT mode (Redis's SENTINEL_TILT_PERIOD), and a margin: once its
+#: timer has run two seconds late (it was frozen, or the machine stalled), it watches but acts
+#: on nothing for this long, a failover it was asked for included.
+SENTINEL_TILT_SECONDS = 30.0 + 5.0
 
 #: The arguments of a Sentinel group's servers: a replica syncs at once (see SentinelGroup).
 REPLICATION_ARGS = ("--repl-diskless-sync-delay", "0")
@@ -540,6 +544,10 @@ class SentinelGroup:
                 return server
         raise RuntimeError(f"the Sentinel names port {port}, neither server of this group")
 
+    def in_tilt(self) -> bool:
+        """Whether the Sentinel is in TILT mode (see ``SENTINEL_TILT_SECONDS``)."""
+        return _info(self.sentinel.command("INFO", "sentinel")).get("sentinel_tilt") == "1"
+
     def failover(self, timeout: float = 40.0) -> None:
         """``SENTINEL FAILOVER``, then wait until the Sentinel names the replica as master and
         has finished the failover.
@@ -549,33 +557,40 @@ class SentinelGroup:
         long ``timeout``: it waits until the Sentinel has turned
         the former master into a replica (about 10 s, see the class) and then seen that replica's
         link up (Sentinel asks replicas for INFO every 10 s), as it promotes no other.
+
+        A Sentinel in TILT mode accepts the command and then does nothing for up to 30 s: the
+        wait for it to leave TILT comes first, and is not counted in ``timeout``. A failover the
+        Sentinel gave up (its own ``failover-timeout``) is asked for again.
         """
+        _wait_until(
+            lambda: not self.in_tilt(),
+            time.monotonic() + SENTINEL_TILT_SECONDS,
+            "the Sentinel to leave TILT mode",
+            self.servers,
+        )
         deadline = time.monotonic() + timeout
         former, promoted = self.master, self.replica
         self._wait_until_promotable(promoted, deadline, after_failover=True)
 
-        def started() -> bool:
-            # Refused with NOGOODSLAVE while the replica looks unfit for a moment, or INPROG while
-            # a failover of the Sentinel's own (after a freeze) is under way: both pass.
-            self.sentinel.command("SENTINEL", "FAILOVER", self.service_name)
-            return True
-
-        def finished() -> bool:
+        def failed_over() -> bool:
             # GET-MASTER-ADDR-BY-NAME names the promoted replica as soon as it has taken the
             # role, while SENTINEL MASTER(S), which redis-py's Sentinel client reads, names the
             # former master until the failover is over, a moment later.
             state = self.master_state()
-            return (
-                self.current_master_port() == promoted.port
-                and int(state["port"]) == promoted.port
-                and "failover_in_progress" not in state["flags"].split(",")
-            )
+            under_way = "failover_in_progress" in state["flags"].split(",")
+            if int(state["port"]) == promoted.port and not under_way:
+                return self.current_master_port() == promoted.port
+            if not under_way:
+                # Not started yet, or given up: ask (again). Refused with NOGOODSLAVE while the
+                # replica looks unfit for a moment, or INPROG while a failover of the Sentinel's
+                # own (after a freeze) is under way: both only mean "not yet".
+                self.sentinel.command("SENTINEL", "FAILOVER", self.service_name)
+            return False
 
-        _wait_until(started, deadline, "the Sentinel to accept SENTINEL FAILOVER", self.servers)
         _wait_until(
-            finished,
+            failed_over,
             deadline,
-            f"the Sentinel to finish failing over to port {promoted.port}",
+            f"the Sentinel to fail over to port {promoted.port}",
             self.servers,
         )
         self.master, self.replica = promoted, former
