@@ -17,7 +17,7 @@ import whos_online
 from tests.support.helpers import JOIN_TIMEOUT, configure, render, widget_text
 from tests.support.topologies import SentinelGroup, fresh_group, running, sentinel_cache
 from whos_online.backend import connection, sentinels
-from whos_online.backend.clients import REQUEST_TIMEOUT, request_client
+from whos_online.backend.clients import REQUEST_TIMEOUT, no_retry, request_client
 from whos_online.backend.sentinels import FollowingSentinel, SentinelListener
 from whos_online.config import process
 
@@ -235,9 +235,13 @@ def test_a_promotion_is_followed_as_announced_before_the_sentinel_names_it(
 
 
 def listener_on(group: SentinelGroup) -> tuple[SentinelListener, FollowingSentinel]:
-    """A listener of the group's Sentinel that is not started: the tests hand it messages."""
+    """A listener of the group's Sentinel that is not started: the tests hand it messages.
+
+    Its questions to the Sentinel time out after a second and are not retried, as the app's
+    own are: redis-py 6's retries would keep a frozen Sentinel frozen for 15 s, into TILT mode
+    (see topologies.SENTINEL_TILT_SECONDS), and the next failover would wait 30 s for it."""
     following = FollowingSentinel(
-        [("127.0.0.1", group.sentinel_port)], sentinel_kwargs={"socket_timeout": 1}
+        [("127.0.0.1", group.sentinel_port)], sentinel_kwargs=no_retry(timeout=1)
     )
     pool = following.master_for(group.service_name).connection_pool  # type: ignore [no-untyped-call]
     pool.get_master_address()
