@@ -559,8 +559,9 @@ class SentinelGroup:
         link up (Sentinel asks replicas for INFO every 10 s), as it promotes no other.
 
         A Sentinel in TILT mode accepts the command and then does nothing for up to 30 s: the
-        wait for it to leave TILT comes first, and is not counted in ``timeout``. A failover the
-        Sentinel gave up (its own ``failover-timeout``) is asked for again.
+        wait for it to leave TILT comes first, and is not counted in ``timeout``; nor is the
+        failover's own end, which may wait for the former master up to the Sentinel's
+        ``failover-timeout``. A failover the Sentinel gave up is asked for again.
         """
         _wait_until(
             lambda: not self.in_tilt(),
@@ -571,6 +572,9 @@ class SentinelGroup:
         deadline = time.monotonic() + timeout
         former, promoted = self.master, self.replica
         self._wait_until_promotable(promoted, deadline, after_failover=True)
+        # Once the replica is promoted, the Sentinel waits for the former master to follow it, up
+        # to its failover-timeout, before it ends the failover: that much is left at least.
+        deadline = max(deadline, time.monotonic() + SENTINEL_FAILOVER_TIMEOUT_MS / 1000 + 10)
 
         def failed_over() -> bool:
             # GET-MASTER-ADDR-BY-NAME names the promoted replica as soon as it has taken the
