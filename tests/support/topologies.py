@@ -560,8 +560,9 @@ class SentinelGroup:
 
         A Sentinel in TILT mode accepts the command and then does nothing for up to 30 s: the
         wait for it to leave TILT comes first, and is not counted in ``timeout``; nor is the
-        failover's own end, which may wait for the former master up to the Sentinel's
-        ``failover-timeout``. A failover the Sentinel gave up is asked for again.
+        failover itself, which the Sentinel gives up after its ``failover-timeout`` if the
+        promoted replica has not reported its new role by then. A failover the Sentinel gave up
+        is asked for again.
         """
         _wait_until(
             lambda: not self.in_tilt(),
@@ -572,8 +573,8 @@ class SentinelGroup:
         deadline = time.monotonic() + timeout
         former, promoted = self.master, self.replica
         self._wait_until_promotable(promoted, deadline, after_failover=True)
-        # Once the replica is promoted, the Sentinel waits for the former master to follow it, up
-        # to its failover-timeout, before it ends the failover: that much is left at least.
+        # Once asked, the Sentinel waits up to its failover-timeout for the promoted replica to
+        # report its new role (it asks every second) before it gives up: that much is left.
         deadline = max(deadline, time.monotonic() + SENTINEL_FAILOVER_TIMEOUT_MS / 1000 + 10)
 
         def failed_over() -> bool:
